@@ -1,0 +1,266 @@
+"""The ``memlens`` command: a thin layer over ``memlens.Memory``.
+
+User errors print one line on stderr and exit 2; tracebacks are for bugs only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .errors import MemlensError
+
+PROG = "memlens"
+
+
+def _store_arg(p: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) -> None:
+    p.add_argument("--store", metavar="PATH", default=default, help="store file (default: $MEMLENS_STORE or the user data dir)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Agent memory on one SQLite file, with every retrieval explained.")
+    _store_arg(p, default=None)
+    from . import __version__
+
+    p.add_argument("--version", action="version", version=f"memlens {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    s = sub.add_parser("tui", help="open the terminal app")
+    _store_arg(s)
+    s.add_argument("--demo", action="store_true", help="load the demo memory if the store is empty")
+
+    s = sub.add_parser("add", help="add one entry")
+    _store_arg(s)
+    s.add_argument("text")
+    s.add_argument("--wing", required=True)
+    s.add_argument("--room", default="")
+    s.add_argument("--kind", default="fact")
+    s.add_argument("--type", default="note")
+    s.add_argument("--status", default="active")
+    s.add_argument("--title", default="")
+    s.add_argument("--key")
+    s.add_argument("--salience", type=float, default=0.5)
+    s.add_argument("--overrides", metavar="ID")
+    s.add_argument("--json", action="store_true", help="print the stored entry as JSON")
+
+    s = sub.add_parser("import", help="import a JSONL file, all or nothing ('-' reads stdin)")
+    _store_arg(s)
+    s.add_argument("file")
+
+    s = sub.add_parser("export", help="write entries as JSONL on stdout")
+    _store_arg(s)
+    s.add_argument("--wing")
+    s.add_argument("--with-vectors", action="store_true", help="include the model id and vectors (import reuses them)")
+
+    s = sub.add_parser("search", help="scoped hybrid search")
+    _store_arg(s)
+    s.add_argument("query", nargs="?", help="scoped query, e.g. 'wing=lifecore_ros2 type=invariant callbacks'")
+    s.add_argument("--active-wing", metavar="W")
+    s.add_argument("--wing", action="append", dest="wings", metavar="W", help="search this wing (repeatable)")
+    s.add_argument("--profile", default="memory")
+    s.add_argument("-k", type=int, default=None, help="results to return (default 10)")
+    s.add_argument("--budget", type=int, metavar="TOKENS")
+    s.add_argument("--json", action="store_true", help="print {results, trace} as JSON")
+    s.add_argument("--queries", metavar="FILE.jsonl", help="run many searches: one {id, query, ...} a line, JSONL out")
+
+    s = sub.add_parser("stats", help="entries per wing/kind/type/status, size, model")
+    _store_arg(s)
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("demo", help="load the demo memory into an empty store and run a demo search")
+    _store_arg(s)
+    return p
+
+
+def _open(args: argparse.Namespace) -> Any:
+    from .store import Memory
+
+    return Memory.open(args.store)
+
+
+def demo_file() -> Path:
+    from importlib.resources import files
+
+    return Path(str(files("memlens.data") / "demo.jsonl"))
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    with _open(args) as mem:
+        e = mem.add(
+            args.text,
+            wing=args.wing,
+            room=args.room,
+            kind=args.kind,
+            type=args.type,
+            status=args.status,
+            title=args.title,
+            key=args.key,
+            salience=args.salience,
+            overrides=args.overrides,
+        )
+    print(json.dumps(e.to_record(), ensure_ascii=False) if args.json else e.id)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    interactive = sys.stderr.isatty()
+
+    def progress(stage: str, done: int, total: int) -> None:
+        if interactive and total:
+            print(f"\r{stage}: {done}/{total}", end="", file=sys.stderr, flush=True)
+
+    with _open(args) as mem:
+        report = mem.import_jsonl(Path(args.file), progress=progress)
+    if interactive:
+        print(file=sys.stderr)
+    print(
+        f"imported {report['imported']} entries ({report['embedded']} embedded, {report['reused_vectors']} vectors reused)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    with _open(args) as mem:
+        if args.wing and args.wing not in mem.wings():
+            raise MemlensError(f"unknown wing {args.wing!r} (known wings: {', '.join(mem.wings()) or 'none yet'})")
+        mem.export_jsonl(sys.stdout, wing=args.wing, with_vectors=args.with_vectors)
+    return 0
+
+
+def format_results(bundle: Any) -> str:
+    lines = []
+    t = bundle.trace
+    for r in bundle.results:
+        e = r.entry
+        where = f"{e.wing}/{e.room}" if e.room else e.wing
+        flags = f"  [{', '.join(r.flags)}]" if r.flags else ""
+        lines.append(f"{r.rank:>3}  {r.score:6.3f}  {e.type.value:<9} {where:<32} {e.title}{flags}")
+        lines.append(f"{'':>5}{e.id}")
+    if not bundle.results:
+        lines.append("no results")
+    lines.append(
+        f"-- {len(bundle.results)} results from {', '.join(t.wings_searched) or 'no wings'} in {t.latency_ms.get('total', 0):.1f} ms"
+        f" ({'cache hit' if t.cache_hit else 'cache miss'})"
+    )
+    return "\n".join(lines)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    if args.queries:
+        return _batch_search(args)
+    if not args.query:
+        raise MemlensError("search needs a QUERY or --queries FILE.jsonl")
+    with _open(args) as mem:
+        bundle = mem.search(
+            args.query, active_wing=args.active_wing, wings=args.wings, k=args.k, profile=args.profile, budget=args.budget
+        )
+    print(json.dumps(bundle.to_dict(), ensure_ascii=False) if args.json else format_results(bundle))
+    return 0
+
+
+def _batch_search(args: argparse.Namespace) -> int:
+    path = Path(args.queries)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MemlensError(f"{path}: cannot read queries ({exc})") from None
+    jobs = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise MemlensError(f"{path}: line {n}: invalid JSON: {exc.msg}") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("query"), str):
+            raise MemlensError(f"{path}: line {n}: expected an object with a string 'query'")
+        unknown = set(obj) - {"id", "query", "active_wing", "wings", "k", "profile", "budget"}
+        if unknown:
+            raise MemlensError(f"{path}: line {n}: unknown field {sorted(unknown)[0]!r}")
+        jobs.append((n, obj))
+    with _open(args) as mem:
+        for n, obj in jobs:
+            try:
+                b = mem.search(
+                    obj["query"],
+                    active_wing=obj.get("active_wing", args.active_wing),
+                    wings=obj.get("wings", args.wings),
+                    k=obj.get("k", args.k),
+                    profile=obj.get("profile", args.profile),
+                    budget=obj.get("budget", args.budget),
+                )
+            except MemlensError as exc:
+                raise MemlensError(f"{path}: line {n}: {exc}") from None
+            out = {"id": obj.get("id", n), **b.to_dict()}
+            sys.stdout.write(json.dumps(out, ensure_ascii=False) + "\n")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with _open(args) as mem:
+        st = mem.stats()
+    if args.json:
+        print(json.dumps(st, ensure_ascii=False))
+        return 0
+    print(f"store   {st['store']}  ({st['size_bytes'] / 1e6:.1f} MB, schema {st['schema_version']})")
+    print(f"model   {st['model']} ({st['dim']} dims)")
+    print(f"entries {st['entries']}  (audit rows {st['audit_rows']})")
+    for title, key in (("wing", "per_wing"), ("kind", "per_kind"), ("type", "per_type"), ("status", "per_status")):
+        items = "  ".join(f"{k}={v}" for k, v in st[key].items()) or "-"
+        print(f"{title:<7} {items}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    with _open(args) as mem:
+        if mem.count() == 0:
+            print(f"empty store {mem.path}: loading the demo memory…", file=sys.stderr)
+            report = mem.import_jsonl(demo_file())
+            print(f"loaded {report['imported']} entries", file=sys.stderr)
+        query = "callbacks blocking"
+        print(f"$ memlens search {query!r} --active-wing lifecore_ros2\n")
+        print(format_results(mem.search(query, active_wing="lifecore_ros2", k=8)))
+    return 0
+
+
+def cmd_tui(args: argparse.Namespace) -> int:
+    return cmd_demo(args)
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "tui": cmd_tui,
+    "add": cmd_add,
+    "import": cmd_import,
+    "export": cmd_export,
+    "search": cmd_search,
+    "stats": cmd_stats,
+    "demo": cmd_demo,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = COMMANDS.get(args.command or "tui", cmd_tui)
+    try:
+        return handler(args)
+    except MemlensError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `memlens export | head`: the reader left; not an error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""SQLite connections with sqlite-vec loaded, the schema and its migrations.
+
+Python's stdlib ``sqlite3`` is often built without extension loading (pyenv,
+macOS system Python, this machine). We use it when it can load extensions and
+otherwise ``sqlean`` (sqlean-py), a drop-in build of the same module that can.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3 as _stdlib_sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from .errors import StoreError, StoreLockedError
+
+SCHEMA_VERSION = 1
+_driver_lock = threading.Lock()
+_driver: ModuleType | None = None
+
+
+def driver() -> ModuleType:
+    """The sqlite3-compatible module that can load sqlite-vec."""
+    global _driver
+    with _driver_lock:
+        if _driver is None:
+            if hasattr(_stdlib_sqlite3.Connection, "enable_load_extension"):
+                _driver = _stdlib_sqlite3
+            else:
+                try:
+                    import sqlean  # type: ignore[import-untyped]
+                except ImportError:
+                    raise StoreError(
+                        "this Python's sqlite3 cannot load extensions and sqlean-py is not installed: "
+                        "pip install sqlean-py"
+                    ) from None
+                _driver = sqlean
+        return _driver
+
+
+def _migration_1(dim: int) -> list[str]:
+    return [
+        """CREATE TABLE entries (
+            rowid INTEGER PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            wing TEXT NOT NULL,
+            room TEXT NOT NULL DEFAULT '',
+            kind TEXT NOT NULL,
+            type TEXT NOT NULL,
+            status TEXT NOT NULL,
+            title TEXT NOT NULL,
+            text TEXT NOT NULL,
+            key TEXT,
+            salience REAL NOT NULL,
+            overrides TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            meta TEXT NOT NULL DEFAULT '{}',
+            content_hash TEXT NOT NULL,
+            model TEXT
+        )""",
+        "CREATE INDEX entries_scope ON entries(wing, room, kind, type, status)",
+        "CREATE INDEX entries_hash ON entries(content_hash, model)",
+        "CREATE INDEX entries_key ON entries(kind, key) WHERE key IS NOT NULL",
+        """CREATE VIRTUAL TABLE entries_fts USING fts5(
+            title, text, content='entries', content_rowid='rowid', tokenize='porter unicode61'
+        )""",
+        """CREATE TRIGGER entries_ai AFTER INSERT ON entries BEGIN
+            INSERT INTO entries_fts(rowid, title, text) VALUES (new.rowid, new.title, new.text);
+        END""",
+        """CREATE TRIGGER entries_ad AFTER DELETE ON entries BEGIN
+            INSERT INTO entries_fts(entries_fts, rowid, title, text) VALUES ('delete', old.rowid, old.title, old.text);
+        END""",
+        """CREATE TRIGGER entries_au AFTER UPDATE OF title, text ON entries BEGIN
+            INSERT INTO entries_fts(entries_fts, rowid, title, text) VALUES ('delete', old.rowid, old.title, old.text);
+            INSERT INTO entries_fts(rowid, title, text) VALUES (new.rowid, new.title, new.text);
+        END""",
+        # wing is a partition key: a scoped KNN scans only that wing's chunks.
+        # room/kind/type/status are metadata columns: filtered inside the KNN.
+        f"""CREATE VIRTUAL TABLE entries_vec USING vec0(
+            embedding float[{dim}] distance_metric=cosine,
+            wing text partition key,
+            room text,
+            kind text,
+            type text,
+            status text
+        )""",
+        """CREATE TABLE wings (
+            wing TEXT PRIMARY KEY,
+            generation INTEGER NOT NULL DEFAULT 0,
+            last_write_seq INTEGER
+        )""",
+        """CREATE TABLE audit (
+            seq INTEGER PRIMARY KEY,
+            ts TEXT NOT NULL,
+            action TEXT NOT NULL,
+            entry_id TEXT,
+            wing TEXT,
+            before TEXT,
+            after TEXT,
+            detail TEXT
+        )""",
+        "CREATE INDEX audit_entry ON audit(entry_id)",
+        "CREATE INDEX audit_action ON audit(action, seq)",
+        "CREATE TABLE store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    ]
+
+
+MIGRATIONS = {1: _migration_1}
+
+
+def _secure_create(path: Path) -> None:
+    """Create the store file (and its folder) readable by the owner only."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.close(fd)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise StoreError(f"cannot create store {path}: {exc.strerror or exc}") from None
+
+
+def connect(path: Path, *, busy_timeout_ms: int = 5000, mmap_size: int = 1 << 30, create: bool = True) -> Any:
+    """Open a connection with sqlite-vec loaded and the pragmas memlens relies on."""
+    sq = driver()
+    if str(path) != ":memory:":
+        if path.is_dir():
+            raise StoreError(f"store path is a directory: {path}")
+        if not path.exists():
+            if not create:
+                raise StoreError(f"no store at {path}")
+            _secure_create(path)
+        elif not os.access(path, os.R_OK):
+            raise StoreError(f"cannot read store {path}: permission denied")
+    try:
+        conn = sq.connect(str(path), isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000)
+    except sq.Error as exc:
+        raise StoreError(f"cannot open store {path}: {exc}") from None
+    try:
+        import sqlite_vec
+
+        conn.enable_load_extension(True)
+        sqlite_vec.load(conn)
+        conn.enable_load_extension(False)
+    except Exception as exc:
+        conn.close()
+        raise StoreError(f"cannot load the sqlite-vec extension: {exc}") from None
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        # Reading the schema forces SQLite to read the header: a non-database fails here.
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        if mode != "wal" and os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
+            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute(f"PRAGMA mmap_size = {int(mmap_size)}")
+    except sq.DatabaseError as exc:
+        conn.close()
+        raise translate(exc, path) from None
+    return conn
+
+
+def translate(exc: Exception, path: Path | str) -> StoreError:
+    """Turn a driver error into a one-line, actionable StoreError."""
+    msg = str(exc)
+    low = msg.lower()
+    if "locked" in low or "busy" in low:
+        return StoreLockedError(f"store {path} is locked by another writer (waited for the busy timeout); try again")
+    if "not a database" in low or "malformed" in low or "encrypted" in low:
+        return StoreError(f"{path} is not a memlens store (not a valid SQLite database): {msg}")
+    if "readonly" in low or "read-only" in low:
+        return StoreError(f"store {path} is read-only: {msg}")
+    if "unable to open" in low:
+        return StoreError(f"cannot open store {path}: {msg}")
+    if "disk" in low and "full" in low:
+        return StoreError(f"disk full while writing {path}")
+    return StoreError(f"store {path}: {msg}")
+
+
+def schema_version(conn: Any) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def migrate(conn: Any, path: Path | str, dim: int) -> None:
+    """Bring the schema up to SCHEMA_VERSION; refuse foreign or newer databases."""
+    version = schema_version(conn)
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"{path} was written by a newer memlens (schema {version} > {SCHEMA_VERSION}); upgrade memlens")
+    if version == SCHEMA_VERSION:
+        return
+    if version == 0:
+        tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'").fetchone()[0]
+        if tables:
+            raise StoreError(f"{path} is a SQLite database but not a memlens store")
+    with transaction(conn, path):
+        # re-check under the write lock: another process may have migrated meanwhile
+        current = schema_version(conn)
+        for v in range(current + 1, SCHEMA_VERSION + 1):
+            for stmt in MIGRATIONS[v](dim):
+                conn.execute(stmt)
+            conn.execute(f"PRAGMA user_version = {v}")
+
+
+@contextmanager
+def transaction(conn: Any, path: Path | str = "") -> Iterator[Any]:
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception (nothing half-written)."""
+    sq = driver()
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sq.Error as exc:
+        raise translate(exc, path) from None
+    try:
+        yield conn
+    except sq.Error as exc:
+        conn.execute("ROLLBACK")
+        raise translate(exc, path) from None
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    try:
+        conn.execute("COMMIT")
+    except sq.Error as exc:
+        conn.execute("ROLLBACK")
+        raise translate(exc, path) from None

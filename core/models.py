@@ -1,0 +1,183 @@
+"""The data model: entries and their vocabularies, validated with pydantic."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .ids import new_id
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
+GLOBAL_WING = "_global"
+
+
+class Kind(str, Enum):
+    turn = "turn"
+    fact = "fact"
+    entity = "entity"
+    procedure = "procedure"
+    document = "document"
+    code = "code"
+
+
+class EntryType(str, Enum):
+    """Authority, highest first (seed 004 §3)."""
+
+    invariant = "invariant"
+    decision = "decision"
+    pattern = "pattern"
+    note = "note"
+
+
+class Status(str, Enum):
+    active = "active"
+    under_review = "under_review"
+    deprecated = "deprecated"
+
+
+AUTHORITY = {t.value: i for i, t in enumerate(EntryType)}
+KINDS = tuple(k.value for k in Kind)
+TYPES = tuple(t.value for t in EntryType)
+STATUSES = tuple(s.value for s in Status)
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def format_ts(ts: datetime) -> str:
+    """ISO-8601 UTC with a Z; microseconds only when present, so round trips are exact."""
+    ts = ts.astimezone(timezone.utc)
+    fmt = "%Y-%m-%dT%H:%M:%S.%fZ" if ts.microsecond else "%Y-%m-%dT%H:%M:%SZ"
+    return ts.strftime(fmt)
+
+
+def parse_ts(value: Any) -> datetime:
+    if isinstance(value, datetime):
+        ts = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.endswith(("Z", "z")):
+            text = text[:-1] + "+00:00"
+        ts = datetime.fromisoformat(text)
+    else:
+        raise ValueError("expected an ISO-8601 timestamp string")
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=timezone.utc)
+    return ts.astimezone(timezone.utc)
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class Entry(BaseModel):
+    """One unit of memory (DESIGN.md "Data model")."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    id: str = Field(default_factory=new_id)
+    wing: str
+    room: str = ""
+    kind: Kind = Kind.fact
+    type: EntryType = EntryType.note
+    status: Status = Status.active
+    title: str = ""
+    text: str
+    key: str | None = None
+    salience: float = Field(default=0.5, ge=0.0, le=1.0)
+    overrides: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        if not ID_RE.match(v):
+            raise ValueError("must be 1-128 characters of letters, digits, _ . : -")
+        return v
+
+    @field_validator("wing")
+    @classmethod
+    def _wing(cls, v: str) -> str:
+        v = v.strip()
+        if not NAME_RE.match(v):
+            raise ValueError(f"{v!r} is not a valid wing name (letters, digits, _ . -)")
+        return v
+
+    @field_validator("room")
+    @classmethod
+    def _room(cls, v: str) -> str:
+        v = (v or "").strip()
+        if v and not NAME_RE.match(v):
+            raise ValueError(f"{v!r} is not a valid room name (letters, digits, _ . -)")
+        return v
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty")
+        if "\x00" in v:
+            raise ValueError("must not contain NUL bytes")
+        return v
+
+    @field_validator("key", "overrides")
+    @classmethod
+    def _blank_is_none(cls, v: str | None) -> str | None:
+        return v.strip() or None if isinstance(v, str) else v
+
+    @field_validator("created_at", "updated_at", mode="before")
+    @classmethod
+    def _ts(cls, v: Any) -> Any:
+        return None if v is None else parse_ts(v)
+
+    @model_validator(mode="after")
+    def _defaults(self) -> "Entry":
+        if self.updated_at is None:
+            object.__setattr__(self, "updated_at", self.created_at)
+        if not self.title:
+            first = " ".join(self.text.split())
+            object.__setattr__(self, "title", first if len(first) <= 60 else first[:59].rstrip() + "…")
+        if self.overrides == self.id:
+            raise ValueError("an entry cannot override itself")
+        return self
+
+    @property
+    def embed_text(self) -> str:
+        """What the model sees: the title carries meaning too, so it leads."""
+        return f"{self.title}\n{self.text}" if self.title and not self.text.startswith(self.title.rstrip("…")) else self.text
+
+    @property
+    def authority(self) -> int:
+        return AUTHORITY[self.type.value]
+
+    def to_record(self) -> dict[str, Any]:
+        """The JSONL / JSON shape (DESIGN.md contracts)."""
+        return {
+            "id": self.id,
+            "wing": self.wing,
+            "room": self.room,
+            "kind": self.kind.value,
+            "type": self.type.value,
+            "status": self.status.value,
+            "title": self.title,
+            "text": self.text,
+            "key": self.key,
+            "salience": self.salience,
+            "overrides": self.overrides,
+            "created_at": format_ts(self.created_at),
+            "updated_at": format_ts(self.updated_at or self.created_at),
+            "meta": self.meta,
+        }
+
+
+ENTRY_FIELDS = tuple(Entry.model_fields)
+EDITABLE_FIELDS = ("wing", "room", "kind", "type", "status", "title", "text", "key", "salience", "overrides", "meta")

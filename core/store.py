@@ -1,0 +1,442 @@
+"""``Memory``: the engine's public face. Every write is one transaction that also
+appends an audit row and bumps the wing's generation counter (which is how
+caches in this and other processes learn that a wing changed)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import db
+from .config import Settings, load_settings
+from .errors import MemlensError, NotFoundError, StoreError, ValidationError
+from .models import EDITABLE_FIELDS, Entry, Status, content_hash, format_ts, utcnow
+
+if TYPE_CHECKING:
+    from .embed import Embedder
+    from .search import Bundle
+
+_COLUMNS = (
+    "id, wing, room, kind, type, status, title, text, key, salience, overrides, created_at, updated_at, meta"
+)
+
+
+def row_to_entry(row: tuple[Any, ...]) -> Entry:
+    """Build an Entry from a row selected as ``_COLUMNS`` (trusted: skip re-validation)."""
+    rec = dict(zip(Entry.model_fields, row))
+    rec["meta"] = json.loads(rec["meta"]) if rec["meta"] else {}
+    return Entry.model_validate(rec)
+
+
+def vec_blob(vec: np.ndarray) -> bytes:
+    return np.asarray(vec, dtype="<f4").tobytes()
+
+
+class Memory:
+    """An agent memory on one SQLite file.
+
+    Thread-safe: each thread gets its own connection (SQLite's rule); the
+    embedder is shared and loads on first use.
+    """
+
+    def __init__(self, path: Path, settings: Settings, embedder: Embedder | None = None) -> None:
+        self.path = path
+        self.settings = settings
+        self._embedder = embedder
+        self._embedder_lock = threading.Lock()
+        self._local = threading.local()
+        self._conns: list[Any] = []
+        self._conns_lock = threading.Lock()
+        self._closed = False
+        self._cache: Any = None
+        conn = self.conn  # opens, checks and migrates
+        meta = dict(conn.execute("SELECT key, value FROM store_meta").fetchall()) if db.schema_version(conn) else {}
+        self._meta = meta
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: str | Path | None = None,
+        *,
+        settings: Settings | None = None,
+        embedder: Embedder | None = None,
+    ) -> "Memory":
+        """Open (creating if missing) the store at ``path``, ``MEMLENS_STORE`` or the default."""
+        settings = settings or load_settings()
+        target = Path(path).expanduser() if path is not None else settings.store_path()
+        return cls(target, settings, embedder)
+
+    def __enter__(self) -> "Memory":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._closed = True
+        with self._conns_lock:
+            for c in self._conns:
+                try:
+                    c.close()
+                except Exception:
+                    pass
+            self._conns.clear()
+
+    @property
+    def conn(self) -> Any:
+        """This thread's connection."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._closed:
+                raise StoreError(f"store {self.path} is closed")
+            conn = db.connect(
+                self.path,
+                busy_timeout_ms=self.settings.storage.busy_timeout_ms,
+                mmap_size=self.settings.storage.mmap_size,
+            )
+            try:
+                if db.schema_version(conn) < db.SCHEMA_VERSION:
+                    db.migrate(conn, self.path, self._dim_for_new_store())
+                    self._init_meta(conn)
+                else:
+                    db.migrate(conn, self.path, 0)  # refuses newer schemas
+            except BaseException:
+                conn.close()
+                raise
+            self._local.conn = conn
+            with self._conns_lock:
+                self._conns.append(conn)
+        return conn
+
+    def _dim_for_new_store(self) -> int:
+        return self.embedder.dim
+
+    def _init_meta(self, conn: Any) -> None:
+        with db.transaction(conn, self.path):
+            conn.execute(
+                "INSERT OR IGNORE INTO store_meta(key, value) VALUES ('model', ?), ('dim', ?), ('created_at', ?)",
+                (self.embedder.model_id, str(self.embedder.dim), format_ts(utcnow())),
+            )
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedding model (resolved and verified on first use, loaded on first embed)."""
+        if self._embedder is None:
+            with self._embedder_lock:
+                if self._embedder is None:
+                    from .embed import make_embedder
+
+                    self._embedder = make_embedder(self.settings.embedding, self.settings.cache_dir)
+        return self._embedder
+
+    @property
+    def model_id(self) -> str:
+        """The model this store's vectors were made with."""
+        return self._meta.get("model") or self.embedder.model_id
+
+    @property
+    def dim(self) -> int:
+        return int(self._meta.get("dim") or self.embedder.dim)
+
+    def check_model(self) -> None:
+        """Refuse to mix vectors of two models in one store."""
+        if self.embedder.model_id != self.model_id:
+            raise MemlensError(
+                f"store {self.path} holds vectors of {self.model_id} but the configured model is "
+                f"{self.embedder.model_id}; use the same model (embedding.model) or a new store"
+            )
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.check_model()
+        return self.embedder.embed(texts)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def get(self, entry_id: str) -> Entry:
+        row = self.conn.execute(f"SELECT {_COLUMNS} FROM entries WHERE id = ?", (entry_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no entry with id {entry_id!r} in {self.path}")
+        return row_to_entry(row)
+
+    def entries(self, wing: str | None = None) -> Iterator[Entry]:
+        sql = f"SELECT {_COLUMNS} FROM entries" + (" WHERE wing = ?" if wing else "") + " ORDER BY rowid"
+        for row in self.conn.execute(sql, (wing,) if wing else ()):
+            yield row_to_entry(row)
+
+    def count(self) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM entries").fetchone()[0])
+
+    def wings(self) -> list[str]:
+        return [r[0] for r in self.conn.execute("SELECT DISTINCT wing FROM entries ORDER BY wing")]
+
+    def rooms(self, wing: str | None = None) -> list[str]:
+        sql = "SELECT DISTINCT room FROM entries WHERE room != ''" + (" AND wing = ?" if wing else "") + " ORDER BY room"
+        return [r[0] for r in self.conn.execute(sql, (wing,) if wing else ())]
+
+    def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
+        rows = self.conn.execute("SELECT wing, generation FROM wings").fetchall()
+        gens = {w: g for w, g in rows}
+        return gens if wings is None else {w: gens.get(w, 0) for w in wings}
+
+    def audit(self, entry_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        sql = "SELECT seq, ts, action, entry_id, wing, before, after, detail FROM audit"
+        args: tuple[Any, ...] = ()
+        if entry_id:
+            sql += " WHERE entry_id = ?"
+            args = (entry_id,)
+        sql += " ORDER BY seq DESC LIMIT ?"
+        out = []
+        for seq, ts, action, eid, wing, before, after, detail in self.conn.execute(sql, args + (limit,)):
+            out.append(
+                {
+                    "seq": seq,
+                    "ts": ts,
+                    "action": action,
+                    "entry_id": eid,
+                    "wing": wing,
+                    "before": json.loads(before) if before else None,
+                    "after": json.loads(after) if after else None,
+                    "detail": json.loads(detail) if detail else None,
+                }
+            )
+        return out
+
+    def vector(self, entry_id: str) -> np.ndarray:
+        row = self.conn.execute(
+            "SELECT v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid WHERE e.id = ?", (entry_id,)
+        ).fetchone()
+        if row is None:
+            raise NotFoundError(f"no entry with id {entry_id!r} in {self.path}")
+        return np.frombuffer(row[0], dtype="<f4").copy()
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def add(self, text: str, *, wing: str, **fields: Any) -> Entry:
+        """Add one entry; returns it with its id. Fields as in DESIGN.md's data model."""
+        entry = self._validate({"text": text, "wing": wing, **fields})
+        self._check_overrides([entry])
+        vec = self._vectors_for([entry])[0]
+        with db.transaction(self.conn, self.path) as conn:
+            if conn.execute("SELECT 1 FROM entries WHERE id = ?", (entry.id,)).fetchone():
+                raise ValidationError(f"an entry with id {entry.id!r} already exists")
+            self._insert(conn, entry, vec)
+            seq = self._audit(conn, "add", entry.id, entry.wing, None, entry.to_record())
+            self._bump(conn, {entry.wing}, seq)
+        return entry
+
+    def update(self, entry_id: str, **changes: Any) -> Entry:
+        """Change fields of an entry; a new text or title is re-embedded."""
+        unknown = set(changes) - set(EDITABLE_FIELDS)
+        if unknown:
+            raise ValidationError(f"cannot edit {', '.join(sorted(unknown))}; editable: {', '.join(EDITABLE_FIELDS)}")
+        before = self.get(entry_id)
+        record = before.to_record()
+        record.update({k: (v.value if hasattr(v, "value") else v) for k, v in changes.items()})
+        record["updated_at"] = utcnow()
+        after = self._validate(record)
+        if "overrides" in changes:
+            self._check_overrides([after])
+        same_text = after.embed_text == before.embed_text
+        vec = None if same_text else self._vectors_for([after])[0]
+        with db.transaction(self.conn, self.path) as conn:
+            row = conn.execute("SELECT rowid, updated_at FROM entries WHERE id = ?", (entry_id,)).fetchone()
+            if row is None:
+                raise NotFoundError(f"entry {entry_id!r} was deleted meanwhile")
+            rowid = row[0]
+            if vec is None:
+                blob = conn.execute("SELECT embedding FROM entries_vec WHERE rowid = ?", (rowid,)).fetchone()[0]
+            else:
+                blob = vec_blob(vec)
+            self._write_row(conn, after, rowid)
+            conn.execute("DELETE FROM entries_vec WHERE rowid = ?", (rowid,))
+            self._insert_vec(conn, rowid, after, blob)
+            seq = self._audit(
+                conn, "update", after.id, after.wing, before.to_record(), after.to_record(), {"reembedded": not same_text}
+            )
+            self._bump(conn, {before.wing, after.wing}, seq)
+        return after
+
+    def set_status(self, entry_id: str, status: str | Status) -> Entry:
+        """Deprecate, mark under review or reactivate an entry."""
+        try:
+            status = Status(status)
+        except ValueError:
+            raise ValidationError(f"unknown status {status!r} (status: active, under_review, deprecated)") from None
+        return self.update(entry_id, status=status)
+
+    def delete(self, entry_id: str) -> Entry:
+        before = self.get(entry_id)
+        with db.transaction(self.conn, self.path) as conn:
+            row = conn.execute("SELECT rowid FROM entries WHERE id = ?", (entry_id,)).fetchone()
+            if row is None:
+                raise NotFoundError(f"no entry with id {entry_id!r} in {self.path}")
+            conn.execute("DELETE FROM entries_vec WHERE rowid = ?", (row[0],))
+            conn.execute("DELETE FROM entries WHERE rowid = ?", (row[0],))
+            seq = self._audit(conn, "delete", entry_id, before.wing, before.to_record(), None)
+            self._bump(conn, {before.wing}, seq)
+        return before
+
+    # -- helpers for writers ---------------------------------------------------------------
+
+    @staticmethod
+    def _validate(record: dict[str, Any]) -> Entry:
+        from pydantic import ValidationError as PydanticError
+
+        try:
+            return Entry.model_validate(record)
+        except PydanticError as exc:
+            raise ValidationError(describe_validation(exc)) from None
+
+    def _check_overrides(self, entries: list[Entry], also_known: set[str] | None = None) -> None:
+        for e in entries:
+            if not e.overrides or (also_known and e.overrides in also_known):
+                continue
+            row = self.conn.execute("SELECT wing FROM entries WHERE id = ?", (e.overrides,)).fetchone()
+            if row is None:
+                raise ValidationError(f"overrides: no entry with id {e.overrides!r} to override")
+
+    def _vectors_for(self, entries: list[Entry]) -> list[np.ndarray]:
+        """Vectors for entries: reuse a stored vector of identical text, embed the rest in one batch."""
+        texts = [e.embed_text for e in entries]
+        out: list[np.ndarray | None] = [None] * len(entries)
+        model = self.model_id
+        missing: dict[str, list[int]] = {}
+        for i, t in enumerate(texts):
+            h = content_hash(t)
+            row = self.conn.execute(
+                "SELECT v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid "
+                "WHERE e.content_hash = ? AND e.model = ? LIMIT 1",
+                (h, model),
+            ).fetchone()
+            if row is not None:
+                out[i] = np.frombuffer(row[0], dtype="<f4")
+            else:
+                missing.setdefault(h, []).append(i)
+        if missing:
+            firsts = [idxs[0] for idxs in missing.values()]
+            vecs = self.embed([texts[i] for i in firsts])
+            for vec, idxs in zip(vecs, missing.values()):
+                for i in idxs:
+                    out[i] = vec
+        return out  # type: ignore[return-value]
+
+    def _insert(self, conn: Any, entry: Entry, vec: np.ndarray | bytes) -> int:
+        rec = entry.to_record()
+        values = [rec[f] for f in Entry.model_fields if f != "meta"]
+        values += [json.dumps(entry.meta, ensure_ascii=False, sort_keys=True), content_hash(entry.embed_text), self.model_id]
+        cur = conn.execute(f"INSERT INTO entries({_COLUMNS}, content_hash, model) VALUES ({', '.join('?' * 16)})", values)
+        rowid = int(cur.lastrowid)
+        self._insert_vec(conn, rowid, entry, vec if isinstance(vec, bytes) else vec_blob(vec))
+        return rowid
+
+    def _write_row(self, conn: Any, entry: Entry, rowid: int) -> None:
+        rec = entry.to_record()
+        sets = ", ".join(f"{f} = ?" for f in Entry.model_fields if f != "id")
+        values = [rec[f] for f in Entry.model_fields if f not in ("id", "meta")]
+        values.append(json.dumps(entry.meta, ensure_ascii=False, sort_keys=True))
+        conn.execute(
+            f"UPDATE entries SET {sets}, content_hash = ?, model = ? WHERE rowid = ?",
+            (*values, content_hash(entry.embed_text), self.model_id, rowid),
+        )
+
+    @staticmethod
+    def _insert_vec(conn: Any, rowid: int, entry: Entry, blob: bytes) -> None:
+        conn.execute(
+            "INSERT INTO entries_vec(rowid, embedding, wing, room, kind, type, status) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (rowid, blob, entry.wing, entry.room, entry.kind.value, entry.type.value, entry.status.value),
+        )
+
+    @staticmethod
+    def _audit(
+        conn: Any,
+        action: str,
+        entry_id: str | None,
+        wing: str | None,
+        before: dict[str, Any] | None,
+        after: dict[str, Any] | None,
+        detail: dict[str, Any] | None = None,
+    ) -> int:
+        dumps = lambda v: None if v is None else json.dumps(v, ensure_ascii=False)  # noqa: E731
+        cur = conn.execute(
+            "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (format_ts(utcnow()), action, entry_id, wing, dumps(before), dumps(after), dumps(detail)),
+        )
+        return int(cur.lastrowid)
+
+    @staticmethod
+    def _bump(conn: Any, wings: Iterable[str], seq: int) -> None:
+        conn.executemany(
+            "INSERT INTO wings(wing, generation, last_write_seq) VALUES (?, 1, ?) "
+            "ON CONFLICT(wing) DO UPDATE SET generation = generation + 1, last_write_seq = excluded.last_write_seq",
+            [(w, seq) for w in sorted(set(wings))],
+        )
+
+    # -- bulk --------------------------------------------------------------------------------
+
+    def import_jsonl(self, source: str | Path, *, batch_size: int = 256, progress: Any = None) -> dict[str, Any]:
+        """Import a JSONL file all-or-nothing (see ``memlens.jsonl``)."""
+        from .jsonl import import_file
+
+        return import_file(self, Path(source), batch_size=batch_size, progress=progress)
+
+    def export_jsonl(self, out: Any, *, wing: str | None = None, with_vectors: bool = False) -> int:
+        from .jsonl import export
+
+        return export(self, out, wing=wing, with_vectors=with_vectors)
+
+    # -- search ------------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        *,
+        active_wing: str | None = None,
+        wings: list[str] | None = None,
+        k: int | None = None,
+        profile: str = "memory",
+        budget: int | None = None,
+    ) -> Bundle:
+        from .search import search
+
+        return search(self, query, active_wing=active_wing, wings=wings, k=k, profile=profile, budget=budget)
+
+    # -- stats -------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        conn = self.conn
+        per: dict[str, dict[str, int]] = {}
+        for col in ("wing", "kind", "type", "status"):
+            per[col] = dict(conn.execute(f"SELECT {col}, count(*) FROM entries GROUP BY {col} ORDER BY {col}").fetchall())
+        size = sum(p.stat().st_size for p in (self.path, Path(f"{self.path}-wal")) if p.exists())
+        return {
+            "store": str(self.path),
+            "entries": self.count(),
+            "per_wing": per["wing"],
+            "per_kind": per["kind"],
+            "per_type": per["type"],
+            "per_status": per["status"],
+            "size_bytes": size,
+            "model": self.model_id,
+            "dim": self.dim,
+            "schema_version": db.schema_version(conn),
+            "audit_rows": int(conn.execute("SELECT count(*) FROM audit").fetchone()[0]),
+        }
+
+
+def describe_validation(exc: Any) -> str:
+    """One line from a pydantic ValidationError: ``field 'wing': message``."""
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "entry"
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "missing":
+        return f"field {loc!r} is required"
+    if err["type"] == "extra_forbidden":
+        return f"unknown field {loc!r}"
+    return f"field {loc!r}: {msg}"

@@ -1,0 +1,1 @@
+"""Shipped sample memory: ``demo.jsonl`` (the demo wings)."""

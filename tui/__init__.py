@@ -1,0 +1,1 @@
+"""The memlens terminal app (Textual). Only calls the engine's public API."""
