@@ -1,0 +1,120 @@
+"""Shared fixtures. Every user path (data, config, cache) points into a temp dir;
+the real model is resolved and exported once per session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_SESSION_DIR = Path(tempfile.mkdtemp(prefix="memlens-tests-"))
+for var, sub in (("XDG_DATA_HOME", "data"), ("XDG_CONFIG_HOME", "config"), ("XDG_CACHE_HOME", "cache")):
+    os.environ[var] = str(_SESSION_DIR / sub)
+os.environ["MEMLENS_CACHE_DIR"] = str(_SESSION_DIR / "cache" / "memlens")
+os.environ["MEMLENS_CONFIG"] = str(_SESSION_DIR / "config" / "none.toml")
+os.environ.pop("MEMLENS_STORE", None)
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+REPO = Path(__file__).resolve().parent.parent
+DEMO = REPO / "data" / "demo.jsonl"
+MEMLENS = str(Path(sys.executable).parent / "memlens")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(_SESSION_DIR, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def settings():
+    from memlens.config import load_settings
+
+    return load_settings()
+
+
+@pytest.fixture(scope="session")
+def real_embedder(settings):
+    """The real all-MiniLM-L6-v2 on ONNX Runtime, loaded once for the whole run."""
+    from memlens.embed import make_embedder
+
+    emb = make_embedder(settings.embedding, settings.cache_dir)
+    emb.load()
+    return emb
+
+
+@pytest.fixture
+def hash_embedder():
+    from memlens.embed import HashEmbedder
+
+    return HashEmbedder()
+
+
+@pytest.fixture
+def store_path(tmp_path) -> Path:
+    return tmp_path / "store" / "memlens.db"
+
+
+@pytest.fixture
+def mem(store_path, settings, hash_embedder):
+    """A real SQLite + sqlite-vec store with the deterministic hashing embedder (mechanics only)."""
+    from memlens import Memory
+
+    with Memory.open(store_path, settings=settings, embedder=hash_embedder) as m:
+        yield m
+
+
+@pytest.fixture
+def real_mem(store_path, settings, real_embedder):
+    from memlens import Memory
+
+    with Memory.open(store_path, settings=settings, embedder=real_embedder) as m:
+        yield m
+
+
+@pytest.fixture(scope="session")
+def demo_store(tmp_path_factory, settings, real_embedder) -> Path:
+    """The demo memory imported once with the real model; tests copy it before writing."""
+    from memlens import Memory
+
+    path = tmp_path_factory.mktemp("demo") / "demo.db"
+    with Memory.open(path, settings=settings, embedder=real_embedder) as m:
+        m.import_jsonl(DEMO)
+    return path
+
+
+@pytest.fixture
+def demo_mem(demo_store, tmp_path, settings, real_embedder):
+    from memlens import Memory
+
+    path = tmp_path / "demo.db"
+    shutil.copy(demo_store, path)
+    with Memory.open(path, settings=settings, embedder=real_embedder) as m:
+        yield m
+
+
+def run_cli(*args: str, input: str | None = None, env: dict[str, str] | None = None, timeout: float = 120, **kw):
+    """Run the installed `memlens` command in a fresh process."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [MEMLENS, *args], input=input, capture_output=True, text=True, env=full_env, timeout=timeout, **kw
+    )
+
+
+def snapshot_store(path: Path) -> tuple:
+    """Everything observable about a store: entries, vectors, audit and generations."""
+    from memlens import db
+
+    conn = db.connect(path, create=False)
+    try:
+        return (
+            conn.execute("SELECT * FROM entries ORDER BY rowid").fetchall(),
+            conn.execute("SELECT rowid, embedding, wing, room, kind, type, status FROM entries_vec ORDER BY rowid").fetchall(),
+            conn.execute("SELECT * FROM audit ORDER BY seq").fetchall(),
+            conn.execute("SELECT * FROM wings ORDER BY wing").fetchall(),
+        )
+    finally:
+        conn.close()

@@ -1,0 +1,196 @@
+"""Store mechanics on a real SQLite file with sqlite-vec (hashing embedder for speed)."""
+
+import json
+import stat
+
+import numpy as np
+import pytest
+
+from memlens import Memory, db
+from memlens.embed import HashEmbedder
+from memlens.errors import NotFoundError, StoreError, ValidationError
+
+
+class CountingEmbedder(HashEmbedder):
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+
+    def embed(self, texts):
+        self.calls.extend(texts)
+        return super().embed(texts)
+
+
+def test_new_store_is_owner_only_wal_and_versioned(mem, store_path):
+    mode = stat.S_IMODE(store_path.stat().st_mode)
+    assert mode == 0o600
+    assert stat.S_IMODE(store_path.parent.stat().st_mode) == 0o700
+    assert mem.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.schema_version(mem.conn) == db.SCHEMA_VERSION
+    assert mem.stats()["model"] == "hash-bow-384"
+    mem.add("x", wing="w")
+    for suffix in ("-wal", "-shm"):
+        side = store_path.with_name(store_path.name + suffix)
+        if side.exists():
+            assert stat.S_IMODE(side.stat().st_mode) & 0o077 == 0
+
+
+def test_add_get_roundtrip_and_audit(mem):
+    e = mem.add("Callbacks must not block.", wing="lifecore_ros2", room="architecture", type="invariant", key="cb")
+    got = mem.get(e.id)
+    assert got == e
+    assert got.title == "Callbacks must not block."
+    audit = mem.audit(e.id)
+    assert [a["action"] for a in audit] == ["add"]
+    assert audit[0]["before"] is None and audit[0]["after"]["text"] == "Callbacks must not block."
+    assert mem.generations(["lifecore_ros2"]) == {"lifecore_ros2": 1}
+
+
+def test_update_records_before_and_after_and_bumps_both_wings(mem):
+    e = mem.add("Use pytest.", wing="python")
+    mem.add("other", wing="ros2")
+    after = mem.update(e.id, text="Use pytest with fixtures.", wing="_global", room="conventions")
+    assert after.wing == "_global" and after.updated_at >= e.updated_at
+    last = mem.audit(e.id)[0]
+    assert last["action"] == "update"
+    assert last["before"]["text"] == "Use pytest." and last["after"]["text"] == "Use pytest with fixtures."
+    assert last["detail"] == {"reembedded": True}
+    gens = mem.generations()
+    assert gens["python"] == 2 and gens["_global"] == 1 and gens["ros2"] == 1
+    # the vector moved partitions with the wing
+    row = mem.conn.execute("SELECT v.wing, v.room FROM entries e JOIN entries_vec v ON v.rowid = e.rowid WHERE e.id = ?", (e.id,)).fetchone()
+    assert row == ("_global", "conventions")
+
+
+def test_text_change_reembeds_and_metadata_change_does_not(store_path, settings):
+    emb = CountingEmbedder()
+    with Memory.open(store_path, settings=settings, embedder=emb) as mem:
+        e = mem.add("alpha beta", wing="w", title="t")
+        v0 = mem.vector(e.id)
+        assert emb.calls == ["t\nalpha beta"]
+        mem.update(e.id, status="under_review", room="r", salience=0.9)
+        assert len(emb.calls) == 1
+        np.testing.assert_array_equal(mem.vector(e.id), v0)
+        mem.update(e.id, text="gamma delta")
+        assert len(emb.calls) == 2
+        assert not np.allclose(mem.vector(e.id), v0)
+
+
+def test_identical_text_is_embedded_once(store_path, settings):
+    emb = CountingEmbedder()
+    with Memory.open(store_path, settings=settings, embedder=emb) as mem:
+        a = mem.add("same words here", wing="python")
+        b = mem.add("same words here", wing="_global")
+        assert len(emb.calls) == 1
+        np.testing.assert_array_equal(mem.vector(a.id), mem.vector(b.id))
+
+
+def test_status_change_updates_the_knn_filter(mem):
+    e = mem.add("deprecated idea about executors", wing="w")
+    assert [r.entry.id for r in mem.search("executors", active_wing="w").results] == [e.id]
+    mem.set_status(e.id, "deprecated")
+    assert mem.search("executors", active_wing="w").results == []
+    assert [r.entry.id for r in mem.search("status=deprecated executors", active_wing="w").results] == [e.id]
+
+
+def test_delete_removes_row_vector_and_fts(mem):
+    e = mem.add("transient fact", wing="w")
+    mem.delete(e.id)
+    with pytest.raises(NotFoundError):
+        mem.get(e.id)
+    assert mem.conn.execute("SELECT count(*) FROM entries_vec").fetchone()[0] == 0
+    assert mem.conn.execute("SELECT count(*) FROM entries_fts WHERE entries_fts MATCH 'transient'").fetchone()[0] == 0
+    assert mem.audit(e.id)[0]["action"] == "delete"
+    assert mem.audit(e.id)[0]["before"]["text"] == "transient fact"
+
+
+@pytest.mark.parametrize(
+    "fields, fragment",
+    [
+        ({"wing": "bad wing"}, "field 'wing'"),
+        ({"wing": "w", "type": "rule"}, "field 'type'"),
+        ({"wing": "w", "salience": 2}, "field 'salience'"),
+        ({"wing": "w", "overrides": "nope"}, "overrides: no entry"),
+        ({"wing": "w", "colour": "red"}, "unknown field 'colour'"),
+    ],
+)
+def test_invalid_adds_are_refused_and_write_nothing(mem, fields, fragment):
+    with pytest.raises(ValidationError, match=fragment):
+        mem.add("text", **fields)
+    assert mem.count() == 0
+    assert mem.audit() == []
+
+
+def test_empty_text_refused(mem):
+    with pytest.raises(ValidationError, match="field 'text'"):
+        mem.add("   ", wing="w")
+
+
+def test_invalid_update_leaves_entry_unchanged(mem):
+    e = mem.add("keep me", wing="w")
+    with pytest.raises(ValidationError):
+        mem.update(e.id, type="law")
+    with pytest.raises(ValidationError, match="cannot edit"):
+        mem.update(e.id, id="other")
+    assert mem.get(e.id) == e
+    assert len(mem.audit(e.id)) == 1
+
+
+def test_duplicate_id_refused(mem):
+    mem.add("one", wing="w", id="fixed-1")
+    with pytest.raises(ValidationError, match="already exists"):
+        mem.add("two", wing="w", id="fixed-1")
+
+
+def test_meta_and_timestamps_survive(mem):
+    e = mem.add("turn text", wing="w", kind="turn", meta={"session_id": "s1", "role": "user"}, created_at="2026-01-02T03:04:05Z")
+    got = mem.get(e.id)
+    assert got.meta == {"session_id": "s1", "role": "user"}
+    assert got.to_record()["created_at"] == "2026-01-02T03:04:05Z"
+    assert json.loads(json.dumps(got.to_record()))["kind"] == "turn"
+
+
+def test_model_mismatch_is_refused(store_path, settings):
+    with Memory.open(store_path, settings=settings, embedder=HashEmbedder()) as mem:
+        mem.add("x", wing="w")
+
+    other = HashEmbedder()
+    other.model_id = "other-model"
+    with Memory.open(store_path, settings=settings, embedder=other) as mem:
+        with pytest.raises(Exception, match="holds vectors of hash-bow-384"):
+            mem.add("y", wing="w")
+        assert mem.count() == 1
+
+
+def test_newer_schema_is_refused(store_path, settings):
+    with Memory.open(store_path, settings=settings, embedder=HashEmbedder()):
+        pass
+    conn = db.connect(store_path)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    with pytest.raises(StoreError, match="newer memlens"):
+        Memory.open(store_path, settings=settings, embedder=HashEmbedder())
+
+
+def test_foreign_sqlite_database_is_refused(tmp_path, settings):
+    path = tmp_path / "other.db"
+    conn = db.connect(path)
+    conn.execute("CREATE TABLE t(x)")
+    conn.close()
+    with pytest.raises(StoreError, match="not a memlens store"):
+        Memory.open(path, settings=settings, embedder=HashEmbedder())
+
+
+def test_each_thread_gets_its_own_connection(mem):
+    import threading
+
+    mem.add("shared", wing="w")
+    seen = []
+
+    def work():
+        seen.append((mem.conn, mem.count()))
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert seen[0][1] == 1 and seen[0][0] is not mem.conn
