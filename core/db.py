@@ -129,9 +129,13 @@ def connect(path: Path, *, busy_timeout_ms: int = 5000, mmap_size: int = 1 << 30
     """Open a connection with sqlite-vec loaded and the pragmas memlens relies on."""
     sq = driver()
     if str(path) != ":memory:":
-        if path.is_dir():
-            raise StoreError(f"store path is a directory: {path}")
-        if not path.exists():
+        try:
+            if path.is_dir():
+                raise StoreError(f"store path is a directory: {path}")
+            exists = path.exists()
+        except OSError as exc:
+            raise StoreError(f"cannot access store {path}: {exc.strerror or exc}") from None
+        if not exists:
             if not create:
                 raise StoreError(f"no store at {path}")
             _secure_create(path)

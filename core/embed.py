@@ -144,6 +144,7 @@ def _mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
 class _TokenizerMixin:
     spec: ModelSpec
     _tok = None
+    _count_tok = None
     _tok_lock = threading.Lock()
 
     def _tokenizer(self):  # type: ignore[no-untyped-def]
@@ -160,9 +161,17 @@ class _TokenizerMixin:
         return self._tok
 
     def count_tokens(self, text: str) -> int:
-        """Tokens the model would see for ``text``, without truncation ([CLS]/[SEP] excluded)."""
-        tok = self._tokenizer()
-        return len(tok.encode(text, add_special_tokens=False).ids) if text else 0
+        """Tokens in ``text`` by the model's tokenizer, never truncated ([CLS]/[SEP] excluded)."""
+        if not text:
+            return 0
+        if self._count_tok is None:
+            from tokenizers import Tokenizer
+
+            tok = Tokenizer.from_file(str(self.spec.tokenizer_file))
+            tok.no_truncation()
+            tok.no_padding()
+            self._count_tok = tok
+        return len(self._count_tok.encode(text, add_special_tokens=False).ids)
 
 
 class OnnxEmbedder(_TokenizerMixin):

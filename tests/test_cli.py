@@ -1,0 +1,253 @@
+"""The `memlens` command in fresh processes: contracts and one-line errors."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import DEMO, MEMLENS, run_cli, snapshot_store
+
+
+def one_line_error(proc, fragment):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("memlens: error: ")
+    assert "Traceback" not in proc.stderr
+    assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture
+def demo_db(demo_store, tmp_path):
+    path = tmp_path / "x.db"
+    shutil.copy(demo_store, path)
+    return path
+
+
+def test_import_then_search_json_with_the_real_model(tmp_path):
+    db = tmp_path / "x.db"
+    imp = run_cli("--store", str(db), "import", str(DEMO))
+    assert imp.returncode == 0, imp.stderr
+    assert "imported 167 entries" in imp.stderr
+    out = run_cli("--store", str(db), "search", "wing=lifecore_ros2 callbacks blocking", "--json")
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["results"][0]["id"] == "lc-arch-001"
+    assert d["trace"]["wings_searched"] == ["lifecore_ros2"]
+    assert d["trace"]["latency_ms"]["embed"] > 0
+    assert d["trace"]["model"].startswith("all-MiniLM-L6-v2@53aa51172d14")
+
+
+def test_store_option_after_subcommand_and_env(demo_db):
+    a = run_cli("search", "--store", str(demo_db), "executor", "--json")
+    b = run_cli("search", "executor", "--json", env={"MEMLENS_STORE": str(demo_db)})
+    assert a.returncode == b.returncode == 0
+    assert [r["id"] for r in json.loads(a.stdout)["results"]] == [r["id"] for r in json.loads(b.stdout)["results"]]
+
+
+def test_add_and_human_output(tmp_path):
+    db = str(tmp_path / "x.db")
+    add = run_cli("--store", db, "add", "Callbacks must not block.", "--wing", "p", "--type", "invariant", "--json")
+    assert add.returncode == 0, add.stderr
+    rec = json.loads(add.stdout)
+    assert rec["type"] == "invariant" and rec["wing"] == "p"
+    out = run_cli("--store", db, "search", "blocking callbacks", "--active-wing", "p")
+    assert rec["id"] in out.stdout and "invariant" in out.stdout and "active_wing" in out.stdout
+
+
+def test_batch_queries(demo_db, tmp_path):
+    qf = tmp_path / "q.jsonl"
+    qf.write_text(
+        json.dumps({"id": "a", "query": "callbacks blocking", "active_wing": "lifecore_ros2", "k": 3}) + "\n"
+        + json.dumps({"id": "b", "query": "pytest", "wings": ["python"], "k": 2}) + "\n"
+    )
+    out = run_cli("--store", str(demo_db), "search", "--queries", str(qf))
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(l) for l in out.stdout.splitlines()]
+    assert [l["id"] for l in lines] == ["a", "b"]
+    assert len(lines[0]["results"]) == 3 and {"results", "trace"} <= set(lines[1])
+    assert all(r["wing"] == "python" for r in lines[1]["results"])
+
+
+def test_export_import_pipe_round_trip(demo_db, tmp_path):
+    exp = run_cli("--store", str(demo_db), "export", "--with-vectors")
+    assert exp.returncode == 0
+    new = str(tmp_path / "copy.db")
+    imp = run_cli("--store", new, "import", "-", input=exp.stdout)
+    assert imp.returncode == 0, imp.stderr
+    assert "(0 embedded, 167 vectors reused)" in imp.stderr
+    assert run_cli("--store", new, "export", "--with-vectors").stdout == exp.stdout
+
+
+def test_stats(demo_db):
+    out = run_cli("--store", str(demo_db), "stats", "--json")
+    st = json.loads(out.stdout)
+    assert st["entries"] == 167 and st["per_wing"]["lifecore_ros2"] == 77
+    assert set(st["per_status"]) == {"active", "under_review", "deprecated"}
+    assert st["model"].startswith("all-MiniLM-L6-v2@") and st["size_bytes"] > 0
+
+
+# -- bad input: one line, exit 2, store unchanged ----------------------------------------
+
+
+def test_malformed_jsonl(demo_db, tmp_path):
+    before = snapshot_store(demo_db)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"wing": "w", "text": "ok"}\n{"wing": "w", "text": \n')
+    one_line_error(run_cli("--store", str(demo_db), "import", str(bad)), "line 2: invalid JSON")
+    assert snapshot_store(demo_db) == before
+
+
+def test_unknown_scope_key(demo_db):
+    before = snapshot_store(demo_db)
+    one_line_error(run_cli("--store", str(demo_db), "search", "wings=ros2 callbacks"), "unknown key 'wings'")
+    assert snapshot_store(demo_db) == before
+
+
+def test_not_a_sqlite_file(tmp_path):
+    junk = tmp_path / "notes.db"
+    junk.write_bytes(b"this is a text file, not a database\n" * 200)
+    before = junk.read_bytes()
+    for args in (["stats"], ["search", "x"], ["add", "x", "--wing", "w"]):
+        one_line_error(run_cli("--store", str(junk), *args), "is not a memlens store")
+    assert junk.read_bytes() == before
+    assert not (tmp_path / "notes.db-wal").exists()
+
+
+def test_store_is_a_directory(tmp_path):
+    one_line_error(run_cli("--store", str(tmp_path), "stats"), "is a directory")
+
+
+LOCKER = """
+import sys, time
+from memlens import db
+conn = db.connect(__import__('pathlib').Path(sys.argv[1]))
+conn.execute('BEGIN IMMEDIATE')
+conn.execute("UPDATE store_meta SET value = value WHERE key = 'model'")
+print('locked', flush=True)
+time.sleep(30)
+"""
+
+
+def test_store_locked_by_another_writer(demo_db):
+    before = snapshot_store(demo_db)
+    locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(demo_db)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert locker.stdout.readline().strip() == "locked"
+        env = {"MEMLENS_STORAGE__BUSY_TIMEOUT_MS": "300"}
+        t = time.monotonic()
+        proc = run_cli("--store", str(demo_db), "add", "new fact", "--wing", "w", env=env)
+        one_line_error(proc, "is locked by another writer")
+        assert time.monotonic() - t < 20
+        # readers are not blocked by a writer (WAL)
+        assert run_cli("--store", str(demo_db), "stats", env=env).returncode == 0
+    finally:
+        locker.kill()
+        locker.wait()
+    assert snapshot_store(demo_db) == before
+
+
+def _run_demoted(args):
+    """Run the CLI in a forked child without root's power to ignore permissions.
+
+    The child cannot exec (the interpreter lives under root's home), so it runs
+    ``memlens.cli.main`` from modules the parent has already imported.
+    """
+    import memlens.cli, memlens.config, memlens.db, memlens.embed, memlens.jsonl, memlens.search, memlens.store  # noqa: F401
+    import sqlite_vec  # noqa: F401
+
+    memlens.db.driver()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 99
+        try:
+            os.close(r)
+            sys.stderr = os.fdopen(w, "w")
+            os.environ["MEMLENS_CONFIG"] = "/nonexistent/memlens.toml"
+            if os.geteuid() == 0:
+                os.setgid(65534)
+                os.setuid(65534)
+            code = memlens.cli.main(args)
+        except BaseException as exc:  # a bug: report it to the parent
+            sys.stderr.write(f"Traceback (child): {exc!r}")
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r) as fh:
+        err = fh.read()
+    _, status = os.waitpid(pid, 0)
+    return subprocess.CompletedProcess(args, os.waitstatus_to_exitcode(status), "", err)
+
+
+def test_read_only_location(demo_store):
+    tmp_path = Path(tempfile.mkdtemp(prefix="memlens-ro-"))  # pytest's own tmp is 0700: unreachable for others
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    existing = ro / "demo.db"
+    shutil.copy(demo_store, existing)
+    os.chmod(existing, 0o644)
+    os.chmod(ro, 0o555)
+    os.chmod(tmp_path, 0o755)
+    before = snapshot_store(existing)
+    try:
+        one_line_error(_run_demoted(["--store", str(ro / "new.db"), "stats"]), "cannot create store")
+        one_line_error(_run_demoted(["--store", str(ro / "sub" / "new.db"), "stats"]), "cannot create store")
+        # an existing store in a read-only place: opening for writing fails cleanly
+        proc = _run_demoted(["--store", str(existing), "add", "x", "--wing", "w"])
+        one_line_error(proc, str(existing))
+        # a path the user cannot even reach
+        os.chmod(tmp_path, 0o700)
+        one_line_error(_run_demoted(["--store", str(existing), "stats"]), "cannot access store")
+    finally:
+        os.chmod(ro, 0o755)
+        os.chmod(tmp_path, 0o755)
+    assert snapshot_store(existing) == before
+    assert not (ro / "new.db").exists()
+    shutil.rmtree(tmp_path)
+
+
+def test_missing_model(demo_db, tmp_path):
+    before = snapshot_store(demo_db)
+    env = {"MEMLENS_EMBEDDING__MODEL": str(tmp_path / "no-model")}
+    one_line_error(run_cli("--store", str(demo_db), "add", "x", "--wing", "w", env=env), "embedding model not found")
+    one_line_error(run_cli("--store", str(demo_db), "search", "callbacks", env=env), "embedding model not found")
+    assert snapshot_store(demo_db) == before
+
+
+def test_corrupted_model(demo_db, tmp_path, settings):
+    from memlens.config import BUNDLED_SHA256
+    from memlens.embed import resolve_model
+
+    copy = tmp_path / "model"
+    shutil.copytree(resolve_model(settings.embedding).path, copy)
+    with open(copy / "model.safetensors", "r+b") as fh:
+        fh.seek(4096)
+        fh.write(b"\xde\xad\xbe\xef")
+    before = snapshot_store(demo_db)
+    env = {"MEMLENS_EMBEDDING__MODEL": str(copy), "MEMLENS_EMBEDDING__SHA256": BUNDLED_SHA256}
+    one_line_error(run_cli("--store", str(demo_db), "add", "x", "--wing", "w", env=env), "corrupted")
+    assert snapshot_store(demo_db) == before
+
+
+def test_bad_configuration_is_one_line(tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[search]\nk = 'many'\n")
+    one_line_error(run_cli("--store", str(tmp_path / "x.db"), "stats", env={"MEMLENS_CONFIG": str(cfg)}), "configuration")
+    cfg.write_text("this is = not [toml\n")
+    one_line_error(run_cli("--store", str(tmp_path / "x.db"), "stats", env={"MEMLENS_CONFIG": str(cfg)}), "configuration")
+
+
+def test_search_without_query(tmp_path):
+    one_line_error(run_cli("--store", str(tmp_path / "x.db"), "search"), "needs a QUERY")
+
+
+def test_export_unknown_wing(demo_db):
+    one_line_error(run_cli("--store", str(demo_db), "export", "--wing", "nope"), "unknown wing 'nope'")

@@ -1,0 +1,97 @@
+"""The real all-MiniLM-L6-v2: both backends agree, the weights are verified, nothing is online."""
+
+import shutil
+
+import numpy as np
+import pytest
+
+from memlens.config import BUNDLED_SHA256, EmbeddingConfig
+from memlens.embed import SentenceTransformerEmbedder, make_embedder, resolve_model, verified_sha256
+from memlens.errors import ModelError
+
+TEXTS = [
+    "Callbacks must not block.",
+    "Use a SingleThreadedExecutor by default; offload long work to a worker thread.",
+    "x",
+    "QoS depth 1 with TRANSIENT_LOCAL durability for latched state topics " * 40,  # > 256 tokens: truncated
+    "Ünïcödé and emoji 🚀 are fine too.",
+]
+
+
+@pytest.fixture(scope="module")
+def st_embedder(settings):
+    spec = resolve_model(settings.embedding)
+    return SentenceTransformerEmbedder(spec, verified_sha256(spec, settings.cache_dir))
+
+
+def test_onnx_and_sentence_transformers_give_the_same_vectors(real_embedder, st_embedder):
+    a = real_embedder.embed(TEXTS)
+    b = st_embedder.embed(TEXTS)
+    assert a.shape == b.shape == (len(TEXTS), 384)
+    assert np.abs(a - b).max() < 1e-5
+    assert real_embedder.model_id == st_embedder.model_id == f"all-MiniLM-L6-v2@{BUNDLED_SHA256[:12]}"
+
+
+def test_batching_and_padding_do_not_change_vectors(real_embedder):
+    together = real_embedder.embed(TEXTS)
+    alone = np.stack([real_embedder.embed([t])[0] for t in TEXTS])
+    assert np.abs(together - alone).max() < 1e-5
+
+
+def test_vectors_are_unit_length_and_meaningful(real_embedder):
+    v = real_embedder.embed(["callbacks must never block the executor", "blocking calls inside ROS callbacks", "a recipe for sourdough bread"])
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    assert v[0] @ v[1] > v[0] @ v[2] + 0.2
+
+
+def test_onnx_graph_is_cached_under_the_weights_hash(real_embedder):
+    assert real_embedder.onnx_path.is_file()
+    assert BUNDLED_SHA256[:24] in str(real_embedder.onnx_path)
+
+
+def test_token_count_uses_the_model_tokenizer(real_embedder):
+    assert real_embedder.count_tokens("") == 0
+    assert real_embedder.count_tokens("callbacks") == 2  # wordpiece: call ##backs
+    assert real_embedder.count_tokens("word " * 300) == 300  # counting never truncates
+
+
+def test_missing_model_directory_is_a_clear_error(tmp_path):
+    with pytest.raises(ModelError, match="not a directory"):
+        make_embedder(EmbeddingConfig(model=str(tmp_path / "nope")), tmp_path)
+
+
+def test_corrupted_weights_are_detected(tmp_path, settings):
+    src = resolve_model(settings.embedding).path
+    copy = tmp_path / "model"
+    shutil.copytree(src, copy)
+    weights = copy / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    cfg = EmbeddingConfig(model=str(copy), sha256=BUNDLED_SHA256)
+    with pytest.raises(ModelError, match="corrupted: sha256"):
+        make_embedder(cfg, tmp_path / "cache")
+
+
+def test_corruption_after_verification_is_caught(tmp_path, settings):
+    """The verification stamp is keyed by size/mtime/inode: an edited file is re-hashed."""
+    src = resolve_model(settings.embedding).path
+    copy = tmp_path / "model"
+    shutil.copytree(src, copy)
+    cfg = EmbeddingConfig(model=str(copy), sha256=BUNDLED_SHA256)
+    make_embedder(cfg, tmp_path / "cache")  # verified and stamped
+    with open(copy / "model.safetensors", "r+b") as fh:
+        fh.seek(1000)
+        fh.write(b"\x00\x01\x02\x03")
+    with pytest.raises(ModelError, match="corrupted"):
+        make_embedder(cfg, tmp_path / "cache")
+
+
+def test_unusable_cached_onnx_file_is_removed_with_a_clear_error(tmp_path, settings):
+    cfg = settings.embedding
+    emb = make_embedder(cfg, tmp_path)
+    emb.onnx_path.parent.mkdir(parents=True)
+    emb.onnx_path.write_bytes(b"not an onnx graph")
+    with pytest.raises(ModelError, match="unusable"):
+        emb.load()
+    assert not emb.onnx_path.exists()

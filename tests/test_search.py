@@ -1,0 +1,118 @@
+"""Scoped hybrid search on the demo memory with the real model."""
+
+import json
+
+import pytest
+
+from memlens.errors import QueryError
+
+CONTRACT_RESULT = {"id", "wing", "room", "kind", "type", "status", "title", "text", "score", "rank", "flags", "components"}
+CONTRACT_TRACE = {"cache_hit", "latency_ms", "wings_searched", "results_per_wing", "counts", "dropped"}
+
+
+def test_seed_004_example_is_found(demo_mem):
+    b = demo_mem.search("wing=lifecore_ros2 callbacks blocking")
+    ids = [r.entry.id for r in b.results]
+    assert ids[0] == "lc-arch-001"
+    assert {"lc-arch-001", "lc-arch-004"} <= set(ids)
+    assert all(r.entry.wing == "lifecore_ros2" for r in b.results)
+
+
+def test_json_shape_is_the_contract(demo_mem):
+    d = json.loads(json.dumps(demo_mem.search("executor choice", active_wing="lifecore_ros2").to_dict()))
+    assert set(d) == {"results", "trace"}
+    assert d["results"], "expected results"
+    for r in d["results"]:
+        assert CONTRACT_RESULT <= set(r)
+        assert {"similarity", "bm25", "bm25_rank", "vector_rank", "fused"} <= set(r["components"])
+        assert all(isinstance(f, str) for f in r["flags"])
+    assert CONTRACT_TRACE <= set(d["trace"])
+    assert set(d["trace"]["latency_ms"]) >= {"parse", "embed", "vector", "lexical", "score", "rerank", "policy", "budget", "total"}
+    assert [r["rank"] for r in d["results"]] == list(range(1, len(d["results"]) + 1))
+    for item in d["trace"]["dropped"]:
+        assert {"id", "reason"} <= set(item)
+
+
+def test_default_wings_are_active_and_global(demo_mem):
+    b = demo_mem.search("pytest fixtures", active_wing="lifecore_ros2", k=20)
+    assert b.trace.wings_searched == ["lifecore_ros2", "_global"]
+    assert {r.entry.wing for r in b.results} <= {"lifecore_ros2", "_global"}
+    assert "_global" in b.trace.results_per_wing
+    assert sum(b.trace.results_per_wing.values()) == len(b.results)
+    for r in b.results:
+        assert ("active_wing" in r.flags) == (r.entry.wing == "lifecore_ros2")
+
+
+def test_explicit_wings_override_default(demo_mem):
+    b = demo_mem.search("executor", active_wing="lifecore_ros2", wings=["ros2", "python"])
+    assert b.trace.wings_searched == ["ros2", "python"]
+    assert {r.entry.wing for r in b.results} <= {"ros2", "python"}
+
+
+def test_filters_apply_inside_the_knn(demo_mem):
+    # invariants are a small minority; filtering after a k=10 KNN would return fewer than k
+    b = demo_mem.search("type=invariant status=active lifecycle transitions", k=10)
+    assert len(b.results) == 10
+    assert all(r.entry.type.value == "invariant" and r.entry.status.value == "active" for r in b.results)
+    b = demo_mem.search("room=incident-log wing=lifecore_ros2 crash", k=5)
+    assert len(b.results) == 5 and all(r.entry.room == "incident-log" for r in b.results)
+
+
+def test_deprecated_excluded_unless_asked(demo_mem):
+    all_active = demo_mem.search("wing=lifecore_ros2 executor threads callbacks", k=50)
+    assert all(r.entry.status.value != "deprecated" for r in all_active.results)
+    dep = demo_mem.search("wing=lifecore_ros2 status=deprecated executor", k=50)
+    assert dep.results and all(r.entry.status.value == "deprecated" for r in dep.results)
+
+
+def test_under_review_is_included_and_flagged(demo_mem):
+    b = demo_mem.search("wing=lifecore_ros2 status=under_review callbacks", k=20)
+    assert b.results
+    assert all(r.flags.count("under_review") == 1 for r in b.results)
+
+
+def test_every_result_has_all_components(demo_mem):
+    b = demo_mem.search("wing=lifecore_ros2 QoS depth transient local")
+    lexical_only = 0
+    for r in b.results:
+        c = r.components
+        assert c.similarity is not None and -1 <= c.similarity <= 1
+        assert 0 <= c.similarity_norm <= 1 and 0 <= c.bm25_norm <= 1
+        assert c.fused == pytest.approx(0.8 * c.similarity_norm + 0.2 * c.bm25_norm)
+        assert r.score == c.fused
+        lexical_only += c.vector_rank is None
+    scores = [r.score for r in b.results]
+    assert scores == sorted(scores, reverse=True)
+    assert b.trace.fusion["method"].startswith("minmax-weighted-sum")
+    lo, hi = b.trace.fusion["similarity_bounds"]
+    assert lo <= hi
+
+
+def test_capped_candidates_are_reported_as_dropped(demo_mem):
+    b = demo_mem.search("wing=lifecore_ros2 callbacks", k=3)
+    assert len(b.results) == 3
+    assert b.trace.dropped and all(d.reason == "cap" for d in b.trace.dropped)
+    returned = {r.entry.id for r in b.results}
+    assert not returned & {d.id for d in b.trace.dropped}
+
+
+def test_filter_only_query_lists_scope_in_authority_order(demo_mem):
+    b = demo_mem.search("wing=lifecore_ros2 room=architecture", k=30)
+    order = {"invariant": 0, "decision": 1, "pattern": 2, "note": 3}
+    types = [order[r.entry.type.value] for r in b.results]
+    assert types == sorted(types) and b.results
+
+
+def test_unknown_wing_or_room_is_an_error(demo_mem):
+    with pytest.raises(QueryError, match="did you mean 'lifecore_ros2'"):
+        demo_mem.search("wing=lifecore_ros callbacks")
+    with pytest.raises(QueryError, match="unknown room 'architecure'"):
+        demo_mem.search("room=architecure callbacks")
+    with pytest.raises(QueryError, match="unknown wing 'nope'"):
+        demo_mem.search("callbacks", wings=["nope"])
+
+
+def test_counts_per_kind(demo_mem):
+    b = demo_mem.search("wing=lifecore_ros2 hang on shutdown", k=10)
+    assert sum(b.trace.counts.values()) == len(b.results)
+    assert set(b.trace.counts) <= {"turn", "fact", "entity", "procedure", "document", "code"}
