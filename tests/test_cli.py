@@ -5,9 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
 
@@ -153,65 +151,41 @@ def test_store_locked_by_another_writer(demo_db):
     assert snapshot_store(demo_db) == before
 
 
-def _run_demoted(args):
-    """Run the CLI in a forked child without root's power to ignore permissions.
+def _without_root_powers(*args):
+    """Run the CLI without root's power to ignore file permissions.
 
-    The child cannot exec (the interpreter lives under root's home), so it runs
-    ``memlens.cli.main`` from modules the parent has already imported.
+    As root, the capabilities that bypass permission checks are dropped from
+    the bounding set (util-linux ``setpriv``); as anyone else, nothing to do.
     """
-    import memlens.cli, memlens.config, memlens.db, memlens.embed, memlens.jsonl, memlens.search, memlens.store  # noqa: F401
-    import sqlite_vec  # noqa: F401
-
-    memlens.db.driver()
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        code = 99
-        try:
-            os.close(r)
-            sys.stderr = os.fdopen(w, "w")
-            os.environ["MEMLENS_CONFIG"] = "/nonexistent/memlens.toml"
-            if os.geteuid() == 0:
-                os.setgid(65534)
-                os.setuid(65534)
-            code = memlens.cli.main(args)
-        except BaseException as exc:  # a bug: report it to the parent
-            sys.stderr.write(f"Traceback (child): {exc!r}")
-        finally:
-            sys.stderr.flush()
-            os._exit(code)
-    os.close(w)
-    with os.fdopen(r) as fh:
-        err = fh.read()
-    _, status = os.waitpid(pid, 0)
-    return subprocess.CompletedProcess(args, os.waitstatus_to_exitcode(status), "", err)
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv: cannot make a location read-only")
+        caps = "-dac_override,-dac_read_search,-fowner"
+        prefix = [setpriv, f"--bounding-set={caps}", f"--inh-caps={caps}"]
+    return subprocess.run([*prefix, MEMLENS, *args], capture_output=True, text=True, timeout=120)
 
 
-def test_read_only_location(demo_store):
-    tmp_path = Path(tempfile.mkdtemp(prefix="memlens-ro-"))  # pytest's own tmp is 0700: unreachable for others
+def test_read_only_location(tmp_path, demo_store):
     ro = tmp_path / "ro"
     ro.mkdir()
     existing = ro / "demo.db"
     shutil.copy(demo_store, existing)
-    os.chmod(existing, 0o644)
     os.chmod(ro, 0o555)
-    os.chmod(tmp_path, 0o755)
     before = snapshot_store(existing)
     try:
-        one_line_error(_run_demoted(["--store", str(ro / "new.db"), "stats"]), "cannot create store")
-        one_line_error(_run_demoted(["--store", str(ro / "sub" / "new.db"), "stats"]), "cannot create store")
-        # an existing store in a read-only place: opening for writing fails cleanly
-        proc = _run_demoted(["--store", str(existing), "add", "x", "--wing", "w"])
-        one_line_error(proc, str(existing))
-        # a path the user cannot even reach
-        os.chmod(tmp_path, 0o700)
-        one_line_error(_run_demoted(["--store", str(existing), "stats"]), "cannot access store")
+        one_line_error(_without_root_powers("--store", str(ro / "new.db"), "stats"), "cannot create store")
+        one_line_error(_without_root_powers("--store", str(ro / "sub" / "new.db"), "stats"), "cannot create store")
+        # an existing store in a read-only place: opening it for writing fails cleanly
+        one_line_error(_without_root_powers("--store", str(existing), "add", "x", "--wing", "w"), str(existing))
+        # a store the user cannot even reach
+        os.chmod(ro, 0o000)
+        one_line_error(_without_root_powers("--store", str(existing), "stats"), "cannot access store")
     finally:
         os.chmod(ro, 0o755)
-        os.chmod(tmp_path, 0o755)
     assert snapshot_store(existing) == before
     assert not (ro / "new.db").exists()
-    shutil.rmtree(tmp_path)
 
 
 def test_missing_model(demo_db, tmp_path):

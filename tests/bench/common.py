@@ -29,7 +29,7 @@ OFFLINE_ENV = {
 }
 
 
-def setup_environment(scratch: Path) -> dict[str, str]:
+def setup_environment() -> dict[str, str]:
     """Make runs reproducible and offline; call before importing memlens or any HF library.
 
     * nothing may reach the network (HF offline switches);
@@ -47,7 +47,7 @@ def setup_environment(scratch: Path) -> dict[str, str]:
         import platformdirs
 
         os.environ["MEMLENS_CACHE_DIR"] = platformdirs.user_cache_dir("memlens")
-    os.environ["MEMLENS_CONFIG"] = str(scratch / "no-config.toml")  # never created: defaults apply
+    os.environ["MEMLENS_CONFIG"] = os.devnull  # not a regular file: no config file is read, defaults apply
     return {k: os.environ[k] for k in (*OFFLINE_ENV, "MEMLENS_CACHE_DIR", "MEMLENS_CONFIG")}
 
 
