@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import cli_tasks
 from .errors import MemlensError
 
 PROG = "memlens"
@@ -67,13 +68,54 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--budget", type=int, metavar="TOKENS")
     s.add_argument("--json", action="store_true", help="print {results, trace} as JSON")
     s.add_argument("--queries", metavar="FILE.jsonl", help="run many searches: one {id, query, ...} a line, JSONL out")
+    s.add_argument("--user", help="whose retrieval this is (part of the cache key)")
+    s.add_argument("--workspace", metavar="DIR", help="fall back to DIR's docs/README/files when memory finds nothing")
+    s.add_argument("--no-cache", action="store_true", help="bypass the retrieval cache")
+
+    s = sub.add_parser("context", help="the markdown context an agent receives (working memory + memory, budgeted)")
+    _store_arg(s)
+    s.add_argument("query")
+    s.add_argument("--active-wing", metavar="W", required=True)
+    s.add_argument("--wing", action="append", dest="wings", metavar="W")
+    s.add_argument("--profile", default="memory")
+    s.add_argument("-k", type=int, default=None)
+    s.add_argument("--budget", type=int, metavar="TOKENS")
+    s.add_argument("--workspace", metavar="DIR", default=".", help="fallback sources (default: the current directory)")
+    s.add_argument("--json", action="store_true", help="print {context, results, trace}")
+
+    s = sub.add_parser("explain", help="why was ID returned for QUERY, or where was it dropped?")
+    _store_arg(s)
+    s.add_argument("query")
+    s.add_argument("--id", required=True, dest="entry_id")
+    s.add_argument("--active-wing", metavar="W")
+    s.add_argument("--wing", action="append", dest="wings", metavar="W")
+    s.add_argument("--profile", default="memory")
+    s.add_argument("-k", type=int, default=None)
+    s.add_argument("--budget", type=int, metavar="TOKENS")
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("eval", help="recall@1/5/10, MRR@10, nDCG@10 on BEIR-style queries and qrels")
+    _store_arg(s)
+    s.add_argument("queries", help="queries.jsonl ({_id, text} a line)")
+    s.add_argument("qrels", help="qrels.tsv (query-id, corpus-id, score)")
+    s.add_argument("--profile", default="memory")
+    s.add_argument("--active-wing", metavar="W")
+    s.add_argument("--wing", action="append", dest="wings", metavar="W")
+    s.add_argument("-k", type=int, default=10)
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("profiles", help="list the retrieval profiles and their settings")
+    _store_arg(s)
+    s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("stats", help="entries per wing/kind/type/status, size, model")
     _store_arg(s)
     s.add_argument("--json", action="store_true")
+    s.add_argument("--retrievals", action="store_true", help="p50/p95 per stage and cache hit rate from the audit log")
 
     s = sub.add_parser("demo", help="load the demo memory into an empty store and run a demo search")
     _store_arg(s)
+    cli_tasks.register(sub)  # task complete|block|unblock, tasks [import-state]
     return p
 
 
@@ -144,6 +186,8 @@ def format_results(bundle: Any) -> str:
         lines.append(f"{'':>5}{e.id}")
     if not bundle.results:
         lines.append("no results")
+    if t.degraded:
+        lines.append(f"-- degraded: {t.degraded['reason']}; used {t.degraded.get('source') or 'nothing'}")
     lines.append(
         f"-- {len(bundle.results)} results from {', '.join(t.wings_searched) or 'no wings'} in {t.latency_ms.get('total', 0):.1f} ms"
         f" ({'cache hit' if t.cache_hit else 'cache miss'})"
@@ -158,10 +202,100 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise MemlensError("search needs a QUERY or --queries FILE.jsonl")
     with _open(args) as mem:
         bundle = mem.search(
-            args.query, active_wing=args.active_wing, wings=args.wings, k=args.k, profile=args.profile, budget=args.budget
+            args.query, active_wing=args.active_wing, wings=args.wings, k=args.k, profile=args.profile, budget=args.budget,
+            user=args.user, workspace=args.workspace, use_cache=not args.no_cache,
         )
     print(json.dumps(bundle.to_dict(), ensure_ascii=False) if args.json else format_results(bundle))
     return 0
+
+
+def cmd_context(args: argparse.Namespace) -> int:
+    """Seed 004 §6: the agent keeps working when the store is unreachable; the context says so."""
+    from .budget import render_context
+    from .errors import StoreError
+    from .fallback import fallback_bundle
+
+    try:
+        mem = _open(args)
+    except StoreError as exc:
+        bundle = fallback_bundle(args.query, args.workspace, args.k or 10, f"store unavailable: {exc}")
+        print(f"{PROG}: warning: {exc}; falling back to the workspace", file=sys.stderr)
+        text = render_context(None, bundle)  # type: ignore[arg-type]
+    else:
+        with mem:
+            bundle = mem.search(args.query, active_wing=args.active_wing, wings=args.wings, k=args.k,
+                                profile=args.profile, budget=args.budget, workspace=args.workspace)
+            text = render_context(mem, bundle)
+    if args.json:
+        print(json.dumps({"context": text, **bundle.to_dict()}, ensure_ascii=False))
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    with _open(args) as mem:
+        out = mem.explain(args.query, args.entry_id, active_wing=args.active_wing, wings=args.wings, k=args.k,
+                          profile=args.profile, budget=args.budget)
+    if args.json:
+        print(json.dumps(out, ensure_ascii=False))
+        return 0
+    print(f"{out['id']}  {out['title']}  ({out['wing']})")
+    print(f"verdict: {out['verdict']}" + (f" at stage {out['stage']!r}" if out.get("stage") else ""))
+    print(f"why:     {out['detail']}")
+    comps = out.get("components")
+    if comps:
+        shown = {k: v for k, v in comps.items() if v is not None}
+        print("components: " + "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from .evaluate import evaluate, load_qrels, load_queries
+
+    queries, qrels = load_queries(Path(args.queries)), load_qrels(Path(args.qrels))
+    with _open(args) as mem:
+        report = evaluate(mem, queries, qrels, profile=args.profile, active_wing=args.active_wing, wings=args.wings, k=args.k)
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False))
+        return 0
+    print(f"profile {report['profile']}: {report['queries']} queries ({report['skipped']} without relevant documents skipped)")
+    for m in ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10"):
+        print(f"  {m:<10} {report[m]:.4f}")
+    return 0
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    with _open(args) as mem:
+        profiles = mem.profiles
+    if args.json:
+        print(json.dumps({n: p.model_dump() for n, p in profiles.items()}, ensure_ascii=False))
+        return 0
+    for name, p in profiles.items():
+        print(f"{name:<13} {p.description}")
+    return 0
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    v = sorted(values)
+    return v[min(len(v) - 1, max(0, round(q * (len(v) - 1))))]
+
+
+def retrieval_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    from .trace import STAGES
+
+    hits = sum(1 for r in rows if r.get("cache_hit"))
+    misses = [r for r in rows if not r.get("cache_hit")]
+    out: dict[str, Any] = {"retrievals": len(rows), "cache_hits": hits, "cache_hit_rate": hits / len(rows) if rows else 0.0,
+                           "stages": {}}
+    for st in STAGES:
+        vals = [float(r["latency_ms"].get(st, 0.0)) for r in misses if r.get("latency_ms")]
+        out["stages"][st] = {"p50": round(_pct(vals, 0.5), 3), "p95": round(_pct(vals, 0.95), 3)}
+    hit_totals = [float(r["latency_ms"]["total"]) for r in rows if r.get("cache_hit") and r.get("latency_ms")]
+    out["cache_hit_total"] = {"p50": round(_pct(hit_totals, 0.5), 3), "p95": round(_pct(hit_totals, 0.95), 3)}
+    return out
 
 
 def _batch_search(args: argparse.Namespace) -> int:
@@ -203,6 +337,18 @@ def _batch_search(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    if args.retrievals:
+        with _open(args) as mem:
+            rs = retrieval_stats(mem.retrievals(limit=10000))
+        if args.json:
+            print(json.dumps(rs))
+            return 0
+        print(f"retrievals {rs['retrievals']}  cache hit rate {rs['cache_hit_rate']:.1%}  "
+              f"(hits: p50 {rs['cache_hit_total']['p50']} ms)")
+        print(f"{'stage':<9} {'p50 ms':>9} {'p95 ms':>9}   (cache misses)")
+        for st, v in rs["stages"].items():
+            print(f"{st:<9} {v['p50']:>9.3f} {v['p95']:>9.3f}")
+        return 0
     with _open(args) as mem:
         st = mem.stats()
     if args.json:
@@ -223,6 +369,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"empty store {mem.path}: loading the demo memory…", file=sys.stderr)
             report = mem.import_jsonl(demo_file())
             print(f"loaded {report['imported']} entries", file=sys.stderr)
+            from .tasks import load_demo
+
+            tasks_report = load_demo(mem)  # the working memory: data/demo_tasks.json
+            if tasks_report:
+                print(f"loaded {tasks_report['tasks_imported']} tasks and {tasks_report['blockers_imported']} blockers", file=sys.stderr)
         query = "callbacks blocking"
         print(f"$ memlens search {query!r} --active-wing lifecore_ros2\n")
         print(format_results(mem.search(query, active_wing="lifecore_ros2", k=8)))
@@ -240,7 +391,13 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "export": cmd_export,
     "search": cmd_search,
     "stats": cmd_stats,
+    "context": cmd_context,
+    "explain": cmd_explain,
+    "eval": cmd_eval,
+    "profiles": cmd_profiles,
     "demo": cmd_demo,
+    "task": cli_tasks.cmd_task,
+    "tasks": cli_tasks.cmd_tasks,
 }
 
 

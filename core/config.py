@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import platformdirs
 from pydantic import BaseModel, Field
@@ -55,7 +55,40 @@ class SearchConfig(BaseModel):
 class StoreConfig(BaseModel):
     busy_timeout_ms: int = 5000
     mmap_size: int = 1 << 30
-    audit_reads: bool = False
+
+
+class RetrievalConfig(BaseModel):
+    """Seed 001: boost, weights, recency; seed 004: dedup and conflict detection."""
+
+    active_wing_boost: float = Field(1.2, ge=0)
+    weights: dict[str, float] = Field(default_factory=dict, description="relevance / recency / salience")
+    half_life_days: float = 30.0
+    normalise: Literal["per_kind", "pool"] = "per_kind"
+    dedup_similarity: float = Field(0.95, description="same key and at least this cosine: one entry, not a conflict")
+    user: str = "default"
+
+
+class CacheConfig(BaseModel):
+    enabled: bool = True
+    ttl_seconds: float = 60.0
+    max_entries: int = 512
+
+
+class RerankConfig(BaseModel):
+    enabled: bool = False
+    model: str | None = Field(None, description="a local sentence-transformers CrossEncoder directory")
+    top_n: int = 20
+
+
+class AuditConfig(BaseModel):
+    level: Literal["writes", "reads"] = Field("reads", description="'reads' also logs every retrieval's metrics")
+
+
+class WorkingMemoryConfig(BaseModel):
+    """Seed 002 phase 1: the sliding window of recent tasks and the bound on stored tasks."""
+
+    window: int = Field(5, ge=0, description="completed tasks shown by `memlens tasks` and in agent context")
+    max_tasks: int = Field(100, ge=1, description="completed tasks kept; older ones are pruned (the audit keeps them)")
 
 
 class Settings(BaseSettings):
@@ -66,6 +99,12 @@ class Settings(BaseSettings):
     embedding: EmbeddingConfig = EmbeddingConfig()
     search: SearchConfig = SearchConfig()
     storage: StoreConfig = StoreConfig()
+    working_memory: WorkingMemoryConfig = WorkingMemoryConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()
+    cache: CacheConfig = CacheConfig()
+    rerank: RerankConfig = RerankConfig()
+    audit: AuditConfig = AuditConfig()
+    profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @classmethod
     def settings_customise_sources(

@@ -18,7 +18,7 @@ from typing import Any
 
 from .errors import StoreError, StoreLockedError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _driver_lock = threading.Lock()
 _driver: ModuleType | None = None
 
@@ -110,7 +110,41 @@ def _migration_1(dim: int) -> list[str]:
     ]
 
 
-MIGRATIONS = {1: _migration_1}
+def _migration_2(dim: int) -> list[str]:
+    """Working memory (seed 002): completed tasks and blockers (see ``memlens.tasks``).
+
+    Timestamps are fixed-width UTC text (``YYYY-MM-DDTHH:MM:SS.ffffffZ``) so that
+    text order is time order; ``seq`` is the audit sequence of the write that
+    stored the row and breaks ties between equal timestamps.
+    """
+    return [
+        """CREATE TABLE tasks (
+            task_id TEXT PRIMARY KEY,
+            intent TEXT,
+            summary TEXT,
+            outcome TEXT NOT NULL CHECK (outcome IN ('success', 'failure')),
+            completed_at TEXT NOT NULL,
+            requires_context INTEGER NOT NULL DEFAULT 0,
+            validation_report TEXT NOT NULL DEFAULT '{}',
+            seq INTEGER NOT NULL
+        )""",
+        "CREATE INDEX tasks_recent ON tasks(completed_at, seq)",
+        """CREATE TABLE blockers (
+            id INTEGER PRIMARY KEY,
+            task_id TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            blocked_at TEXT NOT NULL,
+            resolved_at TEXT,
+            resolution TEXT
+        )""",
+        # at most one active blocker per task; the window reads active ones in time order
+        "CREATE UNIQUE INDEX blockers_active ON blockers(task_id) WHERE resolved_at IS NULL",
+        "CREATE INDEX blockers_open ON blockers(blocked_at, id) WHERE resolved_at IS NULL",
+        "CREATE INDEX blockers_task ON blockers(task_id, blocked_at)",
+    ]
+
+
+MIGRATIONS = {1: _migration_1, 2: _migration_2}
 
 
 def _secure_create(path: Path) -> None:

@@ -1,96 +1,47 @@
-"""Scoped hybrid search: vec0 KNN inside the scope + FTS5 BM25, fused.
+"""The retrieval pipeline: one code path that ranks and records why.
 
-Fusion is a min-max-normalised weighted sum, ``0.8 · sim_n + 0.2 · bm25_n``
-over the candidate pool. Measured on real questions (DESIGN.md): vector alone
-MRR@10 .70, BM25 .41, reciprocal-rank fusion .63, this sum .72. Both weights
-are configuration (``search.vector_weight`` / ``search.lexical_weight``).
-A candidate found only by BM25 still gets its true cosine similarity (looked
-up by rowid), so every result carries every component.
+    parse → cache? → embed → candidates (vec0 KNN + FTS5, inside the scope)
+    → score (relevance, recency, salience, active-wing boost; per-kind min-max)
+    → dedup across wings → policy (overrides, conflicts, mandatory invariants,
+    thresholds) → optional cross-encoder rerank → authority order → cap
+    → budget → bundle + trace
+
+Relevance fuses the two candidate generators as a min-max-normalised weighted
+sum, ``0.8 · sim_n + 0.2 · bm25_n``. Measured on real questions (DESIGN.md),
+vectors alone scored MRR@10 .70, BM25 .41, reciprocal-rank fusion .63 and this
+sum .72. A candidate found only by BM25 still gets its true cosine similarity,
+looked up by rowid, so every result carries every component.
 """
 
 from __future__ import annotations
 
 import re
 import time
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field
+import numpy as np
 
+from . import policy
+from .cache import cache_key
 from .errors import QueryError
-from .models import GLOBAL_WING, Entry
+from .models import GLOBAL_WING, format_ts, utcnow
+from .policy import Candidate
+from .profiles import Profile, route
 from .query import ParsedQuery, check_known, parse
+from .scoring import RetrievalWeights, minmax, recency
+from .trace import STAGES, Bundle, Components, Result, Trace
 
 if TYPE_CHECKING:
     from .store import Memory
 
+__all__ = ["search", "Bundle", "Result", "Trace", "Components"]
+
 FUSION = "minmax-weighted-sum/v1"
-STAGES = ("parse", "embed", "vector", "lexical", "score", "rerank", "policy", "budget", "total")
-
-
-class Components(BaseModel):
-    """Every number that went into a result's score."""
-
-    similarity: float | None = None
-    vector_rank: int | None = None
-    bm25: float | None = None
-    bm25_rank: int | None = None
-    similarity_norm: float = 0.0
-    bm25_norm: float = 0.0
-    fused: float = 0.0
-
-
-class Result(BaseModel):
-    entry: Entry
-    score: float
-    rank: int
-    flags: list[str] = Field(default_factory=list)
-    components: Components
-    found_in: list[str] = Field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        rec = self.entry.to_record()
-        rec.update(
-            score=round(self.score, 6),
-            rank=self.rank,
-            flags=self.flags,
-            components=self.components.model_dump(),
-            found_in=self.found_in,
-        )
-        return rec
-
-
-class Dropped(BaseModel):
-    id: str
-    stage: str
-    reason: str
-    detail: str = ""
-
-
-class Trace(BaseModel):
-    query: str
-    text: str
-    filters: dict[str, list[str]] = Field(default_factory=dict)
-    active_wing: str | None = None
-    profile: str = "memory"
-    model: str = ""
-    fusion: dict[str, Any] = Field(default_factory=dict)
-    cache_hit: bool = False
-    cache: dict[str, Any] = Field(default_factory=dict)
-    latency_ms: dict[str, float] = Field(default_factory=dict)
-    wings_searched: list[str] = Field(default_factory=list)
-    results_per_wing: dict[str, int] = Field(default_factory=dict)
-    counts: dict[str, int] = Field(default_factory=dict)
-    candidates: dict[str, int] = Field(default_factory=dict)
-    dropped: list[Dropped] = Field(default_factory=list)
-
-
-class Bundle(BaseModel):
-    results: list[Result]
-    trace: Trace
-
-    def to_dict(self) -> dict[str, Any]:
-        """Exactly the ``search --json`` object of DESIGN.md."""
-        return {"results": [r.to_dict() for r in self.results], "trace": self.trace.model_dump()}
+_SELECT = (
+    "SELECT rowid, content_hash, id, wing, room, kind, type, status, title, text, key, salience, overrides, "
+    "created_at, updated_at, meta FROM entries"
+)
 
 
 def fts_query(text: str) -> str | None:
@@ -99,22 +50,11 @@ def fts_query(text: str) -> str | None:
     return " OR ".join(f'"{t}"' for t in terms) if terms else None
 
 
-def _minmax(values: dict[int, float]) -> tuple[dict[int, float], tuple[float, float] | None]:
-    if not values:
-        return {}, None
-    lo, hi = min(values.values()), max(values.values())
-    if hi - lo < 1e-12:
-        return {r: 1.0 for r in values}, (lo, hi)
-    return {r: (v - lo) / (hi - lo) for r, v in values.items()}, (lo, hi)
-
-
 def _in(col: str, values: list[str]) -> tuple[str, list[str]]:
     return f"{col} IN ({','.join('?' * len(values))})", list(values)
 
 
-def resolve_scope(
-    mem: Memory, parsed: ParsedQuery, active_wing: str | None, wings: list[str] | None
-) -> list[str] | None:
+def resolve_scope(mem: Memory, parsed: ParsedQuery, active_wing: str | None, wings: list[str] | None) -> list[str] | None:
     """Wings to search: the query's ``wing=``, else ``wings``, else [active, _global]; None = all."""
     known = mem.wings()
     if parsed.wings:
@@ -130,6 +70,54 @@ def resolve_scope(
     return None
 
 
+class _Plan:
+    """Everything decided before touching the index: scope, filters, profile, weights."""
+
+    def __init__(self, mem: Memory, query: str, active_wing: str | None, wings: list[str] | None, k: int | None,
+                 profile: str | None, budget: int | None, user: str | None, weights: dict[str, float] | None) -> None:
+        s = mem.settings
+        self.text_query, self.profile = route(query, profile, mem.profiles)
+        self.parsed = parse(self.text_query)
+        if self.parsed.rooms:
+            check_known(self.parsed, "room", mem.rooms())
+        self.scope = resolve_scope(mem, self.parsed, active_wing, wings)
+        self.active_wing = active_wing
+        self.k = k or s.search.k
+        if self.k < 1:
+            raise QueryError("k must be at least 1")
+        if budget is not None and budget < 1:
+            raise QueryError("budget must be at least 1 token")
+        self.budget = budget
+        self.user = user or s.retrieval.user
+        p = self.profile
+        self.kinds = self.parsed.kinds
+        if p.kinds is not None:
+            self.kinds = [x for x in (self.kinds or p.kinds) if x in p.kinds]
+        self.rooms = self.parsed.rooms or p.rooms
+        self.statuses = self.parsed.statuses or ["active", "under_review"]
+        self.weights = RetrievalWeights.from_dict(s.retrieval.weights).merge(p.weights).merge(weights)
+        self.limit = min(self.k, p.cap) if p.cap else self.k
+
+    def filters(self, prefix: str = "") -> tuple[list[str], list[Any]]:
+        where: list[str] = []
+        args: list[Any] = []
+        for col, values in (("wing", self.scope), ("room", self.rooms), ("kind", self.kinds), ("type", self.parsed.types),
+                            ("status", self.statuses)):
+            if values is not None:
+                clause, vals = _in(prefix + col, values)
+                where.append(clause)
+                args.extend(vals)
+        return where, args
+
+    def cache_params(self, mem: Memory) -> dict[str, Any]:
+        s = mem.settings
+        return {
+            "profile": self.profile.model_dump(), "k": self.k, "budget": self.budget, "active": self.active_wing,
+            "weights": self.weights.to_dict(), "boost": s.retrieval.active_wing_boost, "search": s.search.model_dump(),
+            "retrieval": s.retrieval.model_dump(), "rerank": s.rerank.model_dump(),
+        }
+
+
 def search(
     mem: Memory,
     query: str,
@@ -137,150 +125,359 @@ def search(
     active_wing: str | None = None,
     wings: list[str] | None = None,
     k: int | None = None,
-    profile: str = "memory",
+    profile: str | None = "memory",
     budget: int | None = None,
+    user: str | None = None,
+    weights: dict[str, float] | None = None,
+    workspace: str | None = None,
+    use_cache: bool = True,
+    now: datetime | None = None,
 ) -> Bundle:
     t_start = time.perf_counter()
-    lat: dict[str, float] = {s: 0.0 for s in STAGES}
-    cfg = mem.settings.search
-    k = k or cfg.k
-    if k < 1:
-        raise QueryError("k must be at least 1")
+    lat = {s: 0.0 for s in STAGES}
+    s = mem.settings
 
     t = time.perf_counter()
-    parsed = parse(query)
-    if parsed.rooms:
-        check_known(parsed, "room", mem.rooms())
-    scope = resolve_scope(mem, parsed, active_wing, wings)
-    statuses = parsed.statuses or ["active", "under_review"]
-    lat["parse"] = (time.perf_counter() - t) * 1000
+    plan = _Plan(mem, query, active_wing, wings, k, profile, budget, user, weights)
+    lat["parse"] = _ms(t)
 
+    wings_searched = plan.scope if plan.scope is not None else mem.wings()
+    key = cache_key(plan.text_query, plan.user, plan.scope, {**plan.cache_params(mem), "workspace": workspace})
+    cache_info = None
+    if use_cache and s.cache.enabled and now is None:
+        gens = mem.generations(wings_searched if plan.scope is not None else None)
+        hit, cache_info = mem.cache.get(key, gens, mem.describe_write)
+        if hit is not None:
+            trace = hit.trace.model_copy(update={"cache_hit": True, "cache": cache_info})
+            trace.latency_ms = {st: 0.0 for st in STAGES}
+            trace.latency_ms["total"] = round(_ms(t_start), 3)
+            bundle = Bundle(results=hit.results, trace=trace, context=hit.context)
+            mem.log_retrieval(bundle)
+            return bundle
+    else:
+        gens = {}
+
+    now = now or utcnow()
     trace = Trace(
-        query=query,
-        text=parsed.text,
-        filters=parsed.filters(),
-        active_wing=active_wing,
-        profile=profile,
-        model=mem.model_id,
-        fusion={"method": FUSION, "vector_weight": cfg.vector_weight, "lexical_weight": cfg.lexical_weight},
-        wings_searched=scope if scope is not None else mem.wings(),
+        query=query, text=plan.parsed.text, filters=plan.parsed.filters(), active_wing=active_wing, user=plan.user,
+        profile=plan.profile.name, profile_settings=plan.profile.model_dump(exclude={"name", "description"}),
+        model=mem.model_id, weights=plan.weights.to_dict(), now=format_ts(now), wings_searched=wings_searched,
+        fusion={"method": FUSION, "vector_weight": s.search.vector_weight, "lexical_weight": s.search.lexical_weight,
+                "normalise": s.retrieval.normalise, "active_wing_boost": s.retrieval.active_wing_boost,
+                "half_life_days": s.retrieval.half_life_days},
     )
+    if cache_info is not None:
+        trace.cache = cache_info
+    else:
+        trace.cache.enabled = False
+
+    pool, vectors, qvec = _candidates(mem, plan, trace, lat)
+    t = time.perf_counter()
+    _score(mem, plan, pool, vectors, qvec, trace, now)
+    lat["score"] = _ms(t)
+
+    t = time.perf_counter()
+    pool = policy.dedup_and_conflicts(pool, vectors, trace, s.retrieval.dedup_similarity)
+    pool = policy.apply_overrides(pool, trace)
+    if plan.parsed.text:
+        pool = policy.thresholds(pool, trace, plan.profile.min_score, plan.profile.relative)
+    if plan.profile.recent_turns:
+        pool = _merge_recent_turns(mem, plan, pool, trace, now)
+    if not pool and plan.profile.fallback == "personal_facts" and plan.parsed.text:
+        pool = _personal_fallback(mem, plan, trace)
+    lat["policy"] = _ms(t)
+
+    t = time.perf_counter()
+    if s.rerank.enabled and pool and plan.parsed.text:
+        from .rerank import rerank
+
+        rerank(mem, plan.parsed.text, pool, plan.weights, trace)
+    elif s.rerank.enabled:
+        trace.rerank = {"applied": False, "reason": "no candidates" if not pool else "no free text"}
+    else:
+        trace.rerank = {"applied": False, "reason": "disabled (rerank.enabled = false)"}
+    lat["rerank"] = _ms(t)
+
+    t = time.perf_counter()
+    if plan.profile.recent_turns:
+        pool = pool[: plan.limit]  # conversation keeps merge order (seed 003): dedup by first occurrence, cap 6
+    else:
+        pool = policy.authority_order(policy.cap(pool, trace, plan.limit))
+    lat["policy"] += _ms(t)
+
+    results = [
+        Result(entry=c.entry, score=c.score, rank=i + 1, flags=policy.flags_for(c, active_wing), components=c.comps,
+               found_in=c.found_in or [c.entry.wing], conflicts_with=c.conflicts_with, hides=c.hides)
+        for i, c in enumerate(pool)
+    ]
+    for c, r in zip(pool, results):
+        if c.source == "fallback":
+            r.flag("fallback")
+    bundle = Bundle(results=results, trace=trace)
+
+    if not results and workspace is not None:
+        from .fallback import workspace_fallback
+
+        reason = "the scoped search found nothing" if plan.parsed.text else "no free text to search for"
+        workspace_fallback(bundle, workspace, plan.parsed.text or plan.text_query, plan.limit, reason)
+
+    t = time.perf_counter()
+    if budget is not None:
+        from .budget import apply_budget
+
+        apply_budget(mem, bundle, budget)
+    lat["budget"] = _ms(t)
+
+    for r in bundle.results:
+        trace.results_per_wing[r.entry.wing] = trace.results_per_wing.get(r.entry.wing, 0) + 1
+        trace.counts[r.entry.kind.value] = trace.counts.get(r.entry.kind.value, 0) + 1
+    lat["total"] = _ms(t_start)
+    trace.latency_ms = {st: round(v, 3) for st, v in lat.items()}
+    if cache_info is not None and not bundle.trace.degraded:
+        mem.cache.put(key, bundle, gens)
+    mem.log_retrieval(bundle)
+    return bundle
+
+
+def _ms(t: float) -> float:
+    return (time.perf_counter() - t) * 1000
+
+
+def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -> tuple[list[Candidate], dict[int, np.ndarray], np.ndarray | None]:
     conn = mem.conn
-
-    # metadata filters shared by both candidate generators
-    where: list[str] = []
-    args: list[Any] = []
-    for col, values in (("wing", scope), ("room", parsed.rooms), ("kind", parsed.kinds), ("type", parsed.types), ("status", statuses)):
-        if values:
-            clause, vals = _in(col, values)
-            where.append(clause)
-            args.extend(vals)
-
-    n_cand = max(cfg.candidates, k * 3)
+    s = mem.settings
+    text = plan.parsed.text
+    where, args = plan.filters()
+    n_cand = max(s.search.candidates, plan.k * 3)
     sims: dict[int, float] = {}
     vec_rank: dict[int, int] = {}
     bm25: dict[int, float] = {}
     bm25_rank: dict[int, int] = {}
-
-    if parsed.text:
+    qvec = None
+    ordered: list[int] = []
+    if plan.kinds == []:
+        trace.notes.append(f"profile {plan.profile.name!r} allows no kind that the query asked for")
+    elif text and len(text.split()) < plan.profile.min_query_tokens:
+        trace.notes.append(
+            f"query has {len(text.split())} token(s); profile {plan.profile.name!r} needs {plan.profile.min_query_tokens}"
+        )
+    elif text:
         t = time.perf_counter()
-        qvec = mem.embed([parsed.text])[0]
-        lat["embed"] = (time.perf_counter() - t) * 1000
+        qvec = mem.embed([text])[0]
+        lat["embed"] = _ms(t)
+        blob = qvec.astype("<f4").tobytes()
 
         t = time.perf_counter()
-        # With a partition key, `wing IN (...)` yields up to k rows per wing; merged below.
+        # With a partition key, `wing IN (...)` yields up to k rows per wing; merged here.
         sql = "SELECT rowid, distance FROM entries_vec WHERE embedding MATCH ? AND k = ?"
-        if where:
-            sql += " AND " + " AND ".join(where)
-        rows = conn.execute(sql, [qvec.astype("<f4").tobytes(), n_cand, *args]).fetchall()
+        rows = conn.execute(sql + "".join(" AND " + w for w in where), [blob, n_cand, *args]).fetchall()
         rows.sort(key=lambda r: r[1])
         for i, (rowid, dist) in enumerate(rows[:n_cand]):
             sims[rowid] = 1.0 - float(dist)
             vec_rank[rowid] = i + 1
-        lat["vector"] = (time.perf_counter() - t) * 1000
+        lat["vector"] = _ms(t)
 
         t = time.perf_counter()
-        fq = fts_query(parsed.text)
+        fq = fts_query(text)
         if fq:
+            ewhere, eargs = plan.filters("e.")
             sql = (
-                "SELECT e.rowid, bm25(entries_fts, 2.0, 1.0) AS s FROM entries_fts JOIN entries e ON e.rowid = entries_fts.rowid "
-                "WHERE entries_fts MATCH ?"
+                "SELECT e.rowid, bm25(entries_fts, 2.0, 1.0) AS s FROM entries_fts "
+                "JOIN entries e ON e.rowid = entries_fts.rowid WHERE entries_fts MATCH ?"
             )
-            if where:
-                sql += " AND " + " AND ".join(f"e.{w}" for w in where)
-            sql += " ORDER BY s LIMIT ?"
-            for i, (rowid, score) in enumerate(conn.execute(sql, [fq, *args, n_cand]).fetchall()):
-                bm25[rowid] = -float(score)  # SQLite's bm25 is "lower is better"; flip so higher is better
+            sql += "".join(" AND " + w for w in ewhere) + " ORDER BY s LIMIT ?"
+            for i, (rowid, score) in enumerate(conn.execute(sql, [fq, *eargs, n_cand]).fetchall()):
+                bm25[rowid] = -float(score)  # SQLite's bm25 is "lower is better"; flip it
                 bm25_rank[rowid] = i + 1
-        # lexical-only candidates still get their true cosine similarity
-        missing = [r for r in bm25 if r not in sims]
-        if missing:
-            q = f"SELECT rowid, vec_distance_cosine(embedding, ?) FROM entries_vec WHERE rowid IN ({','.join('?' * len(missing))})"
-            for rowid, dist in conn.execute(q, [qvec.astype("<f4").tobytes(), *missing]):
-                sims[rowid] = 1.0 - float(dist)
-        lat["lexical"] = (time.perf_counter() - t) * 1000
+        lat["lexical"] = _ms(t)
+        ordered = list(dict.fromkeys([*sims, *bm25]))
     else:
         # filters only: list the scope in authority order, most salient first
         t = time.perf_counter()
         sql = "SELECT rowid FROM entries" + (" WHERE " + " AND ".join(where) if where else "")
-        sql += " ORDER BY CASE type WHEN 'invariant' THEN 0 WHEN 'decision' THEN 1 WHEN 'pattern' THEN 2 ELSE 3 END, salience DESC, updated_at DESC LIMIT ?"
-        for i, (rowid,) in enumerate(conn.execute(sql, [*args, n_cand])):
-            sims[rowid] = 0.0
-            vec_rank[rowid] = i + 1
-        lat["vector"] = (time.perf_counter() - t) * 1000
+        sql += (" ORDER BY CASE type WHEN 'invariant' THEN 0 WHEN 'decision' THEN 1 WHEN 'pattern' THEN 2 ELSE 3 END,"
+                " salience DESC, updated_at DESC LIMIT ?")
+        ordered = [r for (r,) in conn.execute(sql, [*args, n_cand])]
+        lat["vector"] = _ms(t)
+    trace.candidates = {"vector": len(sims), "lexical": len(bm25), "over_fetch": n_cand}
 
     t = time.perf_counter()
-    pool = list(dict.fromkeys([*sims, *bm25]))
-    entries: dict[int, Entry] = {}
-    if pool:
-        from .store import _COLUMNS, row_to_entry
+    pool: dict[int, Candidate] = {}
+    _load(mem, ordered, pool)
+    # pull in what policy must see even if the generators missed it
+    mandatory: set[int] = set()
+    extra: list[int] = []
+    active_in_scope = plan.active_wing and (plan.scope is None or plan.active_wing in plan.scope)
+    if plan.profile.mandatory_invariants and active_in_scope and plan.kinds != []:
+        sql = "SELECT rowid FROM entries WHERE wing = ? AND type = 'invariant' AND status = 'active'"
+        margs: list[Any] = [plan.active_wing]
+        if plan.rooms:
+            c, v = _in("room", plan.rooms)
+            sql += " AND " + c
+            margs += v
+        mandatory = {r for (r,) in conn.execute(sql, margs)}
+        extra += [r for r in mandatory if r not in pool]
+    ids = [c.entry.id for c in pool.values()]
+    keys = {(c.entry.kind.value, c.entry.key) for c in pool.values() if c.entry.key}
+    if ids and text:
+        swhere, sargs = plan.filters()
+        cond = "".join(" AND " + w for w in swhere)
+        for i in range(0, len(ids), 400):
+            chunk = ids[i : i + 400]
+            q = f"SELECT rowid FROM entries WHERE overrides IN ({','.join('?' * len(chunk))})" + cond
+            extra += [r for (r,) in conn.execute(q, [*chunk, *sargs]) if r not in pool]
+        for kind, key in keys:
+            q = "SELECT rowid FROM entries WHERE kind = ? AND key = ?" + cond
+            extra += [r for (r,) in conn.execute(q, [kind, key, *sargs]) if r not in pool]
+    _load(mem, list(dict.fromkeys(extra)), pool)
+    trace.candidates["pulled_in"] = len(set(extra))
+    vectors: dict[int, np.ndarray] = {}
+    if pool and qvec is not None:
+        rowids = list(pool)
+        for i in range(0, len(rowids), 400):
+            chunk = rowids[i : i + 400]
+            q = f"SELECT rowid, embedding FROM entries_vec WHERE rowid IN ({','.join('?' * len(chunk))})"
+            for rowid, emb in conn.execute(q, chunk):
+                vectors[rowid] = np.frombuffer(emb, dtype="<f4")
+        for rowid, v in vectors.items():
+            if rowid not in sims:
+                sims[rowid] = float(v @ qvec)
+    for rowid, c in pool.items():
+        c.comps.similarity = sims.get(rowid) if qvec is not None else None
+        c.comps.vector_rank = vec_rank.get(rowid)
+        c.comps.bm25 = bm25.get(rowid)
+        c.comps.bm25_rank = bm25_rank.get(rowid)
+        if rowid in mandatory:
+            c.mandatory = c.keep = True
+            c.source = "mandatory" if rowid in extra else c.source
+    trace.candidates["pool"] = len(pool)
+    lat["lexical"] += _ms(t)
+    return list(pool.values()), vectors, qvec
 
-        q = f"SELECT rowid, {_COLUMNS} FROM entries WHERE rowid IN ({','.join('?' * len(pool))})"
-        for row in conn.execute(q, pool):
-            entries[row[0]] = row_to_entry(row[1:])
-    sim_n, sim_bounds = _minmax({r: sims[r] for r in pool if r in sims})
-    bm_n, bm_bounds = _minmax(bm25)
-    trace.fusion["similarity_bounds"] = list(sim_bounds) if sim_bounds else None
-    trace.fusion["bm25_bounds"] = list(bm_bounds) if bm_bounds else None
-    scored: list[tuple[float, int]] = []
-    comps: dict[int, Components] = {}
-    for r in pool:
-        if r not in entries:
+
+def _load(mem: Memory, rowids: list[int], pool: dict[int, Candidate]) -> None:
+    from .store import row_to_entry
+
+    for i in range(0, len(rowids), 400):
+        chunk = rowids[i : i + 400]
+        rows = mem.conn.execute(f"{_SELECT} WHERE rowid IN ({','.join('?' * len(chunk))})", chunk).fetchall()
+        by_rowid = {r[0]: r for r in rows}
+        for rowid in chunk:
+            r = by_rowid.get(rowid)
+            if r is not None and rowid not in pool:
+                pool[rowid] = Candidate(rowid=rowid, entry=row_to_entry(r[2:]), content_hash=r[1])
+
+
+def _score(mem: Memory, plan: _Plan, pool: list[Candidate], vectors: dict[int, np.ndarray], qvec: np.ndarray | None,
+           trace: Trace, now: datetime) -> None:
+    s = mem.settings
+    groups: dict[str, list[Candidate]] = {}
+    for c in pool:
+        groups.setdefault(c.entry.kind.value if s.retrieval.normalise == "per_kind" else "pool", []).append(c)
+    for group, members in groups.items():
+        sim_n, sim_b = minmax({c.rowid: c.comps.similarity for c in members if c.comps.similarity is not None})
+        bm_n, bm_b = minmax({c.rowid: c.comps.bm25 for c in members if c.comps.bm25 is not None})
+        trace.normalisation[group] = {"similarity": sim_b, "bm25": bm_b}
+        for c in members:
+            c.comps.similarity_norm = sim_n.get(c.rowid, 0.0)
+            c.comps.bm25_norm = bm_n.get(c.rowid, 0.0)
+    conv = plan.profile.conversation_fusion
+    centroids = _session_centroids(mem, pool, vectors) if conv and qvec is not None else {}
+    w = plan.weights
+    boost_active = s.retrieval.active_wing_boost
+    for c in pool:
+        comps = c.comps
+        comps.recency, comps.age_days = recency(c.entry.updated_at or c.entry.created_at, now, s.retrieval.half_life_days)
+        comps.recency, comps.age_days = round(comps.recency, 6), round(comps.age_days, 3)
+        comps.salience = c.entry.salience
+        comps.boost = boost_active if plan.active_wing and c.entry.wing == plan.active_wing else 1.0
+        raw = comps.similarity if comps.similarity is not None else 0.0
+        if qvec is None:
+            # no free text: nothing to be relevant to, so the entry's own salience orders the listing
+            comps.relevance = c.entry.salience
+            c.profile_score = 0.0
+        elif conv:
+            cen = centroids.get(str(c.entry.meta.get("session_id")))
+            comps.summary = float(cen @ qvec) if cen is not None else raw
+            comps.relevance = conv.get("raw", 0) * raw + conv.get("summary", 0) * comps.summary + conv.get("recency", 0) * comps.recency
+            c.profile_score = comps.relevance
+        else:
+            comps.relevance = s.search.vector_weight * comps.similarity_norm + s.search.lexical_weight * comps.bm25_norm
+            c.profile_score = raw
+            year = c.entry.meta.get("year")
+            if plan.profile.year_boost and isinstance(year, int) and not isinstance(year, bool):
+                comps.year_boost = round((year - 2000) * plan.profile.year_boost, 6)
+                comps.relevance += comps.year_boost
+                c.profile_score = raw + comps.year_boost
+        comps.final = (w.relevance * comps.relevance + w.recency * comps.recency + w.salience * comps.salience) * comps.boost
+
+
+def _session_centroids(mem: Memory, pool: list[Candidate], vectors: dict[int, np.ndarray]) -> dict[str, np.ndarray]:
+    """The "summary" signal of conversation fusion: the query against each session's mean turn vector."""
+    sessions = {str(c.entry.meta.get("session_id")) for c in pool if c.entry.meta.get("session_id") is not None}
+    out = {}
+    for sid in sessions:
+        rows = mem.conn.execute(
+            "SELECT v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid "
+            "WHERE e.kind = 'turn' AND json_extract(e.meta, '$.session_id') = ?",
+            (sid,),
+        ).fetchall()
+        if rows:
+            m = np.mean([np.frombuffer(r[0], dtype="<f4") for r in rows], axis=0)
+            out[sid] = m / (np.linalg.norm(m) or 1.0)
+    return out
+
+
+def _merge_recent_turns(mem: Memory, plan: _Plan, pool: list[Candidate], trace: Trace, now: datetime) -> list[Candidate]:
+    """Seed 003 conversation: semantic hits then the session's latest turns, first occurrence wins."""
+    semantic = sorted(pool, key=lambda c: -c.score)
+    where, args = plan.filters()
+    sql = f"{_SELECT}" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY created_at DESC, rowid DESC LIMIT 1"
+    latest = mem.conn.execute(sql, args).fetchone()
+    if latest is None:
+        return semantic
+    from .store import row_to_entry
+
+    session = row_to_entry(latest[2:]).meta.get("session_id")
+    sql = f"{_SELECT} WHERE kind = 'turn' AND json_extract(meta, '$.session_id') = ?"
+    rargs: list[Any] = [session]
+    if plan.scope is not None:
+        c, v = _in("wing", plan.scope)
+        sql += " AND " + c
+        rargs += v
+    sql += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
+    rows = mem.conn.execute(sql, [*rargs, plan.profile.recent_turns]).fetchall()
+    merged = list(semantic)
+    ids = {c.entry.id for c in merged}
+    for r in reversed(rows):  # oldest of the recent first, as in a transcript
+        e = row_to_entry(r[2:])
+        if e.id in ids:
             continue
-        c = Components(
-            similarity=sims.get(r) if parsed.text else None,
-            vector_rank=vec_rank.get(r),
-            bm25=bm25.get(r),
-            bm25_rank=bm25_rank.get(r),
-            similarity_norm=sim_n.get(r, 0.0),
-            bm25_norm=bm_n.get(r, 0.0),
-        )
-        c.fused = cfg.vector_weight * c.similarity_norm + cfg.lexical_weight * c.bm25_norm if parsed.text else 0.0
-        comps[r] = c
-        scored.append((c.fused, r))
-    if parsed.text:
-        scored.sort(key=lambda x: (-x[0], -(sims.get(x[1]) or 0.0)))
-    else:
-        scored.sort(key=lambda x: vec_rank[x[1]])
-    lat["score"] = (time.perf_counter() - t) * 1000
+        cand = Candidate(rowid=r[0], entry=e, content_hash=r[1], source="recent")
+        cand.comps.recency, cand.comps.age_days = recency(e.updated_at or e.created_at, now, mem.settings.retrieval.half_life_days)
+        cand.comps.salience = e.salience
+        merged.append(cand)
+        ids.add(e.id)
+    trace.notes.append(f"merged the {len(rows)} most recent turns of session {session!r}")
+    for c in merged[plan.limit :]:
+        trace.drop(c.entry, "cap", f"beyond the conversation cap of {plan.limit}", c.score)
+    return merged
 
-    results: list[Result] = []
-    for i, (score, r) in enumerate(scored):
-        e = entries[r]
-        if i >= k:
-            trace.dropped.append(Dropped(id=e.id, stage="cap", reason="cap", detail=f"rank {i + 1} > k={k}"))
-            continue
-        flags = []
-        if e.status.value == "under_review":
-            flags.append("under_review")
-        if active_wing and e.wing == active_wing:
-            flags.append("active_wing")
-        results.append(Result(entry=e, score=score, rank=i + 1, flags=flags, components=comps[r], found_in=[e.wing]))
 
-    trace.candidates = {"vector": len(sims), "lexical": len(bm25), "pool": len(pool)}
-    for res in results:
-        trace.results_per_wing[res.entry.wing] = trace.results_per_wing.get(res.entry.wing, 0) + 1
-        trace.counts[res.entry.kind.value] = trace.counts.get(res.entry.kind.value, 0) + 1
-    lat["total"] = (time.perf_counter() - t_start) * 1000
-    trace.latency_ms = {s: round(v, 3) for s, v in lat.items()}
-    return Bundle(results=results, trace=trace)
+def _personal_fallback(mem: Memory, plan: _Plan, trace: Trace) -> list[Candidate]:
+    """Seed 003 personal: nothing passed, so expose the stored personal facts with score 1.0."""
+    where, args = plan.filters()
+    sql = f"{_SELECT}" + (" WHERE " + " AND ".join(where) if where else "")
+    sql += " ORDER BY salience DESC, updated_at DESC LIMIT ?"
+    from .store import row_to_entry
+
+    out = []
+    for r in mem.conn.execute(sql, [*args, plan.limit]).fetchall():
+        c = Candidate(rowid=r[0], entry=row_to_entry(r[2:]), content_hash=r[1], source="fallback")
+        c.comps.final = c.comps.relevance = 1.0
+        c.comps.salience = c.entry.salience
+        c.profile_score = 1.0
+        out.append(c)
+    if out:
+        trace.notes.append("no personal fact passed the thresholds: stored personal facts returned with score 1.0")
+    return out

@@ -19,7 +19,7 @@ from .models import EDITABLE_FIELDS, Entry, Status, content_hash, format_ts, utc
 
 if TYPE_CHECKING:
     from .embed import Embedder
-    from .search import Bundle
+    from .trace import Bundle
 
 _COLUMNS = (
     "id, wing, room, kind, type, status, title, text, key, salience, overrides, created_at, updated_at, meta"
@@ -54,6 +54,7 @@ class Memory:
         self._conns_lock = threading.Lock()
         self._closed = False
         self._cache: Any = None
+        self._profiles: dict[str, Any] | None = None
         conn = self.conn  # opens, checks and migrates
         meta = dict(conn.execute("SELECT key, value FROM store_meta").fetchall()) if db.schema_version(conn) else {}
         self._meta = meta
@@ -400,12 +401,113 @@ class Memory:
         active_wing: str | None = None,
         wings: list[str] | None = None,
         k: int | None = None,
-        profile: str = "memory",
+        profile: str | None = "memory",
         budget: int | None = None,
+        **options: Any,
     ) -> Bundle:
+        """Retrieve, explain and (optionally) budget; see ``memlens.search.search`` for ``options``."""
         from .search import search
 
-        return search(self, query, active_wing=active_wing, wings=wings, k=k, profile=profile, budget=budget)
+        return search(self, query, active_wing=active_wing, wings=wings, k=k, profile=profile, budget=budget, **options)
+
+    def explain(self, query: str, entry_id: str, **kwargs: Any) -> dict[str, Any]:
+        """Why was ``entry_id`` returned for ``query`` - or at which stage was it dropped?"""
+        from .explain import explain
+
+        return explain(self, query, entry_id, **kwargs)
+
+    def context(self, query: str, *, active_wing: str | None = None, budget: int | None = None, **kwargs: Any) -> str:
+        """The markdown an agent receives: working memory, then retrieved memory in authority order."""
+        from .budget import render_context
+
+        bundle = self.search(query, active_wing=active_wing, budget=budget, **kwargs)
+        return render_context(self, bundle)
+
+    @property
+    def profiles(self) -> dict[str, Any]:
+        if self._profiles is None:
+            from .profiles import load_profiles
+
+            self._profiles = load_profiles(self.settings.profiles)
+        return self._profiles
+
+    @property
+    def cache(self) -> Any:
+        if self._cache is None:
+            from .cache import RetrievalCache
+
+            self._cache = RetrievalCache(self.settings.cache.ttl_seconds, self.settings.cache.max_entries)
+        return self._cache
+
+    def describe_write(self, wings: list[str]) -> dict[str, Any] | None:
+        """The latest write to any of ``wings``: what invalidated a cached retrieval."""
+        clause = ",".join("?" * len(wings))
+        row = self.conn.execute(
+            f"SELECT a.seq, a.ts, a.action, a.entry_id, a.wing FROM wings w JOIN audit a ON a.seq = w.last_write_seq "
+            f"WHERE w.wing IN ({clause}) ORDER BY a.seq DESC LIMIT 1",
+            wings,
+        ).fetchone()
+        if row is None:
+            return {"reason": "write", "wings": wings}
+        seq, ts, action, entry_id, wing = row
+        return {"reason": "write", "seq": seq, "ts": ts, "action": action, "entry_id": entry_id, "wing": wing, "wings": wings}
+
+    def log_retrieval(self, bundle: Bundle) -> None:
+        """Seed 001 task 4: retrieval metrics into the audit table when the level includes reads.
+
+        Never fails a retrieval: a read-only or busy store just skips the row.
+        """
+        if self.settings.audit.level != "reads":
+            return
+        import hashlib
+
+        t = bundle.trace
+        metrics = {
+            "query_hash": hashlib.sha256(t.query.encode()).hexdigest()[:16],
+            "query": t.query[:200],
+            "user": t.user,
+            "active_wing": t.active_wing,
+            "profile": t.profile,
+            "cache_hit": t.cache_hit,
+            "latency_ms": t.latency_ms,
+            "wings_searched": t.wings_searched,
+            "results_per_wing": t.results_per_wing,
+            "counts": t.counts,
+            "total_count": len(bundle.results),
+            "result_ids": [r.entry.id for r in bundle.results],
+            "dropped": len(t.dropped),
+            "degraded": bool(t.degraded),
+        }
+        conn = self.conn
+        try:
+            # a search must never wait for a writer: give up on the log row after 50 ms
+            conn.execute("PRAGMA busy_timeout = 50")
+            conn.execute(
+                "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail) VALUES (?, 'retrieval', NULL, ?, NULL, NULL, ?)",
+                (format_ts(utcnow()), t.active_wing, json.dumps(metrics, ensure_ascii=False)),
+            )
+        except Exception:
+            pass
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.settings.storage.busy_timeout_ms)}")
+
+    def retrievals(self, limit: int = 1000) -> list[dict[str, Any]]:
+        rows = self.conn.execute(
+            "SELECT seq, ts, detail FROM audit WHERE action = 'retrieval' ORDER BY seq DESC LIMIT ?", (limit,)
+        ).fetchall()
+        return [{"seq": seq, "ts": ts, **json.loads(detail)} for seq, ts, detail in rows]
+
+    # -- working memory ----------------------------------------------------------------------
+
+    @property
+    def tasks(self) -> Any:
+        """Working memory (seed 002): recent completed tasks and blockers (``memlens.tasks.WorkingMemory``)."""
+        wm = self.__dict__.get("_working_memory")
+        if wm is None:
+            from .tasks import WorkingMemory
+
+            wm = self.__dict__.setdefault("_working_memory", WorkingMemory(self))
+        return wm
 
     # -- stats -------------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ def test_json_shape_is_the_contract(demo_mem):
     assert d["results"], "expected results"
     for r in d["results"]:
         assert CONTRACT_RESULT <= set(r)
-        assert {"similarity", "bm25", "bm25_rank", "vector_rank", "fused"} <= set(r["components"])
+        assert {"similarity", "bm25", "bm25_rank", "vector_rank", "relevance", "recency", "salience", "boost", "rerank", "final"} <= set(r["components"])
         assert all(isinstance(f, str) for f in r["flags"])
     assert CONTRACT_TRACE <= set(d["trace"])
     assert set(d["trace"]["latency_ms"]) >= {"parse", "embed", "vector", "lexical", "score", "rerank", "policy", "budget", "total"}
@@ -78,11 +78,14 @@ def test_every_result_has_all_components(demo_mem):
         c = r.components
         assert c.similarity is not None and -1 <= c.similarity <= 1
         assert 0 <= c.similarity_norm <= 1 and 0 <= c.bm25_norm <= 1
-        assert c.fused == pytest.approx(0.8 * c.similarity_norm + 0.2 * c.bm25_norm)
-        assert r.score == c.fused
+        assert c.relevance == pytest.approx(0.8 * c.similarity_norm + 0.2 * c.bm25_norm)
+        # default weights: relevance only, times the active-wing boost
+        assert c.final == pytest.approx(c.relevance * c.boost)
+        assert r.score == c.final
         lexical_only += c.vector_rank is None
-    scores = [r.score for r in b.results]
-    assert scores == sorted(scores, reverse=True)
+    order = {"invariant": 0, "decision": 1, "pattern": 2, "note": 3}
+    keys = [(order[r.entry.type.value], -r.score) for r in b.results]
+    assert keys == sorted(keys), "authority first, score within"
     assert b.trace.fusion["method"].startswith("minmax-weighted-sum")
     lo, hi = b.trace.fusion["similarity_bounds"]
     assert lo <= hi

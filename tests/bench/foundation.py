@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import random
 import re
 import shutil
@@ -214,13 +215,26 @@ def realistic_sentences() -> list[str]:
 
 
 def realistic_texts(count: int, seed: int) -> list[str]:
-    """Distinct entry-length texts (2-3 demo sentences recombined, ~30-60 words)."""
+    """Distinct entry-length texts: 1-2 demo sentences recombined (~28 words; the demo's entries average 32)."""
     sentences = realistic_sentences()
     rng = random.Random(seed)
     out: dict[str, None] = {}
     while len(out) < count:
-        out[" ".join(rng.sample(sentences, rng.randint(2, 3)))] = None
+        out[" ".join(rng.sample(sentences, rng.randint(1, 2)))] = None
     return list(out)
+
+
+def sentence_batch(count: int, seed: int) -> list[str]:
+    """``count`` demo sentences in a shuffled order (the demo has fewer, so some repeat;
+    the embedder does not deduplicate, so repeats cost the same)."""
+    sentences = realistic_sentences()
+    rng = random.Random(seed)
+    out: list[str] = []
+    while len(out) < count:
+        chunk = sentences[:]
+        rng.shuffle(chunk)
+        out += chunk
+    return out[:count]
 
 
 def realistic_queries(count: int, seed: int) -> list[str]:
@@ -506,15 +520,20 @@ def bench_embed(plan: Plan, settings: Any, res: dict[str, Any]) -> None:
     out["single"]["ratio_p50"] = ratio(out["single"]["engine"]["p50_ms"], out["single"]["raw_onnx"]["p50_ms"])
     log(f"  embed one query p50: engine {out['single']['engine']['p50_ms']} ms, raw {out['single']['raw_onnx']['p50_ms']} ms")
 
-    # batch throughput
-    texts = realistic_texts(plan.batch_texts, seed=plan.seed + 11)
+    # batch throughput: reps interleaved so background load hits every method alike
+    texts = sentence_batch(plan.batch_texts, seed=plan.seed + 11)
     bs = settings.embedding.batch_size
+    by_len = sorted(texts, key=len)
     engine.embed(texts[:bs]); raw.embed_batch(texts[:bs], bs)
-    r_eng, r_raw = [], []
+    r_eng, r_raw, r_raw_sorted = [], [], []
     for _ in range(plan.batch_reps):
         t = pc(); engine.embed(texts); r_eng.append(len(texts) / (pc() - t))
         t = pc(); raw.embed_batch(texts, bs); r_raw.append(len(texts) / (pc() - t))
-    log(f"  embed batch of {len(texts)}: engine {np.median(r_eng):.0f}/s, raw {np.median(r_raw):.0f}/s; loading sentence-transformers ...")
+        t = pc(); raw.embed_batch(by_len, bs); r_raw_sorted.append(len(texts) / (pc() - t))
+    log(
+        f"  embed batch of {len(texts)}: engine {np.median(r_eng):.0f}/s, raw {np.median(r_raw):.0f}/s, "
+        f"raw length-sorted {np.median(r_raw_sorted):.0f}/s; loading sentence-transformers ..."
+    )
     del raw
 
     t = pc()
@@ -535,11 +554,15 @@ def bench_embed(plan: Plan, settings: Any, res: dict[str, Any]) -> None:
 
     out["batch"] = {
         "texts": len(texts),
+        "distinct_texts": len(set(texts)),
         "mean_words": round(float(np.mean([len(x.split()) for x in texts])), 1),
         "batch_size": bs,
         "reps": plan.batch_reps,
         "engine_texts_per_s": round(float(np.median(r_eng)), 1),
         "raw_onnx_texts_per_s": round(float(np.median(r_raw)), 1),
+        "raw_onnx_length_sorted_texts_per_s": round(float(np.median(r_raw_sorted)), 1),
+        "engine_samples_texts_per_s": [round(x, 1) for x in r_eng],
+        "raw_onnx_samples_texts_per_s": [round(x, 1) for x in r_raw],
         "sentence_transformers_texts_per_s": round(float(np.median(r_st)), 1),
         "sentence_transformers_import_s": round(t_import, 3),
         "sentence_transformers_load_s": round(t_st_load, 3),
@@ -548,6 +571,7 @@ def bench_embed(plan: Plan, settings: Any, res: dict[str, Any]) -> None:
     }
     b = out["batch"]
     b["engine_vs_raw_throughput"] = ratio(b["engine_texts_per_s"], b["raw_onnx_texts_per_s"])
+    b["engine_vs_raw_length_sorted_throughput"] = ratio(b["engine_texts_per_s"], b["raw_onnx_length_sorted_texts_per_s"])
     b["engine_vs_sentence_transformers_throughput"] = ratio(b["engine_texts_per_s"], b["sentence_transformers_texts_per_s"])
     log(f"    sentence-transformers {b['sentence_transformers_texts_per_s']:.0f}/s")
     del st
@@ -571,6 +595,11 @@ def bench_import_text(plan: Plan, scratch: Path, res: dict[str, Any]) -> None:
         t = time.perf_counter()
         report = mem.import_jsonl(src)
         dt = time.perf_counter() - t
+        # reference: the same embedder on a sample of the same texts, no store involved
+        sample = texts[: min(len(texts), 512)]
+        t = time.perf_counter()
+        mem.embedder.embed(sample)
+        embed_rate = len(sample) / (time.perf_counter() - t)
     assert report["embedded"] == len(texts), report
     res.setdefault("import", {})["without_vectors"] = {
         "entries": len(texts),
@@ -578,7 +607,10 @@ def bench_import_text(plan: Plan, scratch: Path, res: dict[str, Any]) -> None:
         "seconds": round(dt, 3),
         "entries_per_s": round(len(texts) / dt, 1),
         "model_load_s_excluded": round(t_load, 3),
+        "embed_only_texts_per_s": round(embed_rate, 1),
+        "embed_only_sample": len(sample),
     }
+    res["import"]["without_vectors"]["import_vs_embed_only"] = ratio(len(texts) / dt, embed_rate)
     log(f"  import without vectors: {res['import']['without_vectors']}")
 
 
@@ -674,7 +706,9 @@ def render_table(res: dict[str, Any], plan: Plan) -> str:
     lines = [
         f"Last full run: {m['date'][:10]} on {m['cpu_model']} ({m['cores']} cores), Python {m['python']}, "
         f"SQLite {m['sqlite']}, sqlite-vec {m['sqlite_vec']}, faiss {m['packages'].get('faiss-cpu')}, "
-        f"onnxruntime {m['packages'].get('onnxruntime')}. All figures: `tests/bench/results/foundation.json`.",
+        f"onnxruntime {m['packages'].get('onnxruntime')}; 1-min load average before the run "
+        f"{res.get('load_average_1m', {}).get('search', res.get('load_average_1m', {}).get('embed', 0)):.2f}. "
+        "All figures: `tests/bench/results/foundation.json`.",
         "",
         f"Search runs on synthetic stores: {DIM}-d random unit vectors, {N_WINGS} wings, 8–16 words per entry from a "
         f"{VOCAB_SIZE:,}-word vocabulary, k={K}, queries of 3–5 of those words; *scoped* means 2 of the 10 wings. "
@@ -725,10 +759,8 @@ def render_table(res: dict[str, Any], plan: Plan) -> str:
     emb = res.get("embedding")
     if "without_vectors" in imp:
         r = imp["without_vectors"]
-        ref, rat = "—", "—"
-        if emb:
-            e = emb["batch"]["engine_texts_per_s"]
-            ref, rat = f"engine batch embedding {e:,.0f} texts/s", f"{_x(ratio(r['entries_per_s'], e))} of it"
+        ref = f"`embed()` alone on {r['embed_only_sample']} of these texts: {r['embed_only_texts_per_s']:,.0f} texts/s"
+        rat = f"{_x(r['import_vs_embed_only'])} (throughput)"
         lines.append(
             f"| Import {r['entries']:,} entries without vectors (real model, ~{r['mean_words']:.0f} words each) | "
             f"{r['entries_per_s']:,.0f} entries/s ({r['seconds']:.1f} s) | {ref} | {rat} | — | — |"
@@ -742,10 +774,12 @@ def render_table(res: dict[str, Any], plan: Plan) -> str:
             f"raw ONNX session {_ms(sgl['raw_onnx'])} | {_x(sgl['ratio_p50'])} | {tgt} | {ok} |"
         )
         lines.append(
-            f"| Embed a batch of {b['texts']} texts (~{b['mean_words']:.0f} words, batch size {b['batch_size']}) | "
-            f"{b['engine_texts_per_s']:,.0f} texts/s | raw ONNX {b['raw_onnx_texts_per_s']:,.0f} texts/s · "
+            f"| Embed a batch of {b['texts']} sentences (~{b['mean_words']:.0f} words, batch size {b['batch_size']}) | "
+            f"{b['engine_texts_per_s']:,.0f} texts/s | raw ONNX {b['raw_onnx_texts_per_s']:,.0f} texts/s "
+            f"(length-sorted {b['raw_onnx_length_sorted_texts_per_s']:,.0f}) · "
             f"sentence-transformers {b['sentence_transformers_texts_per_s']:,.0f} texts/s | "
-            f"{_x(b['engine_vs_raw_throughput'])} raw · {_x(b['engine_vs_sentence_transformers_throughput'])} s-t (throughput) | — | — |"
+            f"{_x(b['engine_vs_raw_throughput'])} raw ({_x(b['engine_vs_raw_length_sorted_throughput'])} sorted) · "
+            f"{_x(b['engine_vs_sentence_transformers_throughput'])} s-t (throughput) | — | — |"
         )
     cold = res.get("cold_cli")
     if cold:
@@ -820,20 +854,28 @@ def run(quick: bool = False, parts: tuple[str, ...] = PARTS, write: bool = True)
             },
         }
         log(f"[{NAME}] {'quick' if quick else 'full'} run; parts: {', '.join(parts)}; scratch {scratch}")
+        # the machine may be shared: keep the load next to each part's figures
+        res["load_average_1m"] = {}
+
+        def stage(name: str) -> None:
+            res["load_average_1m"][name] = round(os.getloadavg()[0], 2)
+            log(f"[{NAME}] {name} ({time.perf_counter() - t0:.0f} s, load average {os.getloadavg()[0]:.2f})")
+
         stores: dict[int, Path] = {}
         if "search" in parts or "cold" in parts:
-            log(f"[{NAME}] stores and search ({time.perf_counter() - t0:.0f} s)")
+            stage("search")
             stores = bench_search(plan, scratch, model_id, res)
         if "embed" in parts:
-            log(f"[{NAME}] embedding ({time.perf_counter() - t0:.0f} s)")
+            stage("embed")
             bench_embed(plan, settings, res)
         if "import" in parts:
-            log(f"[{NAME}] import without vectors ({time.perf_counter() - t0:.0f} s)")
+            stage("import")
             bench_import_text(plan, scratch, res)
         if "cold" in parts:
-            log(f"[{NAME}] cold CLI ({time.perf_counter() - t0:.0f} s)")
+            stage("cold")
             vocab = make_vocab(np.random.default_rng(plan.seed))
             bench_cold(plan, stores, " ".join(vocab[100:103]), res)
+        stage("end")
         res["targets"] = targets(res, plan)
         res["duration_s"] = round(time.perf_counter() - t0, 1)
         table = render_table(res, plan)

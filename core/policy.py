@@ -1,0 +1,175 @@
+"""Scope and authority policy (seed 004 §3-§5) and dedup across wings (seed 001 §1.4).
+
+All of it works on the candidate pool and reports to the trace; nothing is
+resolved silently. The same functions run for search and for "why not?".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .models import AUTHORITY, Entry
+from .trace import Components, Trace
+
+
+@dataclass
+class Candidate:
+    rowid: int
+    entry: Entry
+    content_hash: str
+    comps: Components = field(default_factory=Components)
+    profile_score: float = 0.0
+    mandatory: bool = False
+    keep: bool = False  # exempt from threshold / relative / cap (mandatory invariants, conflict partners)
+    found_in: list[str] = field(default_factory=list)
+    conflicts_with: list[str] = field(default_factory=list)
+    hides: list[str] = field(default_factory=list)
+    source: str = "search"
+
+    @property
+    def score(self) -> float:
+        return self.comps.final
+
+    @property
+    def authority(self) -> int:
+        return AUTHORITY[self.entry.type.value]
+
+
+def dedup_and_conflicts(
+    pool: list[Candidate], vectors: dict[int, np.ndarray], trace: Trace, dedup_similarity: float
+) -> list[Candidate]:
+    """Merge duplicates across wings and flag conflicting rules.
+
+    Entries with the same content hash are the same memory. Entries with the
+    same (kind, key) are the same memory when their vectors agree
+    (cosine >= ``dedup_similarity``). Otherwise, if they are in different wings
+    and neither overrides the other, they are a **conflict**: both are kept,
+    flagged and listed in the trace.
+    """
+    by_id = {c.entry.id: c for c in pool}
+    dropped: set[str] = set()
+    ordered = sorted(pool, key=lambda c: -c.score)
+
+    def merge(winner: Candidate, loser: Candidate, why: str) -> None:
+        dropped.add(loser.entry.id)
+        for w in [loser.entry.wing, *loser.found_in]:
+            if w not in winner.found_in:
+                winner.found_in.append(w)
+        winner.mandatory = winner.mandatory or loser.mandatory
+        trace.drop(loser.entry, "dedup", f"{why} as {winner.entry.id} ({winner.entry.wing}), which scored higher", loser.score)
+
+    # same content: the higher-scored copy stays
+    seen_hash: dict[str, Candidate] = {}
+    for c in ordered:
+        first = seen_hash.get(c.content_hash)
+        if first is None:
+            seen_hash[c.content_hash] = c
+        elif not _override_pair(first, c):
+            merge(first, c, "same text")
+
+    groups: dict[tuple[str, str], list[Candidate]] = {}
+    for c in ordered:
+        if c.entry.id not in dropped and c.entry.key:
+            groups.setdefault((c.entry.kind.value, c.entry.key), []).append(c)
+    for members in groups.values():
+        for i, a in enumerate(members):
+            if a.entry.id in dropped:
+                continue
+            for b in members[i + 1 :]:
+                if b.entry.id in dropped or _override_pair(a, b):
+                    continue
+                va, vb = vectors.get(a.rowid), vectors.get(b.rowid)
+                cos = float(va @ vb) if va is not None and vb is not None else 0.0
+                if cos >= dedup_similarity:
+                    merge(a, b, f"same key {a.entry.key!r}, cosine {cos:.3f}")
+                elif a.entry.wing != b.entry.wing:
+                    for x, y in ((a, b), (b, a)):
+                        if y.entry.id not in x.conflicts_with:
+                            x.conflicts_with.append(y.entry.id)
+                        x.keep = True
+                    trace.conflicts.append(sorted([a.entry.id, b.entry.id]))
+    return [c for c in pool if c.entry.id not in dropped and c.entry.id in by_id]
+
+
+def _override_pair(a: Candidate, b: Candidate) -> bool:
+    return a.entry.overrides == b.entry.id or b.entry.overrides == a.entry.id
+
+
+def apply_overrides(pool: list[Candidate], trace: Trace) -> list[Candidate]:
+    """An explicit ``overrides`` hides the overridden entry; the trace says by which."""
+    by_id = {c.entry.id: c for c in pool}
+    hidden: set[str] = set()
+    for c in pool:
+        target = c.entry.overrides
+        if target and target in by_id and target != c.entry.id:
+            hidden.add(target)
+            c.hides.append(target)
+            t = by_id[target]
+            trace.drop(t.entry, "override", f"overridden by {c.entry.id} ({c.entry.wing})", t.score)
+    return [c for c in pool if c.entry.id not in hidden]
+
+
+def thresholds(pool: list[Candidate], trace: Trace, min_score: float | None, relative: float | None) -> list[Candidate]:
+    """Absolute floor, then the relative cut against the top hit (seed 003)."""
+    out = []
+    for c in pool:
+        if min_score is not None and not c.keep and c.profile_score < min_score:
+            trace.drop(c.entry, "threshold", f"score {c.profile_score:.3f} < min {min_score}", c.profile_score)
+        else:
+            out.append(c)
+    if relative is not None and out:
+        top = max(c.profile_score for c in out)
+        kept = []
+        for c in out:
+            if not c.keep and c.profile_score < top * relative:
+                trace.drop(
+                    c.entry, "relative", f"score {c.profile_score:.3f} < {relative} × top {top:.3f} = {top * relative:.3f}", c.profile_score
+                )
+            else:
+                kept.append(c)
+        out = kept
+    return out
+
+
+def authority_order(pool: list[Candidate]) -> list[Candidate]:
+    """Invariant → decision → pattern → note; score within (seed 004 §3)."""
+    return sorted(pool, key=lambda c: (c.authority, -c.score, c.entry.id))
+
+
+def cap(pool: list[Candidate], trace: Trace, limit: int) -> list[Candidate]:
+    """Keep ``limit`` results by score; mandatory invariants and conflict partners always stay."""
+    by_score = sorted(pool, key=lambda c: -c.score)
+    chosen: set[str] = set()
+    n = 0
+    for c in by_score:
+        if c.keep:
+            chosen.add(c.entry.id)
+    for c in by_score:
+        if c.entry.id in chosen:
+            continue
+        if n < limit:
+            chosen.add(c.entry.id)
+            n += 1
+        else:
+            trace.drop(c.entry, "cap", f"score rank beyond the cap of {limit}", c.score)
+    return [c for c in pool if c.entry.id in chosen]
+
+
+def flags_for(c: Candidate, active_wing: str | None) -> list[str]:
+    flags = []
+    if c.mandatory:
+        flags.append("mandatory")
+    if c.entry.status.value == "under_review":
+        flags.append("under_review")
+    if active_wing and c.entry.wing == active_wing:
+        flags.append("active_wing")
+    if c.conflicts_with:
+        flags.append("conflict")
+    return flags
+
+
+def describe(pool: list[Candidate]) -> list[dict[str, Any]]:
+    return [{"id": c.entry.id, "score": c.score} for c in pool]

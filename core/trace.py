@@ -1,0 +1,130 @@
+"""The retrieval trace: data produced by the pipeline that ranks, never recomputed beside it.
+
+Flags (DESIGN.md vocabulary): ``mandatory``, ``under_review``, ``active_wing``,
+``conflict``, ``summarised``, ``fallback``.
+Drop stages: ``status``, ``scope``, ``profile``, ``candidates``, ``threshold``,
+``relative``, ``dedup``, ``override``, ``cap``, ``budget``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from .models import Entry
+
+STAGES = ("parse", "embed", "vector", "lexical", "score", "rerank", "policy", "budget", "total")
+FORMULA = "memlens-score/v1: final = (w_relevance·relevance + w_recency·recency + w_salience·salience) × boost"
+
+
+class Components(BaseModel):
+    """Every number that went into a result's score, so a rank can be recomputed by hand."""
+
+    similarity: float | None = None
+    vector_rank: int | None = None
+    bm25: float | None = None
+    bm25_rank: int | None = None
+    similarity_norm: float = 0.0
+    bm25_norm: float = 0.0
+    relevance: float = 0.0
+    year_boost: float | None = None
+    summary: float | None = None
+    recency: float = 0.0
+    age_days: float = 0.0
+    salience: float = 0.0
+    boost: float = 1.0
+    rerank: float | None = None
+    rank_before_rerank: int | None = None
+    final: float = 0.0
+
+
+class Result(BaseModel):
+    entry: Entry
+    score: float
+    rank: int = 0
+    flags: list[str] = Field(default_factory=list)
+    components: Components = Field(default_factory=Components)
+    found_in: list[str] = Field(default_factory=list)
+    conflicts_with: list[str] = Field(default_factory=list)
+    hides: list[str] = Field(default_factory=list)
+    tokens: int | None = None
+    summary: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        rec = self.entry.to_record()
+        rec.update(
+            score=round(self.score, 6),
+            rank=self.rank,
+            flags=self.flags,
+            components=self.components.model_dump(),
+            found_in=self.found_in,
+            conflicts_with=self.conflicts_with,
+            hides=self.hides,
+            tokens=self.tokens,
+            summary=self.summary,
+        )
+        return rec
+
+    def flag(self, name: str) -> None:
+        if name not in self.flags:
+            self.flags.append(name)
+
+
+class Dropped(BaseModel):
+    id: str
+    stage: str
+    reason: str
+    detail: str = ""
+    score: float | None = None
+    wing: str | None = None
+
+
+class CacheInfo(BaseModel):
+    enabled: bool = True
+    key: str = ""
+    age_s: float | None = None
+    ttl_s: float = 0.0
+    invalidated_by: dict[str, Any] | None = None
+
+
+class Trace(BaseModel):
+    query: str
+    text: str
+    filters: dict[str, list[str]] = Field(default_factory=dict)
+    active_wing: str | None = None
+    user: str = "default"
+    profile: str = "memory"
+    profile_settings: dict[str, Any] = Field(default_factory=dict)
+    model: str = ""
+    formula: str = FORMULA
+    weights: dict[str, float] = Field(default_factory=dict)
+    fusion: dict[str, Any] = Field(default_factory=dict)
+    normalisation: dict[str, dict[str, list[float] | None]] = Field(default_factory=dict)
+    now: str = ""
+    cache_hit: bool = False
+    cache: CacheInfo = Field(default_factory=CacheInfo)
+    latency_ms: dict[str, float] = Field(default_factory=dict)
+    wings_searched: list[str] = Field(default_factory=list)
+    results_per_wing: dict[str, int] = Field(default_factory=dict)
+    counts: dict[str, int] = Field(default_factory=dict)
+    candidates: dict[str, int] = Field(default_factory=dict)
+    dropped: list[Dropped] = Field(default_factory=list)
+    conflicts: list[list[str]] = Field(default_factory=list)
+    rerank: dict[str, Any] = Field(default_factory=dict)
+    budget: dict[str, Any] | None = None
+    degraded: dict[str, Any] | None = None
+    notes: list[str] = Field(default_factory=list)
+
+    def drop(self, entry: Entry, stage: str, detail: str = "", score: float | None = None) -> None:
+        self.dropped.append(Dropped(id=entry.id, stage=stage, reason=stage, detail=detail, score=score, wing=entry.wing))
+
+
+class Bundle(BaseModel):
+    results: list[Result]
+    trace: Trace
+    context: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Exactly the ``search --json`` object of DESIGN.md."""
+        return {"results": [r.to_dict() for r in self.results], "trace": self.trace.model_dump(mode="json")}
