@@ -64,7 +64,7 @@ class RetrievalConfig(BaseModel):
     weights: dict[str, float] = Field(default_factory=dict, description="relevance / recency / salience")
     half_life_days: float = 30.0
     normalise: Literal["per_kind", "pool"] = "per_kind"
-    dedup_similarity: float = Field(0.95, description="same key and at least this cosine: one entry, not a conflict")
+    dedup_similarity: float = Field(0.90, description="same key and at least this cosine: one entry, not a conflict")
     user: str = "default"
 
 

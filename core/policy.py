@@ -55,6 +55,8 @@ def dedup_and_conflicts(
 
     def merge(winner: Candidate, loser: Candidate, why: str) -> None:
         dropped.add(loser.entry.id)
+        if not winner.found_in:
+            winner.found_in.append(winner.entry.wing)
         for w in [loser.entry.wing, *loser.found_in]:
             if w not in winner.found_in:
                 winner.found_in.append(w)

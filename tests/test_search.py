@@ -87,8 +87,11 @@ def test_every_result_has_all_components(demo_mem):
     keys = [(order[r.entry.type.value], -r.score) for r in b.results]
     assert keys == sorted(keys), "authority first, score within"
     assert b.trace.fusion["method"].startswith("minmax-weighted-sum")
-    lo, hi = b.trace.fusion["similarity_bounds"]
-    assert lo <= hi
+    # per-kind min-max bounds are in the trace, and each normalised value is recomputable from them
+    for r in b.results:
+        lo, hi = b.trace.normalisation[r.entry.kind.value]["similarity"]
+        if hi > lo:
+            assert r.components.similarity_norm == pytest.approx((r.components.similarity - lo) / (hi - lo))
 
 
 def test_capped_candidates_are_reported_as_dropped(demo_mem):

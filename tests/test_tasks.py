@@ -536,6 +536,7 @@ with Memory.open(path, settings=load_settings(), embedder=HashEmbedder()) as mem
     time.sleep(max(0.0, start - time.time()))
     for i in range(50):
         mem.tasks.complete(f"{prefix}-{i:02d}", f"{prefix} step {i}", validation_report={"tests": {"passed": i, "failed": 0}})
+        time.sleep(0.002)  # an agent does some work between completions; lets the writers interleave
 print("done")
 """
 
@@ -557,5 +558,9 @@ def test_two_processes_complete_concurrently_without_lost_writes(mem, store_path
     assert ids == {f"{p}-{i:02d}" for p in "ab" for i in range(50)}
     assert len([a for a in mem.audit(limit=1000) if a["action"] == "task.complete"]) == 100
     assert mem.tasks.generation() == 100
+    # the two writers really overlapped in time (their audit sequences interleave)
+    order = [a["entry_id"][0] for a in reversed(mem.audit(limit=1000)) if a["action"] == "task.complete"]
+    assert order.index("a") < len(order) - 1 - order[::-1].index("b")
+    assert order.index("b") < len(order) - 1 - order[::-1].index("a")
     # completion order interleaved or not, the window is a deterministic function of the store
     assert len(mem.tasks.window().tasks) == 5
