@@ -65,7 +65,7 @@ def _migration_1(dim: int) -> list[str]:
         )""",
         "CREATE INDEX entries_scope ON entries(wing, room, kind, type, status)",
         "CREATE INDEX entries_hash ON entries(content_hash, model)",
-        "CREATE INDEX entries_key ON entries(kind, key) WHERE key IS NOT NULL",
+        "CREATE INDEX entries_key ON entries(key, kind) WHERE key IS NOT NULL",
         """CREATE VIRTUAL TABLE entries_fts USING fts5(
             title, text, content='entries', content_rowid='rowid', tokenize='porter unicode61'
         )""",

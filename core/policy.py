@@ -45,7 +45,7 @@ def dedup_and_conflicts(
 
     Entries with the same content hash are the same memory. Entries with the
     same (kind, key) are the same memory when their vectors agree
-    (cosine >= ``dedup_similarity``). Otherwise, if they are in different wings
+    (cosine >= ``dedup_similarity``). Otherwise two entries sharing a key, if they are in different wings
     and neither overrides the other, they are a **conflict**: both are kept,
     flagged and listed in the trace.
     """
@@ -72,10 +72,11 @@ def dedup_and_conflicts(
         elif not _override_pair(first, c):
             merge(first, c, "same text")
 
-    groups: dict[tuple[str, str], list[Candidate]] = {}
+    # a key names one fact or rule: same kind and agreeing vectors is a duplicate, anything else a conflict
+    groups: dict[str, list[Candidate]] = {}
     for c in ordered:
         if c.entry.id not in dropped and c.entry.key:
-            groups.setdefault((c.entry.kind.value, c.entry.key), []).append(c)
+            groups.setdefault(c.entry.key, []).append(c)
     for members in groups.values():
         for i, a in enumerate(members):
             if a.entry.id in dropped:
@@ -85,7 +86,7 @@ def dedup_and_conflicts(
                     continue
                 va, vb = vectors.get(a.rowid), vectors.get(b.rowid)
                 cos = float(va @ vb) if va is not None and vb is not None else 0.0
-                if cos >= dedup_similarity:
+                if cos >= dedup_similarity and a.entry.kind == b.entry.kind:
                     merge(a, b, f"same key {a.entry.key!r}, cosine {cos:.3f}")
                 elif a.entry.wing != b.entry.wing:
                     for x, y in ((a, b), (b, a)):

@@ -318,7 +318,7 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
         mandatory = {r for (r,) in conn.execute(sql, margs)}
         extra += [r for r in mandatory if r not in pool]
     ids = [c.entry.id for c in pool.values()]
-    keys = {(c.entry.kind.value, c.entry.key) for c in pool.values() if c.entry.key}
+    keys = {c.entry.key for c in pool.values() if c.entry.key}
     if ids and text:
         swhere, sargs = plan.filters()
         cond = "".join(" AND " + w for w in swhere)
@@ -326,9 +326,9 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
             chunk = ids[i : i + 400]
             q = f"SELECT rowid FROM entries WHERE overrides IN ({','.join('?' * len(chunk))})" + cond
             extra += [r for (r,) in conn.execute(q, [*chunk, *sargs]) if r not in pool]
-        for kind, key in keys:
-            q = "SELECT rowid FROM entries WHERE kind = ? AND key = ?" + cond
-            extra += [r for (r,) in conn.execute(q, [kind, key, *sargs]) if r not in pool]
+        for key in keys:
+            q = "SELECT rowid FROM entries WHERE key = ?" + cond
+            extra += [r for (r,) in conn.execute(q, [key, *sargs]) if r not in pool]
     _load(mem, list(dict.fromkeys(extra)), pool)
     trace.candidates["pulled_in"] = len(set(extra))
     vectors: dict[int, np.ndarray] = {}

@@ -88,6 +88,8 @@ A JSON object; any other top-level key (a supervisor keeps plenty) is ignored::
   task, then a boolean ``passed`` or ``success`` in the validation report,
   decide it; otherwise a completed task counts as a success.
 * Unknown fields of a task or blocker are ignored and listed in the report.
+* An ``intent`` on a task without ``requires_context: true`` is not stored on the
+  (opaque) task; it is kept in the import's audit row.
 * A task id that is already stored is replaced (identical records are left
   alone, so importing the same file twice changes nothing). A blocker is the
   same blocker when task id and ``blocked_at`` match; it is then updated.
@@ -100,7 +102,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -831,13 +832,14 @@ class WorkingMemory:
         }
         with db.transaction(self.mem.conn, self.mem.path) as conn:
             last = None
-            for index, task in tasks:
+            for index, task, withheld in tasks:
                 row = conn.execute(f"SELECT {_TASK_COLS} FROM tasks WHERE task_id = ?", (task.task_id,)).fetchone()
                 if row is not None and _row_to_task(row).to_record() == task.to_record():
                     report["tasks_unchanged"] += 1
                     continue
                 report["tasks_replaced" if row else "tasks_imported"] += 1
-                last = self._put_task(conn, task, "task.import", {"source": name, "item": index})
+                detail = {"source": name, "item": index, **({"intent": withheld} if withheld else {})}
+                last = self._put_task(conn, task, "task.import", detail)
             for index, b in blockers:
                 row = conn.execute(
                     f"SELECT id, {_BLOCKER_COLS} FROM blockers WHERE task_id = ? AND blocked_at = ?",
@@ -959,8 +961,14 @@ def _pick(item: Mapping[str, Any], *names: str) -> Any:
     return None
 
 
-def parse_state(obj: Any, name: str = "state") -> tuple[list[tuple[str, Task]], list[tuple[str, Blocker]], dict[str, Any]]:
-    """Validate a whole state object: (tasks, blockers, info), each item with its location."""
+def parse_state(
+    obj: Any, name: str = "state"
+) -> tuple[list[tuple[str, Task, str | None]], list[tuple[str, Blocker]], dict[str, Any]]:
+    """Validate a whole state object: (tasks, blockers, info), each item with its location.
+
+    Tasks come as (location, task, intent withheld from an opaque task or None),
+    oldest first; blockers as (location, blocker), oldest first.
+    """
     if not isinstance(obj, dict):
         raise ValidationError(f"{name}: expected a JSON object with completed_tasks, got {_kind(obj)}")
     known = [k for k in ("completed_tasks", "blocked_tasks", "blockers") if k in obj]
@@ -974,7 +982,7 @@ def parse_state(obj: Any, name: str = "state") -> tuple[list[tuple[str, Task]], 
         raw_tasks = []
     if not isinstance(raw_tasks, list):
         raise ValidationError(f"{name}: completed_tasks must be a list, got {_kind(raw_tasks)}")
-    tasks: list[tuple[int, str, Task]] = []
+    tasks: list[tuple[int, str, Task, str | None]] = []
     seen: dict[str, str] = {}
     for i, item in enumerate(raw_tasks):
         where = f"completed_tasks[{i}]"
@@ -1005,7 +1013,8 @@ def parse_state(obj: Any, name: str = "state") -> tuple[list[tuple[str, Task]], 
         if task.task_id in seen:
             raise ValidationError(f"{name}: {where}: duplicate task_id {task.task_id!r} (also at {seen[task.task_id]})")
         seen[task.task_id] = where
-        tasks.append((i, where, task))
+        withheld = None if task.requires_context or not isinstance(item.get("intent"), str) else item["intent"].strip() or None
+        tasks.append((i, where, task, withheld))
 
     blockers: list[tuple[int, str, Blocker]] = []
     seen_b: dict[tuple[str, datetime], str] = {}
@@ -1057,7 +1066,7 @@ def parse_state(obj: Any, name: str = "state") -> tuple[list[tuple[str, Task]], 
     tasks.sort(key=lambda t: (t[2].completed_at, t[0]))
     blockers.sort(key=lambda b: (b[2].blocked_at, b[0]))
     info = {"backfilled": backfilled, "ignored_fields": sorted(ignored)}
-    return [(w, t) for _, w, t in tasks], [(w, b) for _, w, b in blockers], info
+    return [(w, t, x) for _, w, t, x in tasks], [(w, b) for _, w, b in blockers], info
 
 
 def demo_tasks_file() -> Path:

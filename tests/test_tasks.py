@@ -300,7 +300,7 @@ LEGACY = {
     "completed_tasks": [
         {"task_id": "task-001", "completed_at": "2026-01-10T08:00:00Z", "validation_report": {"passed": True}},
         {"task_id": "task-002", "completed_at": "2026-01-10T09:00:00", "validation_report": {"passed": False, "tests": {"passed": 1, "failed": 3}}},
-        {"id": "task-003", "completed_at": "2026-01-10T10:00:00Z", "legacy_note": "kept?"},
+        {"id": "task-003", "completed_at": "2026-01-10T10:00:00Z", "legacy_note": "kept?", "intent": "Tune QoS"},
     ],
     "blocked_tasks": {"task-004": {"reason": "needs a GPU", "blocked_at": "2026-01-10T07:00:00Z"}},
     "blockers": [{"task_id": "task-005", "blocked_at": "2026-01-09T07:00:00Z", "resolved_at": "2026-01-09T09:00:00Z"}],
@@ -335,6 +335,7 @@ def test_legacy_state_without_new_fields_loads_as_opaque_tasks(mem, tmp_path):
         - task-004: "needs a GPU" (blocked: 2026-01-10T07:00Z)"""
     )
     assert {a["action"] for a in mem.audit(limit=100)} == {"task.import"}
+    assert mem.audit("task-003")[0]["detail"] == {"source": str(src), "item": "completed_tasks[2]", "intent": "Tune QoS"}
     # importing the same file again changes nothing at all
     before = wm_snapshot(mem.path)
     rep2 = mem.tasks.import_state(src)
