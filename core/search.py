@@ -179,12 +179,13 @@ def search(
     t = time.perf_counter()
     pool = policy.dedup_and_conflicts(pool, vectors, trace, s.retrieval.dedup_similarity)
     pool = policy.apply_overrides(pool, trace)
+    scored = {c.entry.id: c for c in pool}
     if plan.parsed.text:
         pool = policy.thresholds(pool, trace, plan.profile.min_score, plan.profile.relative)
     if plan.profile.recent_turns:
         pool = _merge_recent_turns(mem, plan, pool, trace, now)
     if not pool and plan.profile.fallback == "personal_facts" and plan.parsed.text:
-        pool = _personal_fallback(mem, plan, trace)
+        pool = _personal_fallback(mem, plan, trace, scored)
     lat["policy"] = _ms(t)
 
     t = time.perf_counter()
@@ -464,7 +465,7 @@ def _merge_recent_turns(mem: Memory, plan: _Plan, pool: list[Candidate], trace: 
     return merged
 
 
-def _personal_fallback(mem: Memory, plan: _Plan, trace: Trace) -> list[Candidate]:
+def _personal_fallback(mem: Memory, plan: _Plan, trace: Trace, scored: dict[str, Candidate]) -> list[Candidate]:
     """Seed 003 personal: nothing passed, so expose the stored personal facts with score 1.0."""
     where, args = plan.filters()
     sql = f"{_SELECT}" + (" WHERE " + " AND ".join(where) if where else "")
@@ -474,6 +475,8 @@ def _personal_fallback(mem: Memory, plan: _Plan, trace: Trace) -> list[Candidate
     out = []
     for r in mem.conn.execute(sql, [*args, plan.limit]).fetchall():
         c = Candidate(rowid=r[0], entry=row_to_entry(r[2:]), content_hash=r[1], source="fallback")
+        if c.entry.id in scored:  # keep the measured components; only the score is the seed's synthetic 1.0
+            c.comps = scored[c.entry.id].comps.model_copy()
         c.comps.final = c.comps.relevance = 1.0
         c.comps.salience = c.entry.salience
         c.profile_score = 1.0

@@ -270,17 +270,53 @@ def build_store(path: Path, jsonl: Path, embedder: FixedEmbedder) -> dict[str, A
     }
 
 
-def knn_sql(wings: list[str] | None) -> tuple[str, list[str]]:
-    """The vec0 KNN statement exactly as ``memlens.search`` builds it for a text query
-    with a wing scope (or none) and the default status filter."""
-    statuses = ["active", "under_review"]
-    where, args = [], []
-    if wings:
-        where.append(f"wing IN ({','.join('?' * len(wings))})")
-        args += wings
-    where.append(f"status IN ({','.join('?' * len(statuses))})")
-    args += statuses
-    return "SELECT rowid, distance FROM entries_vec WHERE embedding MATCH ? AND k = ? AND " + " AND ".join(where), args
+KNN_PREFIX = "SELECT rowid, distance FROM entries_vec WHERE embedding MATCH ? AND k = ?"
+
+
+def knn_sql(mem: Any, query: str, wings: list[str] | None) -> tuple[str, list[Any], str]:
+    """The vec0 KNN statement as ``memlens.search`` builds it for this query and scope.
+
+    The filters come from the engine's own query plan when it exposes one (so the
+    statement follows the engine as it changes); otherwise from the documented
+    default shape: ``wing IN (...)`` for a scope, then the default status filter.
+    ``verify_knn_sql`` checks the result against what the engine really executes.
+    """
+    try:
+        from memlens.search import _Plan  # private: used only to mirror the engine exactly
+
+        where, args = _Plan(mem, query, None, wings, K, "memory", None, None, None).filters()
+        source = "memlens.search._Plan.filters()"
+    except Exception:  # an engine without that plan object
+        where, args = [], []
+        if wings:
+            where.append(f"wing IN ({','.join('?' * len(wings))})")
+            args += wings
+        where.append("status IN (?,?)")
+        args += ["active", "under_review"]
+        source = "default shape (wing IN ..., status IN ('active','under_review'))"
+    return KNN_PREFIX + "".join(" AND " + w for w in where), list(args), source
+
+
+def verify_knn_sql(mem: Any, query: str, wings: list[str] | None, sql: str, args: list[Any], k: int) -> dict[str, Any]:
+    """Run the engine once and our statement once under SQLite's trace hook; the
+    expanded statements (values inlined) must be identical."""
+    conn = mem.conn
+    seen: list[str] = []
+    conn.set_trace_callback(seen.append)
+    try:
+        mem.search(query, wings=wings, k=K)
+        engine = [x for x in seen if "FROM entries_vec WHERE embedding MATCH" in x]
+        seen.clear()
+        conn.execute(sql, [FixedEmbedder(mem.model_id).embed([query])[0].astype("<f4").tobytes(), k, *args]).fetchall()
+        ours = [x for x in seen if "FROM entries_vec WHERE embedding MATCH" in x]
+    finally:
+        conn.set_trace_callback(None)
+    elide = lambda x: re.sub(r"x'[0-9a-fA-F]{64,}'", "x'…'", x)  # noqa: E731
+    return {
+        "identical": bool(engine) and engine[:1] == ours[:1],
+        "engine_statement": elide(engine[0]) if engine else None,
+        "engine_knn_statements_per_search": len(engine),
+    }
 
 
 def search_case(
@@ -298,11 +334,14 @@ def search_case(
     from threadpoolctl import threadpool_limits
 
     from memlens.query import parse
-    from memlens.search import STAGES
+    from memlens.trace import STAGES
 
     conn = mem.conn
     n_cand = max(mem.settings.search.candidates, K * 3)  # what search() passes as k
-    sql, tail = knn_sql(wings)
+    sql, tail, sql_source = knn_sql(mem, warmup[0], wings)
+    check = verify_knn_sql(mem, warmup[0], wings, sql, tail, n_cand)
+    if not check["identical"]:
+        log(f"    WARNING: the raw KNN statement differs from the engine's: {check['engine_statement']}")
     if wings:
         subset = np.flatnonzero(np.isin(ds.wing_of[:n], [WINGS.index(w) for w in wings])).astype(np.int64)
         selector = faiss.IDSelectorBatch(subset)
@@ -360,6 +399,9 @@ def search_case(
         "queries": len(queries),
         "warmup_queries": len(warmup),
         "sql": sql,
+        "sql_args_after_vector_and_k": tail,
+        "sql_from": sql_source,
+        "sql_check": check,
         "latency": {m: summary(v) for m, v in times.items()},
         "trace_latency_ms_p50": {s: round(float(np.median([st.get(s, 0.0) for st in stages])), 3) for s in STAGES},
         "cache_hits": cache_hits,
@@ -715,7 +757,10 @@ def render_table(res: dict[str, Any], plan: Plan) -> str:
         "Latencies are p50 / p95. The references use the same vectors on one thread (faiss `IndexFlatIP` with "
         "`omp_set_num_threads(1)`, numpy `matrix @ q` + `argpartition` with one BLAS thread). In the scoped case "
         "faiss gets the same filter (`IDSelectorBatch`) and numpy gets the same rows. Ratios are engine p50 / "
-        "reference p50. *raw KNN* is the vec0 statement that `search` issues, run alone.",
+        "reference p50. *raw KNN* is the vec0 statement that `search` issues, run alone"
+        + (" (checked identical to the engine's through SQLite's trace hook)." if all(
+            c["sql_check"]["identical"] for n in res.get("search", {}).values() for c in n.values() if isinstance(c, dict)
+        ) else " (**differs** from the engine's; see `sql_check` in the JSON)."),
         "",
         "| What | Measured | Reference | Ratio | Target | Result |",
         "|---|---|---|---|---|---|",
@@ -794,19 +839,23 @@ def render_table(res: dict[str, Any], plan: Plan) -> str:
     if res.get("search"):
         lines += [
             "",
-            "Where `mem.search` spends its time (p50 of each stage of `trace.latency_ms`, ms; *wall* is the p50 measured around the call):",
+            "Where `mem.search` spends its time (p50 of each stage of `trace.latency_ms`, ms; *wall* is the p50 "
+            "measured around the call, so *wall − total* is what happens after the trace is closed):",
             "",
-            "| Case | parse | embed | vector | lexical | score | total | wall |",
-            "|---|---|---|---|---|---|---|---|",
         ]
-        for n in sorted((int(k) for k in res["search"]), reverse=True):
-            for case in ("scoped", "unscoped"):
-                c = res["search"][str(n)].get(case)
-                if not c:
-                    continue
-                st = c["trace_latency_ms_p50"]
-                cells = " | ".join(f"{st[s]:.1f}" for s in ("parse", "embed", "vector", "lexical", "score", "total"))
-                lines.append(f"| {_n(n)} {case} | {cells} | {c['latency']['pipeline']['p50_ms']:.1f} |")
+        cases = [(n, case, res["search"][str(n)][case]) for n in sorted((int(k) for k in res["search"]), reverse=True)
+                 for case in ("scoped", "unscoped") if case in res["search"][str(n)]]
+        stages = [st for st in cases[0][2]["trace_latency_ms_p50"] if st != "total"
+                  and any(c["trace_latency_ms_p50"].get(st, 0) >= 0.05 for _, _, c in cases)]  # fmt: skip
+        lines += [
+            "| Case | " + " | ".join(stages) + " | total | wall | wall − total |",
+            "|---" * (len(stages) + 4) + "|",
+        ]
+        for n, case, c in cases:
+            st = c["trace_latency_ms_p50"]
+            wall = c["latency"]["pipeline"]["p50_ms"]
+            cells = " | ".join(f"{st.get(x, 0.0):.1f}" for x in stages)
+            lines.append(f"| {_n(n)} {case} | {cells} | {st['total']:.1f} | {wall:.1f} | {wall - st['total']:.1f} |")
         lines += [
             "",
             "The search figures use a fixed stand-in embedder (a seeded random vector per query, ~0.3 ms), so "
