@@ -144,7 +144,7 @@ def search(
     wings_searched = plan.scope if plan.scope is not None else mem.wings()
     key = cache_key(plan.text_query, plan.user, plan.scope, {**plan.cache_params(mem), "workspace": workspace})
     cache_info = None
-    if use_cache and s.cache.enabled and now is None:
+    if use_cache and s.cache.enabled:
         gens = mem.generations(wings_searched if plan.scope is not None else None)
         hit, cache_info = mem.cache.get(key, gens, mem.describe_write)
         if hit is not None:

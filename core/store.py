@@ -104,8 +104,10 @@ class Memory:
             )
             try:
                 if db.schema_version(conn) < db.SCHEMA_VERSION:
+                    self._pending = conn
                     db.migrate(conn, self.path, self._dim_for_new_store())
-                    self._init_meta(conn)
+                    if conn.execute("SELECT 1 FROM store_meta WHERE key = 'model'").fetchone() is None:
+                        self._init_meta(conn)
                 else:
                     db.migrate(conn, self.path, 0)  # refuses newer schemas
             except BaseException:
@@ -117,7 +119,12 @@ class Memory:
         return conn
 
     def _dim_for_new_store(self) -> int:
-        return self.embedder.dim
+        """The vector size for migrations: the store's own record, else the model's (a new store)."""
+        try:
+            row = self._pending.execute("SELECT value FROM store_meta WHERE key = 'dim'").fetchone()
+        except Exception:
+            row = None
+        return int(row[0]) if row else self.embedder.dim
 
     def _init_meta(self, conn: Any) -> None:
         with db.transaction(conn, self.path):
