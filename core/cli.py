@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("tui", help="open the terminal app")
     _store_arg(s)
     s.add_argument("--demo", action="store_true", help="load the demo memory if the store is empty")
+    s.add_argument("--active-wing", metavar="W", help="the wing the app starts in (default: the largest project wing)")
 
     s = sub.add_parser("add", help="add one entry")
     _store_arg(s)
@@ -381,7 +382,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_tui(args: argparse.Namespace) -> int:
-    return cmd_demo(args)
+    try:
+        from memlens.tui.app import run_app
+    except ImportError as exc:  # the engine works without the app's dependencies
+        raise MemlensError(f"the terminal app needs textual ({exc}); pip install 'textual'") from None
+    return run_app(args.store, demo=getattr(args, "demo", False), active_wing=getattr(args, "active_wing", None))
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

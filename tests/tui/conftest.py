@@ -1,0 +1,103 @@
+"""Deterministic app fixtures for snapshot and pilot tests.
+
+Fixed terminal size (per test), fixed clock, pinned theme, no cursor blink,
+workers awaited, and the only run-dependent numbers (latencies, cache age,
+write timestamps) pinned by a ``bundle_filter`` at the service edge. The
+engine, the store and the model are the real ones.
+"""
+
+from __future__ import annotations
+
+import shutil
+from datetime import datetime, timezone
+
+import pytest
+
+FIXED_NOW = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
+PINNED_MS = {"parse": 0.2, "embed": 4.1, "vector": 2.3, "lexical": 1.8, "score": 0.6, "rerank": 0.0, "policy": 0.5,
+             "budget": 0.0, "total": 9.5}
+
+
+def pin_bundle(bundle):
+    t = bundle.trace
+    t.latency_ms = {k: (PINNED_MS.get(k, 0.0) if not t.cache_hit or k == "total" else 0.0) for k in t.latency_ms}
+    if t.cache_hit:
+        t.latency_ms["total"] = 0.3
+    if t.cache.age_s is not None:
+        t.cache.age_s = 12.0
+    if t.cache.invalidated_by and "ts" in t.cache.invalidated_by:
+        t.cache.invalidated_by = {**t.cache.invalidated_by, "ts": "2026-11-20T11:59:58Z", "seq": 0}
+    t.now = "2026-11-20T12:00:00Z"
+    return bundle
+
+
+@pytest.fixture(scope="session")
+def tui_demo_store(tmp_path_factory, settings, real_embedder):
+    """Demo entries and the demo task history, imported once."""
+    from memlens import Memory
+    from memlens.tasks import load_demo
+
+    from ..conftest import DEMO
+
+    path = tmp_path_factory.mktemp("tui") / "demo.db"
+    with Memory.open(path, settings=settings, embedder=real_embedder) as m:
+        m.import_jsonl(DEMO)
+        load_demo(m)
+    return path
+
+
+@pytest.fixture
+def snap_dir(request):
+    """A per-test folder whose path is the same on every run (paths show up on screen)."""
+    import re
+    import tempfile
+    from pathlib import Path
+
+    d = Path(tempfile.gettempdir()) / "memlens-tui" / re.sub(r"[^\w.-]", "_", request.node.name)
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def make_app(tui_demo_store, snap_dir, settings, real_embedder):
+    """``make_app(empty=False, **app_kwargs)`` → a MemlensApp on a private copy of the demo store."""
+    from memlens.tui.app import create_app
+
+    tmp_path = snap_dir
+    made = []
+
+    def make(*, empty: bool = False, store=None, **kwargs):
+        path = store or tmp_path / "app.db"
+        if store is None and not empty:
+            shutil.copy(tui_demo_store, path)
+        kwargs.setdefault("watch", False)
+        kwargs.setdefault("cursor_blink", False)
+        kwargs.setdefault("active_wing", "lifecore_ros2")
+        app = create_app(path, settings=settings, embedder=real_embedder, now=lambda: FIXED_NOW,
+                         bundle_filter=pin_bundle, **kwargs)
+        app.theme = "textual-dark"
+        made.append(app)
+        return app
+
+    return make
+
+
+async def settle(pilot, rounds: int = 6) -> None:
+    """Let timers fire and every worker finish, several times over (work begets work)."""
+    for _ in range(rounds):
+        await pilot.pause(0.05)
+        await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+async def search(pilot, query: str) -> None:
+    """Type a query the way a user does and wait for its results."""
+    main = pilot.app.main
+    main.query_one("#query").value = query
+    await settle(pilot)
+    from memlens.tui.screens.main import DEBOUNCE_S
+
+    await pilot.pause(DEBOUNCE_S + 0.1)
+    await settle(pilot)

@@ -1,0 +1,105 @@
+"""Snapshots of the main screen and its important states (look at snapshot_report.html before --snapshot-update)."""
+
+from __future__ import annotations
+
+import threading
+
+from .conftest import search, settle
+
+SIZE = (120, 40)
+
+
+def test_empty_store_offers_the_demo(make_app, snap_compare):
+    app = make_app(empty=True)
+
+    async def run_before(pilot):
+        await settle(pilot)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_demo_main_screen(make_app, snap_compare):
+    async def run_before(pilot):
+        await settle(pilot)
+
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=run_before)
+
+
+def test_results_with_trace(make_app, snap_compare):
+    async def run_before(pilot):
+        await search(pilot, "callbacks blocking")
+
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=run_before)
+
+
+def test_trace_of_a_conflicting_result(make_app, snap_compare):
+    async def run_before(pilot):
+        await search(pilot, "wing=lifecore_ros2|ros2 ReentrantCallbackGroup service calls")
+        table = pilot.app.main.query_one("#results")
+        table.focus()
+        ids = [r.entry.id for r in pilot.app.main.bundle.results]
+        table.move_cursor(row=ids.index("ros2-arch-007"))
+        await settle(pilot)
+
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=run_before)
+
+
+def test_dropped_candidates_shown(make_app, snap_compare):
+    async def run_before(pilot):
+        await search(pilot, "publisher QoS depth wing=lifecore_ros2|ros2")
+        pilot.app.main.query_one("#results").focus()
+        await pilot.press("d")
+        await settle(pilot)
+
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=run_before)
+
+
+def test_invalid_query_is_refused_inline(make_app, snap_compare):
+    async def run_before(pilot):
+        await search(pilot, "wings=ros2 callbacks")
+
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=run_before)
+
+
+def test_stale_results_after_an_outside_write(make_app, snap_compare, tmp_path):
+    from memlens import Memory
+
+    app = make_app(watch=True, poll_interval=0.2)
+
+    async def run_before(pilot):
+        await search(pilot, "callbacks blocking")
+        # another process's connection writes to the active wing
+        with Memory.open(app.lens.store_path, embedder=app.lens.mem.embedder) as other:
+            other.add("Timer callbacks finish within 10 ms.", wing="lifecore_ros2", id="agent-001", type="invariant")
+            other.tasks.block("task-999", "waiting for the lidar driver fix", blocked_at="2026-11-20T11:00:00Z")
+        await pilot.pause(0.6)
+        await settle(pilot)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_model_loading(make_app, snap_compare):
+    app = make_app()
+    gate = threading.Event()
+    real_load = app.lens.load_model
+
+    def slow_load():
+        gate.wait(10)
+        return real_load()
+
+    app.lens.load_model = slow_load
+
+    async def run_before(pilot):
+        await pilot.pause(0.2)
+
+    try:
+        assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+    finally:
+        gate.set()
+
+
+def test_usable_at_80x24(make_app, snap_compare):
+    async def run_before(pilot):
+        await search(pilot, "callbacks blocking")
+
+    assert snap_compare(make_app(), terminal_size=(80, 24), run_before=run_before)

@@ -1,0 +1,201 @@
+"""``MemlensApp``: the Textual app over the memlens engine.
+
+The first frame never waits for the model: the store opens fast (no model),
+the embedding model loads in a thread worker while the header says so, and a
+search typed meanwhile simply waits on the engine thread.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding
+
+from memlens.errors import MemlensError
+
+from .commands import MemlensCommands
+from .messages import ModelFailed, ModelReady, StoreChanged, WorkingMemoryLoaded
+from .screens.main import MainScreen
+from .service import WATCHED, Lens
+
+
+class MemlensApp(App[None]):
+    CSS_PATH = "app.tcss"
+    TITLE = "memlens"
+    COMMANDS = App.COMMANDS | {MemlensCommands}
+    BINDINGS = [Binding("q", "quit", "Quit", id="app.quit", tooltip="Quit memlens")]
+
+    def __init__(self, lens: Lens, *, demo: bool = False, poll_interval: float = 1.0, watch: bool = True,
+                 cursor_blink: bool = True) -> None:
+        super().__init__()
+        self.lens = lens
+        self.cursor_blink = cursor_blink
+        """False in snapshot tests: every Input the app makes reads this."""
+        self.demo = demo
+        self.poll_interval = poll_interval
+        self.watch = watch
+        self.model_status = "loading…"
+        self._generations: dict[str, int] | None = None
+        self.main: MainScreen | None = None
+
+    # -- start-up ---------------------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        self.main = MainScreen()
+        self.push_screen(self.main)
+        self._update_title()
+        self.load_model()
+        self.refresh_store()
+        if self.watch:
+            self.set_interval(self.poll_interval, self.poll_store)
+
+    def _update_title(self) -> None:
+        wing = self.lens.active_wing or "—"
+        path = str(self.lens.store_path)
+        home = str(Path.home())
+        path = "~" + path[len(home):] if path.startswith(home + "/") else path
+        self.sub_title = f"wing {wing} · model {self.model_status} · {path}"
+
+    @work(thread=True, group="model", exit_on_error=False)
+    def load_model(self) -> None:
+        try:
+            self.post_message(ModelReady(self.lens.load_model()))
+        except MemlensError as exc:
+            self.post_message(ModelFailed(str(exc)))
+
+    def on_model_ready(self, message: ModelReady) -> None:
+        self.model_status = f"ready ({message.model_id.split('@')[0]})"
+        self._update_title()
+
+    def on_model_failed(self, message: ModelFailed) -> None:
+        self.model_status = "unavailable"
+        self._update_title()
+        self.notify(message.error, title="Embedding model", severity="error", timeout=15)
+
+    @work(thread=True, group="store", exit_on_error=False)
+    def refresh_store(self, first: bool = True) -> None:
+        """Counts, completion values and the working memory; on an empty store offer the demo."""
+        count = self.lens.count()
+        wings, rooms = self.lens.wings(), self.lens.rooms()
+        window = self.lens.window()
+        self.call_from_thread(self._apply_store, count, wings, rooms, first)
+        self.post_message(WorkingMemoryLoaded(window))
+
+    def _apply_store(self, count: int, wings: list[str], rooms: list[str], first: bool) -> None:
+        if self.main is not None:
+            self.main.set_known(wings, rooms)
+        if first and count == 0:
+            if self.demo:
+                self.load_demo()
+            else:
+                from .screens.first_run import FirstRunScreen
+
+                self.push_screen(FirstRunScreen(str(self.lens.store_path)), self._first_run_done)
+
+    def _first_run_done(self, load: bool | None) -> None:
+        if load:
+            self.load_demo()
+
+    @work(thread=True, group="store", exit_on_error=False)
+    def load_demo(self) -> None:
+        try:
+            report = self.lens.load_demo()
+        except MemlensError as exc:
+            self.call_from_thread(self.notify, str(exc), title="Demo memory", severity="error")
+            return
+        self.call_from_thread(self.notify, f"Loaded {report['imported']} entries and the task history.", title="Demo memory")
+        self.call_from_thread(self._after_demo)
+
+    def _after_demo(self) -> None:
+        self._update_title()
+        self.refresh_store(first=False)
+        if self.main is not None:
+            self.main.query_one("#query").value = "callbacks blocking"  # type: ignore[attr-defined]
+
+    def on_working_memory_loaded(self, message: WorkingMemoryLoaded) -> None:
+        if self.main is not None:
+            self.main.query_one("#wm").show(message.window, self.lens.now())  # type: ignore[attr-defined]
+
+    # -- live store -------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="poll", exit_on_error=False)
+    def poll_store(self) -> None:
+        gens = self.lens.generations()
+        previous, self._generations = self._generations, gens
+        if previous is None or gens == previous:
+            return
+        changed = sorted(w for w in set(gens) | set(previous) if gens.get(w) != previous.get(w))
+        write = self.lens.describe_write([w for w in changed if w != WATCHED] or changed)
+        self.post_message(StoreChanged(changed, write, gens))
+
+    def on_store_changed(self, message: StoreChanged) -> None:
+        self.refresh_store(first=False)
+        if self.main is not None:
+            wings = [w for w in message.wings if w != WATCHED]
+            if wings:
+                self.main.mark_stale(message.write, wings)
+
+    # -- navigation used by the screens and the command palette ---------------------------
+
+    def open_entry(self, entry_id: str | None) -> None:
+        from .screens.entry import EntryScreen
+
+        self.push_screen(EntryScreen(entry_id))
+
+    def why_not(self, query: str) -> None:
+        from .screens.why_not import WhyNotScreen
+
+        self.push_screen(WhyNotScreen(query))
+
+    def context_preview(self, query: str) -> None:
+        from .screens.context import ContextScreen
+
+        self.push_screen(ContextScreen(query))
+
+    def open_shell(self) -> None:
+        from .screens.shell import ShellScreen
+
+        self.push_screen(ShellScreen())
+
+    def open_metrics(self) -> None:
+        from .screens.metrics import MetricsScreen
+
+        self.push_screen(MetricsScreen())
+
+    def next_wing(self) -> None:
+        wings = [w for w in (self.main.known_wings if self.main and hasattr(self.main, "known_wings") else []) if w != "_global"]
+        if not wings:
+            return
+        current = self.lens.active_wing
+        self.lens.active_wing = wings[(wings.index(current) + 1) % len(wings)] if current in wings else wings[0]
+        self._update_title()
+        self.notify(f"Active wing: {self.lens.active_wing}", timeout=2)
+        if self.main is not None:
+            self.main.action_rerun()
+
+    def on_unmount(self) -> None:
+        self.lens.close()
+
+
+def run_app(store: str | Path | None, *, demo: bool = False, active_wing: str | None = None) -> int:
+    """Entry point for ``memlens`` / ``memlens tui``."""
+    from memlens import Memory
+
+    mem = Memory.open(store)
+    app = MemlensApp(Lens(mem, active_wing=active_wing), demo=demo)
+    app.run()
+    return 0
+
+
+def create_app(store: str | Path, **kwargs: Any) -> MemlensApp:
+    """One factory for tests, screenshots and benchmarks."""
+    from memlens import Memory
+
+    lens_kwargs = {k: kwargs.pop(k) for k in ("active_wing", "now", "bundle_filter") if k in kwargs}
+    embedder = kwargs.pop("embedder", None)
+    settings = kwargs.pop("settings", None)
+    mem = Memory.open(store, embedder=embedder, settings=settings)
+    return MemlensApp(Lens(mem, **lens_kwargs), **kwargs)

@@ -1,0 +1,44 @@
+"""Command palette provider: the app's actions, searchable (ctrl+p)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+ACTIONS = (
+    ("Search: focus the scoped query", "focus_search", "Type a scoped query"),
+    ("Search: re-run the current query", "rerun", "Fresh results; shows cache provenance"),
+    ("Trace: show or hide dropped candidates", "toggle_dropped", "Every dropped candidate with stage and reason"),
+    ("Why not? Pick an entry and see where it was dropped", "why_not", "The exact stage that dropped an entry"),
+    ("Context preview: what the agent receives", "context", "Budgeted markdown; kept, summarised and dropped"),
+    ("Assistant shell", "shell", "Type as the agent's user would; /memory, :deprecate, :task …"),
+    ("Retrieval metrics", "metrics", "p50/p95 per stage, cache hit rate"),
+    ("Entry: open the selected entry", "open_entry", "Full text, metadata, audit history; edit"),
+    ("Entry: create a new entry", "new_entry", "Add an entry to a wing"),
+    ("Wing: switch the active wing", "next_wing", "Cycle through the store's project wings"),
+    ("Help for the focused pane", "help", "F1"),
+)
+
+
+class MemlensCommands(Provider):
+    """Commands act on the main screen, whatever screen the palette was opened from."""
+
+    def _run(self, action: str) -> None:
+        main = getattr(self.app, "main", None)
+        if main is None:
+            return
+        if self.app.screen is not main:
+            self.app.pop_screen()
+        getattr(main, f"action_{action}")()
+
+    async def discover(self) -> Hits:
+        for title, action, help_text in ACTIONS:
+            yield DiscoveryHit(title, partial(self._run, action), help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for title, action, help_text in ACTIONS:
+            score = matcher.match(title)
+            if score > 0:
+                yield Hit(score, matcher.highlight(title), partial(self._run, action), help=help_text)

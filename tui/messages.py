@@ -1,0 +1,46 @@
+"""Typed messages posted by thread workers (``post_message`` is thread-safe)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from textual.message import Message
+
+from memlens.trace import Bundle
+
+
+@dataclass
+class SearchDone(Message):
+    query: str
+    bundle: Bundle
+
+
+@dataclass
+class SearchFailed(Message):
+    query: str
+    error: str
+
+
+@dataclass
+class ModelReady(Message):
+    model_id: str
+
+
+@dataclass
+class ModelFailed(Message):
+    error: str
+
+
+@dataclass
+class StoreChanged(Message):
+    """Another process (or this one) wrote: ``wings`` whose generation moved, ``write`` the latest."""
+
+    wings: list[str]
+    write: dict[str, Any] | None = None
+    generations: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class WorkingMemoryLoaded(Message):
+    window: Any

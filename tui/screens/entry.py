@@ -1,0 +1,364 @@
+"""The entry screen: read, edit, deprecate, create and delete one entry (curation offline).
+
+Every write goes through ``Lens`` in a thread worker (a new text or title is
+re-embedded by the engine, which takes a while), and the engine's own
+ValidationError is the only judge of a bad edit: it is shown next to the form
+and nothing is written. After a write the main screen re-runs its query, so
+its trace shows the cache miss caused by exactly this write.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, Label, Select, Static, TextArea
+from textual.worker import Worker, WorkerState
+
+from memlens.errors import MemlensError
+from memlens.models import KINDS, STATUSES, TYPES, Entry, parse_ts
+
+from ..widgets.bars import TYPE_STYLE, age, bar
+
+INPUTS = ("title", "wing", "room", "key", "overrides", "salience")
+SELECTS = {"kind": KINDS, "type": TYPES, "status": STATUSES}
+STATUS_STYLE = {"active": "green", "under_review": "bold yellow", "deprecated": "bold red"}
+ACTION_STYLE = {"add": "green", "import": "green", "update": "yellow", "delete": "bold red"}
+HIDDEN_DIFF = {"updated_at", "created_at"}
+
+
+def form_values(entry: Entry | None, wing: str | None) -> dict[str, str]:
+    """The form as strings: comparing two of these says whether anything was edited."""
+    if entry is None:
+        return {"title": "", "wing": wing or "", "room": "", "key": "", "overrides": "", "salience": "0.5",
+                "kind": "fact", "type": "note", "status": "active", "text": ""}
+    return {"title": entry.title, "wing": entry.wing, "room": entry.room, "key": entry.key or "",
+            "overrides": entry.overrides or "", "salience": f"{entry.salience:g}", "kind": entry.kind.value,
+            "type": entry.type.value, "status": entry.status.value, "text": entry.text}
+
+
+def _when(ts: Any, now: datetime) -> str:
+    t = parse_ts(ts)
+    return f"{t:%Y-%m-%d %H:%M} · {age(t, now)} ago"
+
+
+def _short(value: Any, width: int = 34) -> str:
+    text = "—" if value in (None, "") else " ".join(str(value).split()) if not isinstance(value, dict) else json.dumps(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def metadata(info: dict[str, Any], now: datetime) -> RenderableType:
+    """Everything about the entry that the form does not edit, plus vector freshness."""
+    e: Entry = info["entry"]
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(width=10, style="bold")
+    grid.add_column(overflow="fold")
+    grid.add_row("id", e.id)
+    grid.add_row("where", f"{e.wing} / {e.room or '—'}")
+    grid.add_row("kind·type", Text.assemble(e.kind.value, " · ", (e.type.value, TYPE_STYLE.get(e.type.value, ""))))
+    grid.add_row("status", Text(e.status.value, style=STATUS_STYLE.get(e.status.value, "")))
+    grid.add_row("key", e.key or "—")
+    grid.add_row("salience", Text.assemble(bar(e.salience, 1.0, width=12, style="magenta"), f" {e.salience:g}"))
+    grid.add_row("overrides", e.overrides or "—")
+    if info.get("overridden_by"):
+        grid.add_row("hidden by", Text(", ".join(info["overridden_by"]) + " (override)", style="yellow"))
+    grid.add_row("created", _when(e.created_at, now))
+    grid.add_row("updated", _when(e.updated_at or e.created_at, now))
+    grid.add_row("meta", json.dumps(e.meta, ensure_ascii=False, sort_keys=True) if e.meta else "{}")
+    fresh = (Text("fresh ✓", style="green") if info.get("fresh")
+             else Text("stale ✗ text or model changed since embedding", style="bold yellow"))
+    grid.add_row("vector", Text.assemble(f"{(info.get('model') or '?').split('@')[0]} · ", fresh))
+    grid.add_row("hash", f"{(info.get('content_hash') or '')[:16]}…")
+    return grid
+
+
+def audit_history(rows: list[dict[str, Any]], now: datetime) -> RenderableType:
+    """Newest first: seq, when, action, and for updates each changed field before → after."""
+    if not rows:
+        return Text("No audit rows for this entry.", style="dim")
+    parts: list[RenderableType] = []
+    for row in rows:
+        action = row["action"]
+        head = Text.assemble((f"#{row['seq']} ", "bold"), (action, ACTION_STYLE.get(action, "")), "  ",
+                             (_when(row["ts"], now), "dim"))
+        if (row.get("detail") or {}).get("reembedded"):
+            head.append(" · re-embedded", style="cyan")
+        parts.append(head)
+        before, after = row.get("before") or {}, row.get("after") or {}
+        if action == "update":
+            changed = [k for k in after if k not in HIDDEN_DIFF and before.get(k) != after.get(k)]
+            for k in changed:
+                parts.append(Text.assemble(f"  {k}: ", (_short(before.get(k)), "red"), " → ", (_short(after.get(k)), "green")))
+            if not changed:
+                parts.append(Text("  no field changed", style="dim"))
+        elif action in ("add", "import"):
+            parts.append(Text(f"  created in {after.get('wing')} as {after.get('type')} ({after.get('status')})", style="dim"))
+        elif action == "delete":
+            parts.append(Text("  deleted", style="red"))
+    return Group(*parts)
+
+
+def field(label: str, widget: Any, classes: str = "field") -> Vertical:
+    return Vertical(Label(label, classes="field-label"), widget, classes=classes)
+
+
+class EntryScreen(Screen[None]):
+    """``EntryScreen(None)`` creates a new entry in the active wing."""
+
+    BINDINGS = [
+        Binding("ctrl+s", "save", "Save", id="entry.save", tooltip="Validate and write the edits (a new text or title is re-embedded)"),
+        Binding("ctrl+o", "set_status('deprecated')", "Deprecate", id="entry.deprecate",
+                tooltip="Mark the entry obsolete: status deprecated, excluded from retrieval (audited)"),
+        Binding("ctrl+r", "set_status('under_review')", "Under review", id="entry.review",
+                tooltip="Mark the entry under review: still retrieved, flagged as possibly outdated (audited)"),
+        Binding("ctrl+t", "delete", "Delete", id="entry.delete", tooltip="Delete the entry (asks first)"),
+        Binding("escape", "close", "Close", id="entry.close", tooltip="Close without saving (asks first if there are edits)"),
+    ]
+    DEFAULT_CSS = """
+    EntryScreen #entry-body { height: 1fr; }
+    EntryScreen #entry-form { width: 1fr; border: round $primary-darken-1; border-title-color: $text-muted;
+                              border-subtitle-color: $warning; padding: 0 1; }
+    EntryScreen #entry-side { width: 52; }
+    EntryScreen #entry-meta-box { height: auto; max-height: 19; border: round $primary-darken-1;
+                                  border-title-color: $text-muted; padding: 0 1; }
+    EntryScreen #entry-audit-box { height: 1fr; border: round $primary-darken-1; border-title-color: $text-muted; padding: 0 1; }
+    EntryScreen .row { height: 4; }
+    EntryScreen .field { width: 1fr; height: 4; margin-right: 1; }
+    EntryScreen .field.wide { width: 2fr; }
+    EntryScreen .field-label { color: $text-muted; height: 1; }
+    EntryScreen #f-text { height: 1fr; min-height: 5; }
+    EntryScreen #entry-error { height: auto; min-height: 1; margin-top: 1; }
+    EntryScreen #entry-error.error { color: $error; text-style: bold; }
+    EntryScreen #entry-error.pending { color: $warning; }
+    EntryScreen #entry-error.muted { color: $text-muted; }
+    """
+
+    @dataclass
+    class Loaded(Message):
+        info: dict[str, Any]
+        audit: list[dict[str, Any]]
+
+    @dataclass
+    class Written(Message):
+        action: str
+        entry: Entry
+        reembedded: bool = False
+
+    @dataclass
+    class Refused(Message):
+        error: str
+
+    def __init__(self, entry_id: str | None) -> None:
+        super().__init__()
+        self.entry_id = entry_id
+        self.entry: Entry | None = None
+        self.original: dict[str, str] = {}
+        self._busy = False
+
+    @property
+    def lens(self):  # type: ignore[no-untyped-def]
+        return self.app.lens  # type: ignore[attr-defined]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="entry-body"):
+            with Vertical(id="entry-form") as form:
+                form.border_title = f"Entry {self.entry_id}" if self.entry_id else "New entry"
+                with Horizontal(classes="row"):
+                    yield field("Title (empty: first words of the text)", Input(id="f-title"), "field wide")
+                with Horizontal(classes="row"):
+                    yield field("Wing", Input(id="f-wing"))
+                    yield field("Room", Input(id="f-room"))
+                    yield field("Key (same rule, other wings)", Input(id="f-key"))
+                with Horizontal(classes="row"):
+                    for name, values in SELECTS.items():
+                        yield field(name.capitalize(), Select([(v, v) for v in values], allow_blank=False, id=f"f-{name}"))
+                with Horizontal(classes="row"):
+                    yield field("Overrides (entry id it replaces)", Input(id="f-overrides"), "field wide")
+                    yield field("Salience 0–1", Input(id="f-salience"))
+                yield Label("Text", classes="field-label")
+                yield TextArea(id="f-text", soft_wrap=True)
+                yield Static(id="entry-error")
+            with Vertical(id="entry-side"):
+                with VerticalScroll(id="entry-meta-box") as box:
+                    box.border_title = "Metadata"
+                    yield Static(id="entry-meta")
+                with VerticalScroll(id="entry-audit-box") as box:
+                    box.border_title = "Audit history"
+                    yield Static(id="entry-audit")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        blink = getattr(self.app, "cursor_blink", True)
+        for widget in self.query(Input):
+            widget.cursor_blink = blink
+        self.query_one(TextArea).cursor_blink = blink
+        if self.entry_id is None:
+            self._fill(form_values(None, self.lens.active_wing))
+            self.query_one("#entry-meta", Static).update(Text(
+                "A new entry: the id is generated when it is saved.\nctrl+s saves it (the text is embedded), esc discards it.",
+                style="dim"))
+            self.query_one("#entry-audit", Static).update(Text("No history yet.", style="dim"))
+            self.query_one("#f-text", TextArea).focus()
+        else:
+            self.query_one("#entry-form").loading = True
+            self._load(self.entry_id)
+
+    # -- loading ----------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="entry-load", exit_on_error=False)
+    def _load(self, entry_id: str) -> None:
+        try:
+            self.post_message(self.Loaded(self.lens.entry_info(entry_id), self.lens.audit(entry_id)))
+        except MemlensError as exc:
+            self.post_message(self.Refused(str(exc)))
+
+    def on_entry_screen_loaded(self, message: Loaded) -> None:
+        self.entry = message.info["entry"]
+        self.query_one("#entry-form").loading = False
+        self._fill(form_values(self.entry, None))
+        now = self.lens.now()
+        self.query_one("#entry-meta", Static).update(metadata(message.info, now))
+        self.query_one("#entry-audit", Static).update(audit_history(message.audit, now))
+        self.query_one("#f-text", TextArea).focus()
+
+    def _fill(self, values: dict[str, str]) -> None:
+        self.original = dict(values)
+        for name in INPUTS:
+            self.query_one(f"#f-{name}", Input).value = values[name]
+        for name in SELECTS:
+            self.query_one(f"#f-{name}", Select).value = values[name]
+        self.query_one("#f-text", TextArea).load_text(values["text"])
+
+    def form(self) -> dict[str, str]:
+        values = {name: self.query_one(f"#f-{name}", Input).value.strip() for name in INPUTS}
+        values.update({name: str(self.query_one(f"#f-{name}", Select).value) for name in SELECTS})
+        values["text"] = self.query_one("#f-text", TextArea).text
+        return values
+
+    def changes(self) -> dict[str, str]:
+        now = self.form()
+        return {k: v for k, v in now.items() if v != self.original.get(k)}
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def _error(self, text: str, kind: str = "error") -> None:
+        status = self.query_one("#entry-error", Static)
+        status.set_classes(kind)
+        status.update(text)
+
+    def action_save(self, status: str | None = None) -> None:
+        if self._busy or (self.entry_id is not None and self.entry is None):
+            return
+        changes = self.changes()
+        if status is not None:
+            changes["status"] = status
+        if self.entry_id is None:
+            fields: dict[str, str] = self.form()
+            if status is not None:
+                fields["status"] = status
+            self._start("add", fields)
+        elif not changes:
+            self._error("nothing to save", "muted")
+        else:
+            self._start("status" if set(changes) == {"status"} else "update", changes)
+
+    def action_set_status(self, status: str) -> None:
+        if self.entry_id is None:
+            self.query_one("#f-status", Select).value = status
+            return
+        if self.entry is not None and self.entry.status.value == status and "status" not in self.changes():
+            self.notify(f"{self.entry_id} is already {status}", timeout=3)
+            return
+        self.action_save(status)
+
+    def action_delete(self) -> None:
+        if self.entry_id is None or self.entry is None or self._busy:
+            return
+        from .confirm import ConfirmScreen
+
+        body = (f"{self.entry.title}\n{self.entry.wing}/{self.entry.room or '—'} · {self.entry.type.value}\n\n"
+                "The entry and its vector are removed; the audit keeps its last version.")
+        self.app.push_screen(ConfirmScreen(f"Delete {self.entry_id}?", body, yes="Delete", no="Keep"), self._delete_answer)
+
+    def _delete_answer(self, yes: bool | None) -> None:
+        if yes:
+            self._start("delete", {})
+
+    def _start(self, action: str, fields: dict[str, str]) -> None:
+        self._busy = True
+        self._error("saving… (a new text is re-embedded)" if action != "delete" else "deleting…", "pending")
+        self._write(action, fields)
+
+    @work(thread=True, exclusive=True, group="entry-write", exit_on_error=False)
+    def _write(self, action: str, fields: dict[str, Any]) -> None:
+        try:
+            if action == "add":
+                entry = self.lens.add(fields.pop("text"), **fields)
+            elif action == "delete":
+                entry = self.lens.delete(self.entry_id)
+            elif action == "status":
+                entry = self.lens.set_status(self.entry_id, fields["status"])
+            else:
+                entry = self.lens.update(self.entry_id, **fields)
+        except MemlensError as exc:
+            self.post_message(self.Refused(str(exc)))
+            return
+        self.post_message(self.Written(action, entry, action == "add" or bool({"text", "title"} & set(fields))))
+
+    def on_entry_screen_refused(self, message: Refused) -> None:
+        self._busy = False
+        self.query_one("#entry-form").loading = False
+        self._error(f"✗ refused, nothing written: {message.error}")
+
+    def on_entry_screen_written(self, message: Written) -> None:
+        self._busy = False
+        e = message.entry
+        what = {"add": f"Created {e.id} in {e.wing}", "delete": f"Deleted {e.id} from {e.wing}",
+                "status": f"{e.id} is now {e.status.value}"}.get(message.action, f"Saved {e.id}")
+        self.notify(what + (" (re-embedded)" if message.reembedded and message.action != "delete" else ""), title="Entry")
+        self.dismiss(None)
+        main = getattr(self.app, "main", None)
+        if main is not None:
+            main.action_rerun()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state == WorkerState.ERROR:
+            self._busy = False
+            self.query_one("#entry-form").loading = False
+            self._error(f"✗ {type(event.worker.error).__name__}: {event.worker.error}")
+
+    # -- leaving ----------------------------------------------------------------------------
+
+    def action_close(self) -> None:
+        if not self.changes() or (self.entry_id is not None and self.entry is None):
+            self.dismiss(None)
+            return
+        from .confirm import ConfirmScreen
+
+        fields = ", ".join(sorted(self.changes()))
+        self.app.push_screen(ConfirmScreen("Discard unsaved edits?", f"Changed: {fields}", yes="Discard", no="Keep editing"),
+                             self._discard_answer)
+
+    def _discard_answer(self, yes: bool | None) -> None:
+        if yes:
+            self.dismiss(None)
+
+    @on(Input.Changed)
+    @on(TextArea.Changed)
+    @on(Select.Changed)
+    def _edited(self) -> None:
+        if self.original:
+            form = self.query_one("#entry-form")
+            form.border_subtitle = "edited · ctrl+s saves · esc discards" if self.changes() else ""

@@ -1,0 +1,222 @@
+"""The main screen: working memory, scoped search, results and the retrieval trace."""
+
+from __future__ import annotations
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import DataTable, Footer, Header, Input, Static
+
+from memlens.errors import MemlensError
+from memlens.trace import Bundle, Result
+
+from ..messages import SearchDone, SearchFailed
+from ..widgets.results import ResultsTable
+from ..widgets.search_bar import ScopeSuggester, caret_line, check
+from ..widgets.trace_view import TracePane
+from ..widgets.working_memory import WorkingMemoryPane
+
+DEBOUNCE_S = 0.3
+
+
+class MainScreen(Screen[None]):
+    BINDINGS = [
+        Binding("slash", "focus_search", "Search", id="main.search", tooltip="Focus the scoped search input"),
+        Binding("r", "rerun", "Re-run", id="main.rerun", tooltip="Run the current query again (fresh from the store)"),
+        Binding("d", "toggle_dropped", "Dropped", id="main.dropped", tooltip="List the dropped candidates with stage and reason"),
+        Binding("enter", "open_entry", "Entry", id="main.entry", show=False, tooltip="Open the selected entry"),
+        Binding("n", "new_entry", "New", id="main.new", tooltip="Create a new entry"),
+        Binding("x", "why_not", "Why not?", id="main.why_not", tooltip="Pick any entry and see where it was dropped"),
+        Binding("c", "context", "Context", id="main.context", tooltip="Preview the budgeted context an agent would get"),
+        Binding("s", "shell", "Shell", id="main.shell", tooltip="Assistant shell: type as the agent's user would"),
+        Binding("m", "metrics", "Metrics", id="main.metrics", tooltip="Retrieval latency and cache metrics"),
+        Binding("w", "next_wing", "Wing", id="main.wing", tooltip="Switch the active wing"),
+        Binding("f1", "help", "Help", id="main.help", tooltip="Help for the focused pane"),
+    ]
+
+    show_dropped: reactive[bool] = reactive(False)
+    """Whether the trace lists every dropped candidate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bundle: Bundle | None = None
+        self.query_text = ""
+        self.stale: dict | None = None
+        self._debounce: Timer | None = None
+        self.suggester = ScopeSuggester()
+
+    @property
+    def lens(self):  # type: ignore[no-untyped-def]
+        return self.app.lens  # type: ignore[attr-defined]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="top"):
+            with VerticalScroll(id="wm-box") as box:
+                box.border_title = "Working memory"
+                yield WorkingMemoryPane(id="wm")
+            with Vertical(id="search-box") as box:
+                box.border_title = "Scoped search"
+                yield Input(placeholder="wing=… room=… type=invariant|decision  free text   (F1 for help)",
+                            id="query", suggester=self.suggester)
+                yield Static(id="status")
+                yield ResultsTable(id="results")
+        with VerticalScroll(id="trace-box") as box:
+            box.border_title = "Retrieval trace"
+            yield TracePane(id="trace")
+        yield Footer()
+
+    def on_resize(self) -> None:
+        # at 80 columns the working memory pane gives its room to the results
+        self.set_class(self.size.width < 100, "narrow")
+        self.set_class(self.size.height < 34, "short")
+
+    def on_mount(self) -> None:
+        self.query_one(TracePane).show(None, None, False)
+        self._status("")
+        query = self.query_one("#query", Input)
+        query.cursor_blink = getattr(self.app, "cursor_blink", True)
+        query.focus()
+
+    # -- values for completion --------------------------------------------------------------
+
+    def set_known(self, wings: list[str], rooms: list[str]) -> None:
+        self.known_wings, self.known_rooms = wings, rooms
+        self.suggester.values["wing"] = wings
+        self.suggester.values["room"] = rooms
+
+    # -- searching --------------------------------------------------------------------------
+
+    @on(Input.Changed, "#query")
+    def _query_changed(self, event: Input.Changed) -> None:
+        if self._debounce is not None:
+            self._debounce.stop()
+        text = event.value.strip()
+        error = check(text, getattr(self, "known_wings", []), getattr(self, "known_rooms", []))
+        if error is not None:
+            self._status(caret_line(error), "error")
+            return
+        if not text:
+            self._status("")
+            return
+        self._status("…", "pending")
+        self._debounce = self.set_timer(DEBOUNCE_S, lambda: self.search(text))
+
+    @on(Input.Submitted, "#query")
+    def _query_submitted(self, event: Input.Submitted) -> None:
+        if self._debounce is not None:
+            self._debounce.stop()
+        if event.value.strip() and check(event.value.strip(), getattr(self, "known_wings", []), getattr(self, "known_rooms", [])) is None:
+            self.search(event.value.strip())
+        self.query_one(ResultsTable).focus()
+
+    def search(self, query: str) -> None:
+        self.query_text = query
+        self._status("searching…", "pending")
+        self._run_search(query)
+
+    @work(thread=True, exclusive=True, group="search", exit_on_error=False)
+    def _run_search(self, query: str) -> None:
+        try:
+            bundle = self.lens.search(query)
+        except MemlensError as exc:
+            self.post_message(SearchFailed(query, str(exc)))
+            return
+        self.post_message(SearchDone(query, bundle))
+
+    def on_search_done(self, message: SearchDone) -> None:
+        if message.query != self.query_text:
+            return  # an older query finished late
+        self.bundle, self.stale = message.bundle, None
+        self.query_one(ResultsTable).show(message.bundle)
+        t = message.bundle.trace
+        cache = "cache hit" if t.cache_hit else "cache miss"
+        self._status(f"{len(message.bundle.results)} results · {t.latency_ms.get('total', 0):.1f} ms · {cache}"
+                     f" · {len(t.dropped)} dropped · wings {', '.join(t.wings_searched)}", "ok")
+        self._show_trace()
+
+    def on_search_failed(self, message: SearchFailed) -> None:
+        if message.query == self.query_text:
+            self._status(message.error, "error")
+
+    def mark_stale(self, write: dict | None, wings: list[str]) -> None:
+        """Another write touched a searched wing: keep the rows, say they are stale and why."""
+        if self.bundle is None or not set(wings) & set(self.bundle.trace.wings_searched):
+            return
+        self.stale = write or {"wings": wings}
+        self.query_one(ResultsTable).show(self.bundle, stale=True, keep_cursor=True)
+        what = f"{write.get('action')} {write.get('entry_id')} in {write.get('wing')}" if write else ", ".join(wings)
+        self._status(f"⚠ stale since {what} · r re-runs", "stale")
+
+    # -- trace ------------------------------------------------------------------------------
+
+    def selected(self) -> Result | None:
+        if self.bundle is None or not self.bundle.results:
+            return None
+        table = self.query_one(ResultsTable)
+        row = table.cursor_row
+        return self.bundle.results[row] if 0 <= row < len(self.bundle.results) else None
+
+    @on(DataTable.RowHighlighted, "#results")
+    def _row(self, _: DataTable.RowHighlighted) -> None:
+        self._show_trace()
+
+    def _show_trace(self) -> None:
+        self.query_one(TracePane).show(self.bundle, self.selected(), self.show_dropped)
+
+    def watch_show_dropped(self) -> None:
+        self._show_trace()
+
+    def _status(self, text: str, kind: str = "") -> None:
+        status = self.query_one("#status", Static)
+        status.set_classes(kind)
+        status.update(text)
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def action_focus_search(self) -> None:
+        self.query_one("#query", Input).focus()
+
+    def action_rerun(self) -> None:
+        if self.query_text:
+            self.search(self.query_text)
+
+    def action_toggle_dropped(self) -> None:
+        self.show_dropped = not self.show_dropped
+
+    def action_open_entry(self) -> None:
+        r = self.selected()
+        if r is not None and r.entry.wing != "_workspace":
+            self.app.open_entry(r.entry.id)  # type: ignore[attr-defined]
+
+    def action_new_entry(self) -> None:
+        self.app.open_entry(None)  # type: ignore[attr-defined]
+
+    def action_why_not(self) -> None:
+        self.app.why_not(self.query_text)  # type: ignore[attr-defined]
+
+    def action_context(self) -> None:
+        self.app.context_preview(self.query_text)  # type: ignore[attr-defined]
+
+    def action_shell(self) -> None:
+        self.app.open_shell()  # type: ignore[attr-defined]
+
+    def action_metrics(self) -> None:
+        self.app.open_metrics()  # type: ignore[attr-defined]
+
+    def action_next_wing(self) -> None:
+        self.app.next_wing()  # type: ignore[attr-defined]
+
+    def action_help(self) -> None:
+        focused = self.focused
+        topic = None
+        while focused is not None and topic is None:
+            topic = focused.id if focused.id in ("query", "results", "trace", "wm") else None
+            focused = focused.parent  # type: ignore[assignment]
+        from .help import HelpScreen
+
+        self.app.push_screen(HelpScreen(topic))

@@ -1,0 +1,363 @@
+"""The assistant shell: type as the agent's user would and see exactly what the agent would get.
+
+A question goes through the engine's own routing (``/memory`` → conversation,
+``@PROFILE`` → that profile, plain text → memory), is assembled with the
+working memory within the shell's token budget, and lands in the transcript as
+the context markdown plus a one-line trace. ``:commands`` curate entries and
+the working memory on the spot, so a user can fix what a question revealed and
+ask again. Parsing lives in :mod:`memlens.tui.shell_commands` (no Textual);
+every engine call runs in a thread worker and reports back with a message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.suggester import Suggester
+from textual.widgets import Collapsible, Footer, Header, Input, Markdown, Static
+from textual.worker import Worker, WorkerState
+
+from memlens.errors import MemlensError
+from memlens.trace import Bundle
+
+from .. import shell_commands as sc
+from ..widgets.bars import ms
+
+WELCOME = (
+    "Ask as the agent's user would: plain text uses the memory profile, /memory … the conversation "
+    "profile, @academic … (or any profile) names one. The context the agent would receive appears here, "
+    "with its trace. :help lists the commands (:deprecate, :task complete, :budget …)."
+)
+HINT = "Tab/→ completes · ↑/↓ history · :help commands · esc back"
+
+
+class ShellSuggester(Suggester):
+    """Completes command names, profiles, entry ids and task ids from ``known`` (see ``sc.suggest``)."""
+
+    def __init__(self, known: sc.Known) -> None:
+        super().__init__(use_cache=False, case_sensitive=True)
+        self.known = known
+
+    async def get_suggestion(self, value: str) -> str | None:
+        return sc.suggest(value, self.known)
+
+
+class ShellInput(Input):
+    """An Input with shell keys: ↑/↓ walk the history, Tab accepts a completion."""
+
+    BINDINGS = [
+        Binding("up", "history_previous", "Previous", show=False, id="shell.history_previous",
+                tooltip="Recall the previous line"),
+        Binding("down", "history_next", "Next", show=False, id="shell.history_next",
+                tooltip="Recall the next line (past the newest: what you were typing)"),
+        Binding("tab", "complete", "Complete", show=False, id="shell.complete",
+                tooltip="Accept the completion shown in grey"),
+    ]
+
+    def __init__(self, history: sc.History, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.history = history
+
+    def _recall(self, line: str | None) -> None:
+        if line is not None:
+            self.value = line
+            self.cursor_position = len(line)
+
+    def action_history_previous(self) -> None:
+        self._recall(self.history.previous(self.value))
+
+    def action_history_next(self) -> None:
+        self._recall(self.history.next())
+
+    def action_complete(self) -> None:
+        if self._suggestion and self.cursor_at_end:
+            self.action_cursor_right()
+        else:
+            self.screen.focus_next()
+
+
+def trace_line(bundle: Bundle) -> Text:
+    """The trace in one line: profile, what the budget kept, latency, cache, degradation."""
+    t = bundle.trace
+    n = sc.budget_counts(bundle)
+    line = Text.assemble((t.profile, "bold cyan"), f" · {n['kept']} kept · {n['summarised']} summarised · ")
+    line.append(f"{n['dropped']} dropped by budget", "yellow" if n["dropped"] else "")
+    line.append(f" · {n['filtered']} filtered earlier")
+    if t.budget:
+        used, budget = t.budget["used"], t.budget["budget"]
+        line.append(f" · {used}/{budget} tokens", "bold red" if used > budget else "")
+    line.append(f" · {ms(t.latency_ms.get('total', 0.0))} ms · ")
+    line.append("cache hit" if t.cache_hit else "cache miss", "green" if t.cache_hit else "")
+    if t.degraded:
+        line.append(f" · degraded: {t.degraded.get('reason')} → {t.degraded.get('source') or 'nothing'}", "bold yellow")
+    return line
+
+
+class Exchange(Vertical):
+    """One question: the line as typed, its trace line, and the context in a collapsible."""
+
+    DEFAULT_CSS = """
+    Exchange { height: auto; margin-bottom: 1; }
+    Exchange > .ask { text-style: bold; color: $accent; }
+    Exchange > .trace { padding-left: 2; color: $text-muted; }
+    Exchange > .trace.error { color: $error; text-style: bold; }
+    Exchange Collapsible { padding-left: 1; border-top: none; }
+    Exchange Markdown { margin: 0; padding: 0 1 0 0; }
+    """
+
+    def __init__(self, line: str, number: int) -> None:
+        super().__init__(id=f"exchange-{number}")
+        self.line = line
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(f"› {self.line}"), classes="ask")
+        yield Static("retrieving…", classes="trace")
+
+    def show(self, markdown: str, bundle: Bundle) -> None:
+        self.query_one(".trace", Static).update(trace_line(bundle))
+        title = f"context for the agent ({len(bundle.results)} entries)"
+        self.mount(Collapsible(Markdown(markdown), title=title, collapsed=False))
+
+    def fail(self, error: str) -> None:
+        trace = self.query_one(".trace", Static)
+        trace.add_class("error")
+        trace.update(Text(f"✗ {error}"))
+
+    def fold(self) -> None:
+        for c in self.query(Collapsible):
+            c.collapsed = True
+
+
+class ShellScreen(Screen[None]):
+    """Transcript above, prompt below; the budget is a shell setting (``:budget N``)."""
+
+    BINDINGS = [
+        Binding("escape", "back", "Back", id="shell.back", tooltip="Return to the main screen"),
+        Binding("ctrl+l", "clear", "Clear", id="shell.clear", tooltip="Empty the transcript (same as :clear)"),
+        Binding("pageup", "page(-1)", "Scroll up", show=False, id="shell.page_up", tooltip="Scroll the transcript up"),
+        Binding("pagedown", "page(1)", "Scroll down", show=False, id="shell.page_down",
+                tooltip="Scroll the transcript down"),
+        Binding("f1", "help", "Help", id="shell.help", tooltip="Commands and question syntax (same as :help)"),
+    ]
+    DEFAULT_CSS = """
+    ShellScreen #transcript { height: 1fr; border: round $primary-darken-1; border-title-color: $text-muted;
+                              padding: 0 1; }
+    ShellScreen #welcome { color: $text-muted; }
+    ShellScreen .command { height: auto; margin-bottom: 1; }
+    ShellScreen .help { height: auto; margin-bottom: 1; }
+    ShellScreen #prompt-box { height: auto; border: round $primary-darken-1; border-title-color: $text-muted; }
+    ShellScreen #prompt { border: tall $accent; }
+    ShellScreen #shell-status { height: 1; padding: 0 1; color: $text-muted; }
+    ShellScreen #shell-status.error { color: $error; text-style: bold; }
+    """
+
+    @dataclass
+    class Answered(Message):
+        number: int
+        markdown: str
+        bundle: Bundle
+
+    @dataclass
+    class AskFailed(Message):
+        number: int
+        error: str
+
+    @dataclass
+    class Written(Message):
+        line: str
+        text: str
+
+    @dataclass
+    class WriteFailed(Message):
+        line: str
+        error: str
+
+    @dataclass
+    class KnownLoaded(Message):
+        known: dict[str, list[str]]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.budget = sc.DEFAULT_BUDGET
+        self.history = sc.History()
+        self.known = sc.Known()
+        self._asked = 0
+
+    @property
+    def lens(self) -> Any:
+        return self.app.lens  # type: ignore[attr-defined]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with VerticalScroll(id="transcript") as box:
+            box.border_title = "Assistant shell · transcript"
+            yield Static(WELCOME, id="welcome")
+        with Vertical(id="prompt-box"):
+            yield ShellInput(self.history, id="prompt", suggester=ShellSuggester(self.known),
+                             placeholder="plain question · /memory question · @academic question · :help")
+            yield Static(HINT, id="shell-status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        prompt = self.query_one("#prompt", ShellInput)
+        prompt.cursor_blink = getattr(self.app, "cursor_blink", True)
+        prompt.focus()
+        self._title()
+        self.load_known()
+
+    def _title(self) -> None:
+        self.query_one("#prompt-box").border_title = f"Ask · budget {self.budget} tokens"
+
+    def _status(self, text: str = HINT, error: bool = False) -> None:
+        status = self.query_one("#shell-status", Static)
+        status.set_class(error, "error")
+        status.update(Text(f"✗ {text}") if error else text)
+
+    # -- completion values ------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="shell-known", exit_on_error=False)
+    def load_known(self) -> None:
+        self.post_message(self.KnownLoaded(self.lens.shell_known()))
+
+    def on_shell_screen_known_loaded(self, message: KnownLoaded) -> None:
+        for key, values in message.known.items():
+            setattr(self.known, key, values)
+
+    # -- one line ---------------------------------------------------------------------------
+
+    @on(Input.Submitted, "#prompt")
+    def _submitted(self, event: Input.Submitted) -> None:
+        line = event.value
+        try:
+            cmd = sc.parse(line)
+        except sc.ShellError as exc:
+            self.history.add(line)
+            self._status(str(exc), error=True)
+            return  # the line stays in the input, to be fixed
+        if cmd is None:
+            return
+        self.history.add(line)
+        event.input.value = ""
+        self._status()
+        if isinstance(cmd, sc.Ask):
+            self._start_ask(line.strip(), cmd)
+        elif isinstance(cmd, sc.WRITES):
+            self._write(line.strip(), cmd)
+        elif isinstance(cmd, sc.SetBudget):
+            self._set_budget(line.strip(), cmd)
+        elif isinstance(cmd, sc.Help):
+            self.action_help()
+        elif isinstance(cmd, sc.Clear):
+            self.action_clear()
+
+    def _append(self, widget: Any, top: bool = False) -> None:
+        transcript = self.query_one("#transcript", VerticalScroll)
+        for welcome in self.query("#welcome"):
+            welcome.remove()
+        transcript.mount(widget)
+        if top:
+            self.call_after_refresh(transcript.scroll_to_widget, widget, top=True, animate=False)
+        else:
+            self.call_after_refresh(transcript.scroll_end, animate=False)
+
+    def _note(self, line: str, text: str, style: str = "green") -> None:
+        self._append(Static(Text.assemble((f"› {line}\n", "bold"), ("  ✓ " if style == "green" else "  ", style), text),
+                            classes="command"))
+
+    # -- questions --------------------------------------------------------------------------
+
+    def _start_ask(self, line: str, cmd: sc.Ask) -> None:
+        self._asked += 1
+        for older in self.query(Exchange):
+            older.fold()
+        self._append(Exchange(line, self._asked))
+        self._ask(self._asked, cmd, self.budget)
+
+    @work(thread=True, group="shell-ask", exit_on_error=False)
+    def _ask(self, number: int, cmd: sc.Ask, budget: int) -> None:
+        try:
+            markdown, bundle = self.lens.context(cmd.text, budget, cmd.profile)
+        except MemlensError as exc:
+            self.post_message(self.AskFailed(number, str(exc)))
+            return
+        self.post_message(self.Answered(number, markdown, bundle))
+
+    def _exchange(self, number: int) -> Exchange | None:
+        found = self.query(f"#exchange-{number}")
+        return found.first(Exchange) if found else None
+
+    def on_shell_screen_answered(self, message: Answered) -> None:
+        exchange = self._exchange(message.number)
+        if exchange is not None:
+            exchange.show(message.markdown, message.bundle)
+            transcript = self.query_one("#transcript", VerticalScroll)
+            self.call_after_refresh(transcript.scroll_to_widget, exchange, top=True, animate=False)
+
+    def on_shell_screen_ask_failed(self, message: AskFailed) -> None:
+        exchange = self._exchange(message.number)
+        if exchange is not None:
+            exchange.fail(message.error)
+        self._status(message.error, error=True)
+
+    # -- commands ---------------------------------------------------------------------------
+
+    @work(thread=True, group="shell-write", exit_on_error=False)
+    def _write(self, line: str, cmd: sc.Command) -> None:
+        try:
+            text = sc.execute(cmd, self.lens)
+        except MemlensError as exc:
+            self.post_message(self.WriteFailed(line, str(exc)))
+            return
+        self.post_message(self.Written(line, text))
+
+    def on_shell_screen_written(self, message: Written) -> None:
+        self._note(message.line, message.text)
+        self.load_known()
+        refresh = getattr(self.app, "refresh_store", None)
+        if refresh is not None:
+            refresh(first=False)  # the main screen's working-memory pane
+
+    def on_shell_screen_write_failed(self, message: WriteFailed) -> None:
+        self._status(message.error, error=True)
+        prompt = self.query_one("#prompt", ShellInput)
+        if not prompt.value:  # give the line back, to be fixed
+            prompt.value = message.line
+            prompt.cursor_position = len(message.line)
+
+    def _set_budget(self, line: str, cmd: sc.SetBudget) -> None:
+        if cmd.tokens is None:
+            self._note(line, f"the context budget is {self.budget} tokens (:budget N changes it)", "dim")
+            return
+        before, self.budget = self.budget, cmd.tokens
+        self._title()
+        self._note(line, f"context budget {before} → {self.budget} tokens for the next questions")
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A bug in a worker (engine errors are reported by the workers themselves)."""
+        if event.state == WorkerState.ERROR and (event.worker.group or "").startswith("shell"):
+            self._status(f"internal error: {event.worker.error!r}", error=True)
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def action_clear(self) -> None:
+        transcript = self.query_one("#transcript", VerticalScroll)
+        transcript.remove_children()
+        transcript.mount(Static(WELCOME, id="welcome"))
+
+    def action_page(self, direction: int) -> None:
+        transcript = self.query_one("#transcript", VerticalScroll)
+        (transcript.scroll_page_down if direction > 0 else transcript.scroll_page_up)(animate=False)
+
+    def action_help(self) -> None:
+        self._append(Vertical(Static(Text("› :help", style="bold")), Markdown(sc.HELP), classes="help"), top=True)

@@ -1,0 +1,200 @@
+"""``Lens``: the app's one door to the engine.
+
+Every call blocks, so screens call it from thread workers only. Engine work
+runs on a small pool of long-lived threads, which keeps the number of SQLite
+connections bounded (the engine opens one per thread) no matter how many
+workers the UI starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from memlens import Memory
+from memlens.models import Entry, utcnow
+from memlens.trace import Bundle
+
+T = TypeVar("T")
+WATCHED = "_tasks"
+
+
+class Lens:
+    def __init__(
+        self,
+        memory: Memory,
+        *,
+        active_wing: str | None = None,
+        now: Callable[[], datetime] = utcnow,
+        bundle_filter: Callable[[Bundle], Bundle] | None = None,
+    ) -> None:
+        self.mem = memory
+        self.now = now
+        self._filter = bundle_filter or (lambda b: b)
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memlens-engine")
+        self.active_wing = active_wing if active_wing is not None else self._default_wing()
+
+    # plumbing ---------------------------------------------------------------------------------
+
+    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn`` on an engine thread and wait for it (call from a worker, never the UI thread)."""
+        return self._pool.submit(fn, *args, **kwargs).result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.mem.close()
+
+    @property
+    def store_path(self) -> Path:
+        return self.mem.path
+
+    def _default_wing(self) -> str | None:
+        counts = self.mem.stats()["per_wing"]
+        project = {w: n for w, n in counts.items() if w != "_global"}
+        return max(sorted(project), key=lambda w: project[w]) if project else None
+
+    # model ------------------------------------------------------------------------------------
+
+    def load_model(self) -> str:
+        def load() -> str:
+            emb = self.mem.embedder
+            loader = getattr(emb, "load", None)
+            if loader is not None:
+                loader()
+            return emb.model_id
+
+        return self.call(load)
+
+    # reads ------------------------------------------------------------------------------------
+
+    def search(self, query: str, *, k: int | None = None, budget: int | None = None, profile: str | None = None) -> Bundle:
+        return self._filter(
+            self.call(self.mem.search, query, active_wing=self.active_wing, k=k, budget=budget,
+                      profile=profile or "memory", now=self.now())
+        )
+
+    def explain(self, query: str, entry_id: str) -> dict[str, Any]:
+        return self.call(self.mem.explain, query, entry_id, active_wing=self.active_wing, now=self.now())
+
+    def context(self, query: str, budget: int | None, profile: str | None = None) -> tuple[str, Bundle]:
+        from memlens.budget import render_context
+
+        def run() -> tuple[str, Bundle]:
+            b = self._filter(self.mem.search(query, active_wing=self.active_wing, budget=budget, profile=profile or "memory",
+                                             now=self.now()))
+            return render_context(self.mem, b), b
+
+        return self.call(run)
+
+    def window(self) -> Any:
+        return self.call(lambda: self.mem.tasks.window())
+
+    def wings(self) -> list[str]:
+        return self.call(self.mem.wings)
+
+    def rooms(self) -> list[str]:
+        return self.call(self.mem.rooms)
+
+    def count(self) -> int:
+        return self.call(self.mem.count)
+
+    def get(self, entry_id: str) -> Entry:
+        return self.call(self.mem.get, entry_id)
+
+    def audit(self, entry_id: str, limit: int = 50) -> list[dict[str, Any]]:
+        return self.call(self.mem.audit, entry_id, limit)
+
+    def entry_info(self, entry_id: str) -> dict[str, Any]:
+        """Vector freshness (stored content hash and model vs the current text) and who overrides the entry."""
+        from memlens.models import content_hash
+
+        def run() -> dict[str, Any]:
+            entry = self.mem.get(entry_id)
+            conn = self.mem.conn
+            stored_hash, model = conn.execute("SELECT content_hash, model FROM entries WHERE id = ?", (entry_id,)).fetchone()
+            by = [r[0] for r in conn.execute("SELECT id FROM entries WHERE overrides = ? ORDER BY id", (entry_id,))]
+            return {"entry": entry, "content_hash": stored_hash, "model": model, "store_model": self.mem.model_id,
+                    "fresh": stored_hash == content_hash(entry.embed_text) and model == self.mem.model_id,
+                    "overridden_by": by}
+
+        return self.call(run)
+
+    def find(self, text: str, limit: int = 20) -> list[Entry]:
+        """Entries whose id or title contains ``text`` (for "why not?" pickers)."""
+        from memlens.store import _COLUMNS, row_to_entry
+
+        def run() -> list[Entry]:
+            like = f"%{text}%"
+            rows = self.mem.conn.execute(
+                f"SELECT {_COLUMNS} FROM entries WHERE id LIKE ? OR title LIKE ? ORDER BY id LIMIT ?", (like, like, limit)
+            ).fetchall()
+            return [row_to_entry(r) for r in rows]
+
+        return self.call(run)
+
+    def generations(self) -> dict[str, int]:
+        return self.call(self.mem.generations)
+
+    def describe_write(self, wings: list[str]) -> dict[str, Any] | None:
+        return self.call(self.mem.describe_write, wings)
+
+    def retrievals(self, limit: int = 500) -> list[dict[str, Any]]:
+        return self.call(self.mem.retrievals, limit)
+
+    def shell_known(self) -> dict[str, list[str]]:
+        """Entry ids, task ids, actively blocked task ids and profile names (assistant-shell completion)."""
+
+        def run() -> dict[str, list[str]]:
+            ids = [r[0] for r in self.mem.conn.execute("SELECT id FROM entries ORDER BY id")]
+            blocked = sorted({b.task_id for b in self.mem.tasks.blockers()})
+            tasks = sorted({t.task_id for t in self.mem.tasks.all()} | {b.task_id for b in self.mem.tasks.blockers(False)})
+            return {"entry_ids": ids, "task_ids": tasks, "blocked_ids": blocked, "profiles": list(self.mem.profiles)}
+
+        return self.call(run)
+
+    def audit_level(self) -> str:
+        """``audit.level``: retrievals are only logged (and shown as metrics) at "reads"."""
+        return str(self.mem.settings.audit.level)
+
+    # writes -----------------------------------------------------------------------------------
+
+    def add(self, text: str, **fields: Any) -> Entry:
+        return self.call(self.mem.add, text, **fields)
+
+    def update(self, entry_id: str, **changes: Any) -> Entry:
+        return self.call(self.mem.update, entry_id, **changes)
+
+    def set_status(self, entry_id: str, status: str) -> Entry:
+        return self.call(self.mem.set_status, entry_id, status)
+
+    def delete(self, entry_id: str) -> Entry:
+        return self.call(self.mem.delete, entry_id)
+
+    # working memory: times come from ``now`` so the app's clock (fixed in tests) is the one shown
+
+    def complete_task(self, task_id: str, intent: str, *, failed: bool = False) -> Any:
+        return self.call(self.mem.tasks.complete, task_id, intent, outcome="failure" if failed else "success",
+                         completed_at=self.now())
+
+    def block_task(self, task_id: str, reason: str) -> Any:
+        return self.call(self.mem.tasks.block, task_id, reason, blocked_at=self.now())
+
+    def unblock_task(self, task_id: str) -> Any:
+        return self.call(self.mem.tasks.unblock, task_id, resolved_at=self.now())
+
+    def load_demo(self) -> dict[str, Any]:
+        from memlens.cli import demo_file
+
+        def run() -> dict[str, Any]:
+            from memlens.tasks import load_demo
+
+            report = self.mem.import_jsonl(demo_file())
+            load_demo(self.mem)
+            if self.active_wing is None:
+                self.active_wing = self._default_wing()
+            return report
+
+        return self.call(run)

@@ -1,0 +1,52 @@
+"""The scoped-query input: completion for keys and the store's real values, inline errors."""
+
+from __future__ import annotations
+
+from textual.suggester import Suggester
+
+from memlens.models import KINDS, STATUSES, TYPES
+from memlens.query import KEYS, ScopeError, check_known, parse
+
+
+class ScopeSuggester(Suggester):
+    """Completes the last word: a key (``wi`` → ``wing=``) or a value (``wing=lif`` → ``wing=lifecore_ros2``)."""
+
+    def __init__(self) -> None:
+        super().__init__(use_cache=False, case_sensitive=True)
+        self.values: dict[str, list[str]] = {"kind": list(KINDS), "type": list(TYPES), "status": list(STATUSES),
+                                             "wing": [], "room": []}
+
+    async def get_suggestion(self, value: str) -> str | None:
+        if not value or value.endswith(" "):
+            return None
+        head, _, word = value.rpartition(" ")
+        prefix = head + " " if head else ""
+        if "=" not in word:
+            for key in KEYS:
+                if key.startswith(word) and key != word:
+                    return prefix + key + "="
+            return None
+        key, _, typed = word.partition("=")
+        chosen, _, last = typed.rpartition("|")
+        for v in self.values.get(key, []):
+            if v.startswith(last) and v != last:
+                return prefix + f"{key}={chosen + '|' if chosen else ''}{v}"
+        return None
+
+
+def check(query: str, wings: list[str], rooms: list[str]) -> ScopeError | None:
+    """The error a query would raise, located for inline display; None if it is fine."""
+    try:
+        parsed = parse(query)
+        if wings:
+            check_known(parsed, "wing", wings)
+        if rooms:
+            check_known(parsed, "room", rooms)
+    except ScopeError as exc:
+        return exc
+    return None
+
+
+def caret_line(error: ScopeError) -> str:
+    """``    ^^^^^ message`` under the offending token (input has a 1-cell border + padding)."""
+    return " " * error.start + "^" * max(1, error.end - error.start) + " " + str(error)

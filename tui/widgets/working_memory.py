@@ -1,0 +1,63 @@
+"""Working memory pane: the last completed tasks and the active blockers (seed 002)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from .bars import age
+
+
+def render_window(window: Any, now: datetime, width: int = 40) -> Group:
+    """Newest task first; each with outcome, id, age and its intent (or why it is opaque)."""
+    parts: list[Any] = [Text("Recent tasks", style="bold")]
+    tasks = Table.grid(padding=(0, 1), expand=True)
+    tasks.add_column(width=1)
+    tasks.add_column(ratio=1)
+    tasks.add_column(justify="right", style="dim")
+    for t in reversed(window.tasks):  # newest first on screen
+        ok = t.outcome.value == "success"
+        tasks.add_row(Text("✓" if ok else "✗", style="green" if ok else "bold red"), Text(t.task_id, style="bold"),
+                      age(t.completed_at, now))
+        intent = t.intent or ("opaque (requires_context=false)" if not t.requires_context else "")
+        if intent:
+            tasks.add_row("", Text(_clip(intent, width - 4), style="" if t.intent else "dim italic"), "")
+    parts.append(tasks if window.tasks else Text("  none yet", style="dim"))
+    parts.append(Text(""))
+    parts.append(Text(f"Active blockers ({len(window.blockers)})", style="bold"))
+    blockers = Table.grid(padding=(0, 1), expand=True)
+    blockers.add_column(width=1)
+    blockers.add_column(ratio=1)
+    blockers.add_column(justify="right", style="dim")
+    for b in window.blockers:
+        blockers.add_row(Text("■", style="bold red"), Text(b.task_id, style="bold"), age(b.blocked_at, now))
+        blockers.add_row("", Text(_clip(b.reason, width - 4)), "")
+    parts.append(blockers if window.blockers else Text("  none", style="dim"))
+    return Group(*parts)
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: max(1, width - 1)] + "…"
+
+
+class WorkingMemoryPane(Static):
+    """Shows ``Lens.window()``; refreshed by the app when the store changes."""
+
+    DEFAULT_CSS = """
+    WorkingMemoryPane { padding: 0 1; }
+    """
+
+    def show(self, window: Any, now: datetime) -> None:
+        self._last = (window, now)
+        self.update(render_window(window, now, max(20, self.size.width - 2 or 38)))
+
+    def on_resize(self) -> None:
+        last = getattr(self, "_last", None)
+        if last:
+            self.update(render_window(last[0], last[1], max(20, self.size.width - 2)))
