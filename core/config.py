@@ -50,6 +50,9 @@ class SearchConfig(BaseModel):
     lexical_weight: float = 0.2
     k: int = 10
     candidates: int = Field(50, description="candidates fetched per wing from each of KNN and FTS5")
+    vector_index: Literal["auto", "sqlite-vec", "memory"] = Field(
+        "auto", description="'auto': sqlite-vec until Memory.warm_index() loads the in-process index"
+    )
 
 
 class StoreConfig(BaseModel):

@@ -18,7 +18,7 @@ from typing import Any
 
 from .errors import StoreError, StoreLockedError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _driver_lock = threading.Lock()
 _driver: ModuleType | None = None
 
@@ -144,7 +144,12 @@ def _migration_2(dim: int) -> list[str]:
     ]
 
 
-MIGRATIONS = {1: _migration_1, 2: _migration_2}
+def _migration_3(dim: int) -> list[str]:
+    """Retrieval pulls in the entries that override a candidate: look them up by index, not by scan."""
+    return ["CREATE INDEX IF NOT EXISTS entries_overrides ON entries(overrides) WHERE overrides IS NOT NULL"]
+
+
+MIGRATIONS = {1: _migration_1, 2: _migration_2, 3: _migration_3}
 
 
 def _secure_create(path: Path) -> None:

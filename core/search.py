@@ -269,12 +269,19 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
         blob = qvec.astype("<f4").tobytes()
 
         t = time.perf_counter()
-        # With a partition key, `wing IN (...)` yields up to k rows per wing; merged here.
-        sql = "SELECT rowid, distance FROM entries_vec WHERE embedding MATCH ? AND k = ?"
-        rows = conn.execute(sql + "".join(" AND " + w for w in where), [blob, n_cand, *args]).fetchall()
-        rows.sort(key=lambda r: r[1])
-        for i, (rowid, dist) in enumerate(rows[:n_cand]):
-            sims[rowid] = 1.0 - float(dist)
+        vindex = mem.vector_index
+        if vindex is not None:
+            filters = {c: v for c, v in (("room", plan.rooms), ("kind", plan.kinds), ("type", plan.parsed.types),
+                                         ("status", plan.statuses)) if v is not None}
+            hits = vindex.knn(mem, qvec, plan.scope, filters, n_cand)
+        else:
+            # With a partition key, `wing IN (...)` yields up to k rows per wing; merged here.
+            sql = "SELECT rowid, distance FROM entries_vec WHERE embedding MATCH ? AND k = ?"
+            rows = conn.execute(sql + "".join(" AND " + w for w in where), [blob, n_cand, *args]).fetchall()
+            hits = sorted(((r, 1.0 - float(d)) for r, d in rows), key=lambda h: -h[1])
+        trace.fusion["vector_index"] = "memory" if vindex is not None else "sqlite-vec"
+        for i, (rowid, sim) in enumerate(hits[:n_cand]):
+            sims[rowid] = sim
             vec_rank[rowid] = i + 1
         lat["vector"] = _ms(t)
 
@@ -321,25 +328,31 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
     ids = [c.entry.id for c in pool.values()]
     keys = {c.entry.key for c in pool.values() if c.entry.key}
     if ids and text:
-        swhere, sargs = plan.filters()
-        cond = "".join(" AND " + w for w in swhere)
+        # look up by the overrides / key indexes alone and apply the scope here: with the scope in the
+        # SQL, the planner (no ANALYZE stats) prefers the wing index and scans the whole wing
+        def in_scope(row: tuple[Any, ...]) -> bool:
+            return all(vals is None or v in vals for v, vals in zip(row[1:], (plan.scope, plan.rooms, plan.kinds,
+                                                                               plan.parsed.types, plan.statuses)))
+
+        cols = "rowid, wing, room, kind, type, status"
         for i in range(0, len(ids), 400):
             chunk = ids[i : i + 400]
-            q = f"SELECT rowid FROM entries WHERE overrides IN ({','.join('?' * len(chunk))})" + cond
-            extra += [r for (r,) in conn.execute(q, [*chunk, *sargs]) if r not in pool]
+            q = f"SELECT {cols} FROM entries WHERE overrides IN ({','.join('?' * len(chunk))})"
+            extra += [r[0] for r in conn.execute(q, chunk) if r[0] not in pool and in_scope(r)]
         for key in keys:
-            q = "SELECT rowid FROM entries WHERE key = ?" + cond
-            extra += [r for (r,) in conn.execute(q, [key, *sargs]) if r not in pool]
+            extra += [r[0] for r in conn.execute(f"SELECT {cols} FROM entries WHERE key = ?", (key,))
+                      if r[0] not in pool and in_scope(r)]
     _load(mem, list(dict.fromkeys(extra)), pool)
     trace.candidates["pulled_in"] = len(set(extra))
     vectors: dict[int, np.ndarray] = {}
     if pool and qvec is not None:
-        rowids = list(pool)
-        for i in range(0, len(rowids), 400):
-            chunk = rowids[i : i + 400]
-            q = f"SELECT rowid, embedding FROM entries_vec WHERE rowid IN ({','.join('?' * len(chunk))})"
-            for rowid, emb in conn.execute(q, chunk):
-                vectors[rowid] = np.frombuffer(emb, dtype="<f4")
+        held = mem.vector_index.vectors(list(pool)) if mem.vector_index is not None else {}
+        vectors.update(held)
+        # one lookup per rowid: vec0 answers `rowid = ?` from its index but scans the table for `rowid IN (...)`
+        for rowid in (r for r in pool if r not in held):
+            row = conn.execute("SELECT embedding FROM entries_vec WHERE rowid = ?", (rowid,)).fetchone()
+            if row is not None:
+                vectors[rowid] = np.frombuffer(row[0], dtype="<f4")
         for rowid, v in vectors.items():
             if rowid not in sims:
                 sims[rowid] = float(v @ qvec)

@@ -55,6 +55,9 @@ class Memory:
         self._closed = False
         self._cache: Any = None
         self._profiles: dict[str, Any] | None = None
+        self._distinct_cache: dict[tuple[str, tuple[Any, ...]], tuple[tuple[int, int], list[str]]] = {}
+        self._distinct_lock = threading.Lock()
+        self._vindex: Any = None
         conn = self.conn  # opens, checks and migrates
         meta = dict(conn.execute("SELECT key, value FROM store_meta").fetchall()) if db.schema_version(conn) else {}
         self._meta = meta
@@ -181,12 +184,31 @@ class Memory:
     def count(self) -> int:
         return int(self.conn.execute("SELECT count(*) FROM entries").fetchone()[0])
 
+    def _write_stamp(self) -> tuple[int, int]:
+        """Changes whenever any process writes an entry: every write bumps a wing generation."""
+        row = self.conn.execute("SELECT coalesce(sum(generation), 0), count(*) FROM wings").fetchone()
+        return int(row[0]), int(row[1])
+
+    def _distinct(self, sql: str, args: tuple[Any, ...]) -> list[str]:
+        # DISTINCT over a large table costs milliseconds; searches ask on every call, so cache it
+        # until the next write (seen through the tiny wings table, so other processes count too)
+        stamp = self._write_stamp()
+        key = (sql, args)
+        with self._distinct_lock:
+            hit = self._distinct_cache.get(key)
+            if hit is not None and hit[0] == stamp:
+                return list(hit[1])
+        values = [r[0] for r in self.conn.execute(sql, args)]
+        with self._distinct_lock:
+            self._distinct_cache[key] = (stamp, values)
+        return list(values)
+
     def wings(self) -> list[str]:
-        return [r[0] for r in self.conn.execute("SELECT DISTINCT wing FROM entries ORDER BY wing")]
+        return self._distinct("SELECT DISTINCT wing FROM entries ORDER BY wing", ())
 
     def rooms(self, wing: str | None = None) -> list[str]:
         sql = "SELECT DISTINCT room FROM entries WHERE room != ''" + (" AND wing = ?" if wing else "") + " ORDER BY room"
-        return [r[0] for r in self.conn.execute(sql, (wing,) if wing else ())]
+        return self._distinct(sql, (wing,) if wing else ())
 
     def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
         rows = self.conn.execute("SELECT wing, generation FROM wings").fetchall()
@@ -429,6 +451,28 @@ class Memory:
 
         bundle = self.search(query, active_wing=active_wing, budget=budget, **kwargs)
         return render_context(self, bundle)
+
+    @property
+    def vector_index(self) -> Any:
+        """The in-process vector index when in use (see core/vindex.py), else None (sqlite-vec)."""
+        mode = self.settings.search.vector_index
+        if mode == "sqlite-vec":
+            return None
+        if self._vindex is None and mode == "memory":
+            from .vindex import VectorIndex
+
+            self._vindex = VectorIndex()
+        return self._vindex
+
+    def warm_index(self) -> int:
+        """Load the in-process vector index now (long-lived processes); returns vectors held."""
+        if self.settings.search.vector_index == "sqlite-vec":
+            return 0
+        if self._vindex is None:
+            from .vindex import VectorIndex
+
+            self._vindex = VectorIndex()
+        return self._vindex.warm(self)
 
     @property
     def profiles(self) -> dict[str, Any]:

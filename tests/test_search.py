@@ -122,3 +122,39 @@ def test_counts_per_kind(demo_mem):
     b = demo_mem.search("wing=lifecore_ros2 hang on shutdown", k=10)
     assert sum(b.trace.counts.values()) == len(b.results)
     assert set(b.trace.counts) <= {"turn", "fact", "entity", "procedure", "document", "code"}
+
+
+QUERIES = [
+    ("wing=lifecore_ros2 callbacks blocking", {}),
+    ("type=invariant|decision status=active lifecycle transitions", {}),
+    ("executor threads", {"active_wing": "lifecore_ros2"}),
+    ("room=incident-log crash on shutdown", {"wings": ["lifecore_ros2", "ros2"]}),
+    ("status=deprecated executor", {"active_wing": "lifecore_ros2"}),
+]
+
+
+@pytest.mark.parametrize("query, kw", QUERIES)
+def test_in_process_index_returns_what_sqlite_vec_returns(demo_mem, query, kw):
+    plain = demo_mem.search(query, use_cache=False, **kw)
+    assert plain.trace.fusion["vector_index"] == "sqlite-vec"
+    assert demo_mem.warm_index() == demo_mem.count()
+    warm = demo_mem.search(query, use_cache=False, **kw)
+    assert warm.trace.fusion["vector_index"] == "memory"
+    assert [r.entry.id for r in warm.results] == [r.entry.id for r in plain.results]
+    for a, b in zip(warm.results, plain.results):
+        assert a.components.similarity == pytest.approx(b.components.similarity, abs=1e-5)
+        assert a.components.vector_rank == b.components.vector_rank
+
+
+def test_in_process_index_sees_writes_from_any_process(demo_mem):
+    demo_mem.warm_index()
+    from .conftest import run_cli
+
+    out = run_cli("--store", str(demo_mem.path), "add", "Zebra crossings need a lollipop man.", "--wing", "lifecore_ros2")
+    new_id = out.stdout.strip()
+    b = demo_mem.search("zebra crossing lollipop", active_wing="lifecore_ros2")
+    assert b.trace.fusion["vector_index"] == "memory"
+    assert b.results and new_id in [r.entry.id for r in b.results if r.entry.type.value == "note"]
+    demo_mem.delete(new_id)
+    b = demo_mem.search("zebra crossing lollipop", active_wing="lifecore_ros2", use_cache=False)
+    assert new_id not in [r.entry.id for r in b.results]
