@@ -65,6 +65,11 @@ class MemlensApp(App[None]):
             self.post_message(ModelReady(self.lens.load_model()))
         except MemlensError as exc:
             self.post_message(ModelFailed(str(exc)))
+            return
+        try:
+            self.lens.warm_index()
+        except MemlensError:
+            pass  # searches fall back to sqlite-vec; nothing is lost
 
     def on_model_ready(self, message: ModelReady) -> None:
         self.model_status = f"ready ({message.model_id.split('@')[0]})"

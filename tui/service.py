@@ -68,6 +68,10 @@ class Lens:
 
         return self.call(load)
 
+    def warm_index(self) -> int:
+        """Load the in-process vector index (the app is long-lived: every search after this is faster)."""
+        return self.call(self.mem.warm_index)
+
     # reads ------------------------------------------------------------------------------------
 
     def search(self, query: str, *, k: int | None = None, budget: int | None = None, profile: str | None = None) -> Bundle:
