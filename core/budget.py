@@ -128,6 +128,8 @@ def render_context(mem: Memory, bundle: Bundle) -> str:
     head += f" · {len(bundle.results)} entries"
     if t.budget:
         head += f" · {t.budget['used']}/{t.budget['budget']} tokens"
+        if t.budget["over_budget"]:
+            head += " (over budget: invariants are never dropped)"
     lines.append(head)
     if t.degraded:
         lines.append(f"> **degraded retrieval:** {t.degraded['reason']}; using {t.degraded.get('source') or 'nothing'}")
