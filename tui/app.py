@@ -40,6 +40,7 @@ class MemlensApp(App[None]):
         self.model_status = "loading…"
         self._generations: dict[str, int] | None = None
         self.main: MainScreen | None = None
+        self._shell: Any = None
 
     # -- start-up ---------------------------------------------------------------------------
 
@@ -161,9 +162,13 @@ class MemlensApp(App[None]):
         self.push_screen(ContextScreen(query))
 
     def open_shell(self) -> None:
+        """One shell per app: its transcript, history and budget survive leaving it."""
         from .screens.shell import ShellScreen
 
-        self.push_screen(ShellScreen())
+        if self._shell is None:
+            self._shell = ShellScreen()
+            self.install_screen(self._shell, name="shell")  # installed screens are kept when popped
+        self.push_screen("shell")
 
     def open_metrics(self) -> None:
         from .screens.metrics import MetricsScreen

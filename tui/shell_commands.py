@@ -60,7 +60,11 @@ would receive: working memory first, then retrieved memory within the token budg
 | `{USAGE['task complete']}` | record a completed task in working memory |
 | `{USAGE['task block']}` · `{USAGE['task unblock']}` | add or resolve a blocker |
 | `{USAGE['budget']}` | show or set the context budget (default {DEFAULT_BUDGET}) |
-| `:help` · `:clear` | this help · empty the transcript |
+| `:help` · `:clear` | this help · empty the transcript (also ctrl+l) |
+
+**The trace line** under each question: profile · entries *kept* whole · *summarised* · *dropped*
+by the budget · candidates *filtered* by earlier stages (scope, thresholds, caps, overrides) ·
+tokens used / budget (working memory included) · latency · cache. PgUp/PgDn scroll the transcript.
 """
 
 
@@ -272,6 +276,17 @@ def execute(cmd: Command, lens: Any) -> str:
         blocker = lens.unblock_task(cmd.task_id)
         return f"task {blocker.task_id} unblocked (was: {blocker.reason})"
     raise TypeError(f"{type(cmd).__name__} is not a write")
+
+
+def budget_counts(bundle: Any) -> dict[str, int]:
+    """What the budget did to a bundle: kept, summarised, dropped; and candidates filtered before it."""
+    items = (bundle.trace.budget or {}).get("items")
+    if items is None:  # no budget applied: everything returned was kept
+        n = {"kept": len(bundle.results), "summarised": 0, "dropped": 0}
+    else:
+        n = {a: sum(1 for i in items if i["action"] == a) for a in ("kept", "summarised", "dropped")}
+    n["filtered"] = sum(1 for d in bundle.trace.dropped if d.stage != "budget")
+    return n
 
 
 # -- completion and recall -----------------------------------------------------------------------

@@ -12,6 +12,7 @@ every engine call runs in a thread worker and reports back with a message.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from rich.text import Text
@@ -89,8 +90,8 @@ def trace_line(bundle: Bundle) -> Text:
     t = bundle.trace
     n = sc.budget_counts(bundle)
     line = Text.assemble((t.profile, "bold cyan"), f" · {n['kept']} kept · {n['summarised']} summarised · ")
-    line.append(f"{n['dropped']} dropped by budget", "yellow" if n["dropped"] else "")
-    line.append(f" · {n['filtered']} filtered earlier")
+    line.append(f"{n['dropped']} dropped", "yellow" if n["dropped"] else "")
+    line.append(f" · {n['filtered']} filtered")
     if t.budget:
         used, budget = t.budget["used"], t.budget["budget"]
         line.append(f" · {used}/{budget} tokens", "bold red" if used > budget else "")
@@ -111,11 +112,16 @@ class Exchange(Vertical):
     Exchange > .trace.error { color: $error; text-style: bold; }
     Exchange Collapsible { padding-left: 1; border-top: none; }
     Exchange Markdown { margin: 0; padding: 0 1 0 0; }
+    Exchange MarkdownHeader { margin: 1 0 0 0; }
+    Exchange MarkdownH1 { margin: 0; }
+    Exchange MarkdownBlockQuote { margin: 0 0 1 0; }
     """
 
     def __init__(self, line: str, number: int) -> None:
         super().__init__(id=f"exchange-{number}")
         self.line = line
+        self.pinned = True
+        """While it is the newest entry: keep its top in view as the markdown lays itself out."""
 
     def compose(self) -> ComposeResult:
         yield Static(Text(f"› {self.line}"), classes="ask")
@@ -124,6 +130,8 @@ class Exchange(Vertical):
     def show(self, markdown: str, bundle: Bundle) -> None:
         self.query_one(".trace", Static).update(trace_line(bundle))
         title = f"context for the agent ({len(bundle.results)} entries)"
+        if bundle.trace.budget and bundle.trace.budget.get("over_budget"):
+            title += " · over budget: invariants are never dropped"
         self.mount(Collapsible(Markdown(markdown), title=title, collapsed=False))
 
     def fail(self, error: str) -> None:
@@ -132,8 +140,13 @@ class Exchange(Vertical):
         trace.update(Text(f"✗ {error}"))
 
     def fold(self) -> None:
+        self.pinned = False
         for c in self.query(Collapsible):
             c.collapsed = True
+
+    def on_resize(self) -> None:
+        if self.pinned and self.parent is not None:
+            self.call_after_refresh(self.parent.scroll_to_widget, self, top=True, animate=False)  # type: ignore[attr-defined]
 
 
 class ShellScreen(Screen[None]):
@@ -152,6 +165,9 @@ class ShellScreen(Screen[None]):
                               padding: 0 1; }
     ShellScreen #welcome { color: $text-muted; }
     ShellScreen .command { height: auto; margin-bottom: 1; }
+    ShellScreen .command > .ask { text-style: bold; }
+    ShellScreen .command > .result { padding-left: 2; color: $success; }
+    ShellScreen .command > .result.info { color: $text-muted; }
     ShellScreen .help { height: auto; margin-bottom: 1; }
     ShellScreen #prompt-box { height: auto; border: round $primary-darken-1; border-title-color: $text-muted; }
     ShellScreen #prompt { border: tall $accent; }
@@ -262,15 +278,18 @@ class ShellScreen(Screen[None]):
         transcript = self.query_one("#transcript", VerticalScroll)
         for welcome in self.query("#welcome"):
             welcome.remove()
+        for older in self.query(Exchange):
+            older.pinned = False
         transcript.mount(widget)
         if top:
             self.call_after_refresh(transcript.scroll_to_widget, widget, top=True, animate=False)
         else:
             self.call_after_refresh(transcript.scroll_end, animate=False)
 
-    def _note(self, line: str, text: str, style: str = "green") -> None:
-        self._append(Static(Text.assemble((f"› {line}\n", "bold"), ("  ✓ " if style == "green" else "  ", style), text),
-                            classes="command"))
+    def _note(self, line: str, text: str, done: bool = True) -> None:
+        """A command and what it did, in the transcript (✓ for a write that happened)."""
+        result = Static(Text(f"✓ {text}" if done else text), classes="result" if done else "result info")
+        self._append(Vertical(Static(Text(f"› {line}"), classes="ask"), result, classes="command"))
 
     # -- questions --------------------------------------------------------------------------
 
@@ -278,11 +297,13 @@ class ShellScreen(Screen[None]):
         self._asked += 1
         for older in self.query(Exchange):
             older.fold()
-        self._append(Exchange(line, self._asked))
-        self._ask(self._asked, cmd, self.budget)
+        self._append(Exchange(line, self._asked), top=True)
+        # named after its exchange, so a crash can be reported in the right place
+        self.run_worker(partial(self._ask, self._asked, cmd, self.budget), name=f"ask-{self._asked}",
+                        group="shell-ask", thread=True, exit_on_error=False)
 
-    @work(thread=True, group="shell-ask", exit_on_error=False)
     def _ask(self, number: int, cmd: sc.Ask, budget: int) -> None:
+        """Runs in a thread worker."""
         try:
             markdown, bundle = self.lens.context(cmd.text, budget, cmd.profile)
         except MemlensError as exc:
@@ -297,9 +318,7 @@ class ShellScreen(Screen[None]):
     def on_shell_screen_answered(self, message: Answered) -> None:
         exchange = self._exchange(message.number)
         if exchange is not None:
-            exchange.show(message.markdown, message.bundle)
-            transcript = self.query_one("#transcript", VerticalScroll)
-            self.call_after_refresh(transcript.scroll_to_widget, exchange, top=True, animate=False)
+            exchange.show(message.markdown, message.bundle)  # it scrolls itself into view as it grows
 
     def on_shell_screen_ask_failed(self, message: AskFailed) -> None:
         exchange = self._exchange(message.number)
@@ -334,7 +353,7 @@ class ShellScreen(Screen[None]):
 
     def _set_budget(self, line: str, cmd: sc.SetBudget) -> None:
         if cmd.tokens is None:
-            self._note(line, f"the context budget is {self.budget} tokens (:budget N changes it)", "dim")
+            self._note(line, f"the context budget is {self.budget} tokens (:budget N changes it)", done=False)
             return
         before, self.budget = self.budget, cmd.tokens
         self._title()
@@ -343,7 +362,12 @@ class ShellScreen(Screen[None]):
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """A bug in a worker (engine errors are reported by the workers themselves)."""
         if event.state == WorkerState.ERROR and (event.worker.group or "").startswith("shell"):
-            self._status(f"internal error: {event.worker.error!r}", error=True)
+            error = f"internal error: {event.worker.error!r}"
+            if event.worker.name.startswith("ask-"):
+                exchange = self._exchange(int(event.worker.name[4:]))
+                if exchange is not None:
+                    exchange.fail(error)
+            self._status(error, error=True)
 
     # -- actions ----------------------------------------------------------------------------
 
