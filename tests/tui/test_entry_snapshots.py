@@ -38,20 +38,20 @@ def pin_times(path, edits: dict[str, list[str]] | None = None) -> None:
 
 
 @pytest.fixture
-def pinned_store(tui_demo_store, tmp_path):
+def pinned_store(tui_demo_store, snap_dir):
     """The demo store with fixed audit times and no edits."""
-    path = tmp_path / "pinned.db"
+    path = snap_dir / "pinned.db"
     shutil.copy(tui_demo_store, path)
     pin_times(path)
     return path
 
 
 @pytest.fixture
-def curated_store(tui_demo_store, tmp_path, settings, real_embedder):
+def curated_store(tui_demo_store, snap_dir, settings, real_embedder):
     """ros2-conv-005 edited twice (text and salience, then status): an audit history to show."""
     from memlens import Memory
 
-    path = tmp_path / "curated.db"
+    path = snap_dir / "curated.db"
     shutil.copy(tui_demo_store, path)
     with Memory.open(path, settings=settings, embedder=real_embedder) as m:
         text = m.get("ros2-conv-005").text + " Sensor streams use the SensorDataQoS preset instead."
@@ -103,3 +103,59 @@ def test_delete_asks_first(make_app, pinned_store, snap_compare):
         await settle(pilot)
 
     assert snap_compare(make_app(store=pinned_store), terminal_size=SIZE, run_before=run_before)
+
+
+async def why_not(pilot, query: str, pick: str, entry_id: str) -> None:
+    """Search, open "why not?", type words of a title and pick the entry from the list."""
+    await search(pilot, query)
+    pilot.app.why_not(pilot.app.main.query_text)
+    await settle(pilot)
+    await pilot.press(*pick)
+    await pilot.pause(0.4)
+    await settle(pilot)
+    olist = pilot.app.screen.query_one("#wn-list")
+    olist.focus()
+    olist.highlighted = [o.id for o in olist.options].index(entry_id)
+    await pilot.press("enter")
+    await settle(pilot)
+
+
+def test_why_not_dropped_by_override(make_app, snap_compare):
+    async def run_before(pilot):
+        await why_not(pilot, "publisher QoS depth wing=lifecore_ros2|ros2", "QoS", "ros2-conv-005")
+
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=run_before)
+
+
+def test_why_not_deprecated(make_app, snap_compare):
+    async def run_before(pilot):
+        await why_not(pilot, "lambda callbacks", "lambda", "lc-anti-012")
+
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=run_before)
+
+
+async def context_with_budget(pilot, budget: str) -> None:
+    await search(pilot, "callbacks blocking")
+    pilot.app.context_preview(pilot.app.main.query_text)
+    await settle(pilot)
+    await pilot.press(*budget)
+    await pilot.pause(0.4)
+    await settle(pilot)
+
+
+def test_context_under_a_tight_budget(make_app, snap_compare):
+    """400 tokens: less than the invariants need; they are kept whole, everything else goes."""
+
+    async def run_before(pilot):
+        await context_with_budget(pilot, "400")
+
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=run_before)
+
+
+def test_context_keeps_summarises_and_drops(make_app, snap_compare):
+    """1700 tokens: notes dropped, patterns summarised, invariants and decisions kept."""
+
+    async def run_before(pilot):
+        await context_with_budget(pilot, "1700")
+
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=run_before)

@@ -10,6 +10,8 @@ its trace shows the cache miss caused by exactly this write.
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -34,7 +36,7 @@ from ..widgets.bars import TYPE_STYLE, age, bar
 INPUTS = ("title", "wing", "room", "key", "overrides", "salience")
 SELECTS = {"kind": KINDS, "type": TYPES, "status": STATUSES}
 STATUS_STYLE = {"active": "green", "under_review": "bold yellow", "deprecated": "bold red"}
-ACTION_STYLE = {"add": "green", "import": "green", "update": "yellow", "delete": "bold red"}
+ACTION_STYLE = {"add": "green", "import": "green", "update": "yellow"}
 HIDDEN_DIFF = {"updated_at", "created_at"}
 
 
@@ -49,13 +51,27 @@ def form_values(entry: Entry | None, wing: str | None) -> dict[str, str]:
 
 
 def _when(ts: Any, now: datetime) -> str:
-    t = parse_ts(ts)
-    return f"{t:%Y-%m-%d %H:%M} · {age(t, now)} ago"
+    return f"{parse_ts(ts):%Y-%m-%d %H:%M} · {age(parse_ts(ts), now)} ago"
 
 
 def _short(value: Any, width: int = 34) -> str:
-    text = "—" if value in (None, "") else " ".join(str(value).split()) if not isinstance(value, dict) else json.dumps(value)
+    text = json.dumps(value) if isinstance(value, dict) else "—" if value in (None, "") else " ".join(str(value).split())
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def changed_span(before: str, after: str, context: int = 16, width: int = 90) -> tuple[str, str]:
+    """The part of a long text that changed, with a little context on each side: a useful diff in a narrow pane."""
+    a, b = " ".join(before.split()), " ".join(after.split())
+    p = len(os.path.commonprefix([a, b]))
+    s = len(os.path.commonprefix([a[p:][::-1], b[p:][::-1]]))
+    lo = max(0, p - context)
+
+    def cut(t: str) -> str:
+        mid = t[lo: len(t) - max(0, s - context)]
+        mid = ("…" if lo else "") + mid + ("…" if s > context else "")
+        return mid if len(mid) <= width else mid[: width - 1] + "…"
+
+    return cut(a), cut(b)
 
 
 def metadata(info: dict[str, Any], now: datetime) -> RenderableType:
@@ -92,20 +108,26 @@ def audit_history(rows: list[dict[str, Any]], now: datetime) -> RenderableType:
         action = row["action"]
         head = Text.assemble((f"#{row['seq']} ", "bold"), (action, ACTION_STYLE.get(action, "")), "  ",
                              (_when(row["ts"], now), "dim"))
-        if (row.get("detail") or {}).get("reembedded"):
-            head.append(" · re-embedded", style="cyan")
+        if parts:
+            parts.append(Text(""))
         parts.append(head)
         before, after = row.get("before") or {}, row.get("after") or {}
         if action == "update":
             changed = [k for k in after if k not in HIDDEN_DIFF and before.get(k) != after.get(k)]
             for k in changed:
-                parts.append(Text.assemble(f"  {k}: ", (_short(before.get(k)), "red"), " → ", (_short(after.get(k)), "green")))
+                old, new = before.get(k), after.get(k)
+                if isinstance(old, str) and isinstance(new, str) and max(len(old), len(new)) > 30:
+                    old, new = changed_span(old, new)
+                    parts.append(Text.assemble(f"  {k}: ", ("− " + old, "red")))
+                    parts.append(Text.assemble(" " * (len(k) + 4), ("+ " + new, "green")))
+                else:
+                    parts.append(Text.assemble(f"  {k}: ", (_short(old), "red"), " → ", (_short(new), "green")))
             if not changed:
                 parts.append(Text("  no field changed", style="dim"))
+            if (row.get("detail") or {}).get("reembedded"):
+                parts.append(Text("  ↻ re-embedded: the text the model sees changed", style="cyan"))
         elif action in ("add", "import"):
             parts.append(Text(f"  created in {after.get('wing')} as {after.get('type')} ({after.get('status')})", style="dim"))
-        elif action == "delete":
-            parts.append(Text("  deleted", style="red"))
     return Group(*parts)
 
 
@@ -124,20 +146,25 @@ class EntryScreen(Screen[None]):
                 tooltip="Mark the entry under review: still retrieved, flagged as possibly outdated (audited)"),
         Binding("ctrl+t", "delete", "Delete", id="entry.delete", tooltip="Delete the entry (asks first)"),
         Binding("escape", "close", "Close", id="entry.close", tooltip="Close without saving (asks first if there are edits)"),
+        Binding("f2", "toggle_details", "Details", id="entry.details",
+                tooltip="On a narrow terminal: switch between the form and the metadata with the audit history"),
     ]
     DEFAULT_CSS = """
     EntryScreen #entry-body { height: 1fr; }
-    EntryScreen #entry-form { width: 1fr; border: round $primary-darken-1; border-title-color: $text-muted;
-                              border-subtitle-color: $warning; padding: 0 1; }
+    EntryScreen #entry-form { width: 1fr; border: round $primary-darken-1; border-title-color: $text-muted; border-subtitle-color: $warning; padding: 0 1; }
     EntryScreen #entry-side { width: 52; }
-    EntryScreen #entry-meta-box { height: auto; max-height: 19; border: round $primary-darken-1;
-                                  border-title-color: $text-muted; padding: 0 1; }
+    EntryScreen.narrow #entry-side { display: none; }
+    EntryScreen.narrow.details #entry-side { display: block; width: 1fr; }
+    EntryScreen.narrow.details #entry-form { display: none; }
+    EntryScreen #entry-meta-box { height: auto; max-height: 19; border: round $primary-darken-1; border-title-color: $text-muted; padding: 0 1; }
     EntryScreen #entry-audit-box { height: 1fr; border: round $primary-darken-1; border-title-color: $text-muted; padding: 0 1; }
     EntryScreen .row { height: 4; }
     EntryScreen .field { width: 1fr; height: 4; margin-right: 1; }
     EntryScreen .field.wide { width: 2fr; }
+    EntryScreen .field.narrow { width: 14; }
     EntryScreen .field-label { color: $text-muted; height: 1; }
     EntryScreen #f-text { height: 1fr; min-height: 5; }
+    EntryScreen Input.refused, EntryScreen TextArea.refused, EntryScreen Select.refused > SelectCurrent { border: tall $error; }
     EntryScreen #entry-error { height: auto; min-height: 1; margin-top: 1; }
     EntryScreen #entry-error.error { color: $error; text-style: bold; }
     EntryScreen #entry-error.pending { color: $warning; }
@@ -173,20 +200,21 @@ class EntryScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="entry-body"):
-            with Vertical(id="entry-form") as form:
+            with VerticalScroll(id="entry-form") as form:
                 form.border_title = f"Entry {self.entry_id}" if self.entry_id else "New entry"
                 with Horizontal(classes="row"):
                     yield field("Title (empty: first words of the text)", Input(id="f-title"), "field wide")
                 with Horizontal(classes="row"):
                     yield field("Wing", Input(id="f-wing"))
                     yield field("Room", Input(id="f-room"))
-                    yield field("Key (same rule, other wings)", Input(id="f-key"))
+                    yield field("Salience 0–1", Input(id="f-salience"), "field narrow")
                 with Horizontal(classes="row"):
                     for name, values in SELECTS.items():
                         yield field(name.capitalize(), Select([(v, v) for v in values], allow_blank=False, id=f"f-{name}"))
                 with Horizontal(classes="row"):
-                    yield field("Overrides (entry id it replaces)", Input(id="f-overrides"), "field wide")
-                    yield field("Salience 0–1", Input(id="f-salience"))
+                    key_tip = "Entries of different wings with the same key state the same rule"
+                    yield field("Key", Input(id="f-key", tooltip=key_tip))
+                    yield field("Overrides (entry id it hides)", Input(id="f-overrides"))
                 yield Label("Text", classes="field-label")
                 yield TextArea(id="f-text", soft_wrap=True)
                 yield Static(id="entry-error")
@@ -274,6 +302,20 @@ class EntryScreen(Screen[None]):
         else:
             self._start("status" if set(changes) == {"status"} else "update", changes)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A new entry has nothing to delete; the details key matters only on a narrow terminal."""
+        if action == "toggle_details":
+            return self.has_class("narrow")
+        return not (action == "delete" and self.entry_id is None)
+
+    def on_resize(self) -> None:
+        # under 100 columns the side panel would squeeze the form: show one or the other (f2)
+        self.set_class(self.size.width < 100, "narrow")
+        self.refresh_bindings()
+
+    def action_toggle_details(self) -> None:
+        self.toggle_class("details")
+
     def action_set_status(self, status: str) -> None:
         if self.entry_id is None:
             self.query_one("#f-status", Select).value = status
@@ -321,6 +363,10 @@ class EntryScreen(Screen[None]):
         self._busy = False
         self.query_one("#entry-form").loading = False
         self._error(f"✗ refused, nothing written: {message.error}")
+        # point at the field the engine named ("field 'room': …", "overrides: …")
+        named = re.match(r"(?:field ')?([a-z_]+)'?:", message.error)
+        for widget in self.query(".field Input, .field Select, TextArea"):
+            widget.set_class(named is not None and widget.id == f"f-{named.group(1)}", "refused")
 
     def on_entry_screen_written(self, message: Written) -> None:
         self._busy = False
