@@ -39,6 +39,9 @@ GENERAL = """\
 ## Keys
 `/` search · `r` re-run · `d` dropped · `enter` entry · `n` new entry · `x` why not? · `c` context preview ·
 `s` assistant shell · `m` metrics · `w` next active wing · `ctrl+p` command palette · `q` quit
+
+Entry screen: `ctrl+s` save · `ctrl+o` deprecate · `ctrl+r` under review · `ctrl+t` delete · `esc` close.
+Context preview: `+`/`-` budget by 100. Shell: `@academic …`, `/memory …`, `:help`; ↑/↓ history, Tab completes.
 """
 
 
