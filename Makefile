@@ -15,6 +15,9 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m tests.bench $(BENCH_ARGS)
 
+screenshots: $(STAMP)
+	$(BIN)/python -m tests.tui.screenshots
+
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
