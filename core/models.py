@@ -10,11 +10,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from . import vocab
 from .ids import new_id
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+from .vocab import NAME_RE  # noqa: E402 (one definition, shared with the pydantic-free query parser)
 ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
-GLOBAL_WING = "_global"
+GLOBAL_WING = vocab.GLOBAL_WING
 
 
 class Kind(str, Enum):
@@ -45,6 +46,7 @@ AUTHORITY = {t.value: i for i, t in enumerate(EntryType)}
 KINDS = tuple(k.value for k in Kind)
 TYPES = tuple(t.value for t in EntryType)
 STATUSES = tuple(s.value for s in Status)
+assert (KINDS, TYPES, STATUSES) == (vocab.KINDS, vocab.TYPES, vocab.STATUSES), "core/vocab.py is out of date"
 
 
 def utcnow() -> datetime:

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from .errors import QueryError
-from .models import KINDS, NAME_RE, STATUSES, TYPES
+from .vocab import KINDS, NAME_RE, STATUSES, TYPES
 
 KEYS = ("wing", "room", "kind", "type", "status")
 _TOKEN = re.compile(r'"([^"]*)"|(\S+)')

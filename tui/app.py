@@ -84,13 +84,18 @@ class MemlensApp(App[None]):
     @work(thread=True, group="store", exit_on_error=False)
     def refresh_store(self, first: bool = True) -> None:
         """Counts, completion values and the working memory; on an empty store offer the demo."""
-        count = self.lens.count()
-        wings, rooms = self.lens.wings(), self.lens.rooms()
-        window = self.lens.window()
+        try:
+            count = self.lens.count()
+            wings, rooms = self.lens.wings(), self.lens.rooms()
+            window = self.lens.window()
+        except MemlensError as exc:
+            self.call_from_thread(self.notify, str(exc), title="Store", severity="error", timeout=20)
+            return
         self.call_from_thread(self._apply_store, count, wings, rooms, first)
         self.post_message(WorkingMemoryLoaded(window))
 
     def _apply_store(self, count: int, wings: list[str], rooms: list[str], first: bool) -> None:
+        self._update_title()  # the active wing is known once the store is open
         if self.main is not None:
             self.main.set_known(wings, rooms)
         if first and count == 0:
@@ -190,22 +195,62 @@ class MemlensApp(App[None]):
         self.lens.close()
 
 
-def run_app(store: str | Path | None, *, demo: bool = False, active_wing: str | None = None) -> int:
-    """Entry point for ``memlens`` / ``memlens tui``."""
-    from memlens import Memory
+def _opener(store: str | Path | None, **kwargs: Any) -> tuple[Path, Any]:
+    """The store's path now (for the header) and a function that opens it (on an engine thread)."""
+    from memlens.config import load_settings
 
-    mem = Memory.open(store)
-    app = MemlensApp(Lens(mem, active_wing=active_wing), demo=demo)
+    settings = kwargs.pop("settings", None) or load_settings()
+    path = Path(store).expanduser() if store is not None else settings.store_path()
+
+    def open_memory() -> Any:
+        from memlens import Memory
+
+        return Memory.open(path, settings=settings, **kwargs)
+
+    return path, open_memory
+
+
+def _check_store(path: Path) -> None:
+    """Refuse a file that is not a memlens store before the screen switches to the app (one-line error)."""
+    from memlens import db
+    from memlens.errors import StoreError
+
+    if not path.exists():
+        return  # created on open
+    conn = db.connect(path, create=False)
+    try:
+        version = db.schema_version(conn)
+        tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'").fetchone()[0]
+    finally:
+        conn.close()
+    if version > db.SCHEMA_VERSION:
+        raise StoreError(f"{path} was written by a newer memlens (schema {version} > {db.SCHEMA_VERSION}); upgrade memlens")
+    if version == 0 and tables:
+        raise StoreError(f"{path} is a SQLite database but not a memlens store")
+
+
+def run_app(store: str | Path | None, *, demo: bool = False, active_wing: str | None = None) -> int:
+    """Entry point for ``memlens`` / ``memlens tui``: the first frame comes before the engine loads."""
+    import os
+    import sys
+
+    path, open_memory = _opener(store)
+    _check_store(path)
+    lens = Lens(path, open_memory, active_wing=active_wing)
+    app = MemlensApp(lens, demo=demo)
     app.run()
-    return 0
+    if lens.engine_busy():
+        # an engine call (a first-time model export, a locked store) is still running: every write is
+        # its own transaction, so nothing is lost by not waiting for it
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(app.return_code or 0)
+    return app.return_code or 0
 
 
 def create_app(store: str | Path, **kwargs: Any) -> MemlensApp:
     """One factory for tests, screenshots and benchmarks."""
-    from memlens import Memory
-
     lens_kwargs = {k: kwargs.pop(k) for k in ("active_wing", "now", "bundle_filter") if k in kwargs}
-    embedder = kwargs.pop("embedder", None)
-    settings = kwargs.pop("settings", None)
-    mem = Memory.open(store, embedder=embedder, settings=settings)
-    return MemlensApp(Lens(mem, **lens_kwargs), **kwargs)
+    memory_kwargs = {k: kwargs.pop(k) for k in ("embedder", "settings") if k in kwargs}
+    path, open_memory = _opener(store, **memory_kwargs)
+    return MemlensApp(Lens(path, open_memory, **lens_kwargs), **kwargs)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
-from memlens.trace import Bundle
+if TYPE_CHECKING:
+    from memlens.trace import Bundle
 
 
 @dataclass

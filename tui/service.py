@@ -8,51 +8,94 @@ workers the UI starts.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from concurrent.futures import TimeoutError as FutureTimeout
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from memlens import Memory
-from memlens.models import Entry, utcnow
-from memlens.trace import Bundle
+if TYPE_CHECKING:  # the engine loads on an engine thread, after the first frame
+    from memlens import Memory
+    from memlens.models import Entry
+    from memlens.trace import Bundle
 
 T = TypeVar("T")
 WATCHED = "_tasks"
 
 
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Abandoned(Exception):
+    """The worker waiting for an engine call was cancelled (the app is closing)."""
+
+
 class Lens:
+    """Opens the store lazily on an engine thread: the app draws its first frame meanwhile."""
+
     def __init__(
         self,
-        memory: Memory,
+        store_path: Path,
+        opener: Callable[[], Memory],
         *,
         active_wing: str | None = None,
         now: Callable[[], datetime] = utcnow,
         bundle_filter: Callable[[Bundle], Bundle] | None = None,
     ) -> None:
-        self.mem = memory
+        self.store_path = Path(store_path)
         self.now = now
+        self.active_wing = active_wing
+        self._opener = opener
+        self._mem: Memory | None = None
+        self._open_lock = threading.Lock()
+        self._closed = False
         self._filter = bundle_filter or (lambda b: b)
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memlens-engine")
-        self.active_wing = active_wing if active_wing is not None else self._default_wing()
+        self._pool.submit(lambda: self.mem)  # start opening (imports numpy, pydantic, the store) right away
+
+    @property
+    def mem(self) -> Memory:
+        """The engine's Memory, opened on first use (on whatever engine or worker thread asks first)."""
+        if self._mem is None:
+            with self._open_lock:
+                if self._mem is None:
+                    mem = self._opener()
+                    if self.active_wing is None:
+                        self.active_wing = self._default_wing(mem)
+                    self._mem = mem
+        return self._mem
 
     # plumbing ---------------------------------------------------------------------------------
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run ``fn`` on an engine thread and wait for it (call from a worker, never the UI thread)."""
-        return self._pool.submit(fn, *args, **kwargs).result()
+        """Run ``fn`` on an engine thread and wait for it (call from a worker, never the UI thread).
+
+        The wait gives up when the calling worker is cancelled, so closing the app
+        never waits for a slow engine call (a model export, a locked store).
+        """
+        future = self._pool.submit(fn, *args, **kwargs)
+        while True:
+            try:
+                return future.result(timeout=0.1)
+            except FutureTimeout:
+                if self._closed or _worker_cancelled():
+                    raise Abandoned() from None
 
     def close(self) -> None:
+        self._closed = True
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self.mem.close()
+        if self._mem is not None:
+            self._mem.close()
 
-    @property
-    def store_path(self) -> Path:
-        return self.mem.path
+    def engine_busy(self) -> bool:
+        return any(t.name.startswith("memlens-engine") and t.is_alive() for t in threading.enumerate())
 
-    def _default_wing(self) -> str | None:
-        counts = self.mem.stats()["per_wing"]
+    @staticmethod
+    def _default_wing(mem: Memory) -> str | None:
+        counts = mem.stats()["per_wing"]
         project = {w: n for w, n in counts.items() if w != "_global"}
         return max(sorted(project), key=lambda w: project[w]) if project else None
 
@@ -76,7 +119,7 @@ class Lens:
 
     def search(self, query: str, *, k: int | None = None, budget: int | None = None, profile: str | None = None) -> Bundle:
         return self._filter(
-            self.call(self.mem.search, query, active_wing=self.active_wing, k=k, budget=budget,
+            self.call(lambda *a, **k: self.mem.search(*a, **k), query, active_wing=self.active_wing, k=k, budget=budget,
                       profile=profile or "memory", now=self.now())
         )
 
@@ -198,7 +241,16 @@ class Lens:
             report = self.mem.import_jsonl(demo_file())
             load_demo(self.mem)
             if self.active_wing is None:
-                self.active_wing = self._default_wing()
+                self.active_wing = self._default_wing(self.mem)
             return report
 
         return self.call(run)
+
+
+def _worker_cancelled() -> bool:
+    try:
+        from textual.worker import get_current_worker
+
+        return get_current_worker().is_cancelled
+    except Exception:  # not inside a Textual worker
+        return False

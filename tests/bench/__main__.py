@@ -1,10 +1,10 @@
 """``python -m tests.bench [--quick] [--only NAME]`` (``make bench`` runs it without flags).
 
-NAME is a suite (``foundation``, ``tasks``) or one part of the foundation suite
-(``foundation.search``, ``foundation.embed``, ``foundation.import``,
-``foundation.cold``). Only a full run of a whole suite writes
-``tests/bench/results/<suite>.json`` and its README table; quick and partial
-runs write their JSON to the temp directory.
+Runs the suites in order: ``foundation``, ``retrieval``, ``tasks``, ``tui``. NAME
+is one suite or one part of the foundation suite (``foundation.search``,
+``foundation.embed``, ``foundation.import``, ``foundation.cold``). Only a full
+run of a whole suite writes ``tests/bench/results/<suite>.json`` and its README
+table; quick and partial runs write their JSON to the temp directory.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import sys
 
 from .common import setup_environment
 
-SUITES = ("foundation", "tasks")
+SUITES = ("foundation", "retrieval", "tasks", "tui")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="reduced sizes (10k entries, fewer queries): a smoke run")
-    p.add_argument("--only", metavar="NAME", help="a suite (foundation, tasks) or foundation.PART (search, embed, import, cold)")
+    p.add_argument("--only", metavar="NAME", help="a suite (" + ", ".join(SUITES) + ") or foundation.PART (search, embed, import, cold)")
     args = p.parse_args(argv)
 
     env = setup_environment()  # before memlens or any Hugging Face import: offline, engine defaults
@@ -28,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import foundation
 
-    parts_of: dict[str, tuple[str, ...]] = {"foundation": foundation.PARTS, "tasks": ()}
+    parts_of: dict[str, tuple[str, ...]] = {s: () for s in SUITES}
+    parts_of["foundation"] = foundation.PARTS
     selected: dict[str, tuple[str, ...]] = {}
     if args.only:
         suite, _, part = args.only.partition(".")
@@ -42,10 +43,18 @@ def main(argv: list[str] | None = None) -> int:
     for suite, parts in selected.items():
         if suite == "foundation":
             foundation.run(quick=args.quick, parts=parts)
+        elif suite == "retrieval":
+            from . import retrieval
+
+            retrieval.run(quick=args.quick)
         elif suite == "tasks":
             from . import tasks
 
             tasks.run(quick=args.quick)
+        elif suite == "tui":
+            from . import tui
+
+            tui.run(quick=args.quick)
     return 0
 
 

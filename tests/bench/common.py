@@ -144,6 +144,7 @@ def write_json(path: Path, data: Any) -> None:
     with os.fdopen(fd, "w") as fh:
         json.dump(data, fh, indent=2, sort_keys=False)
         fh.write("\n")
+    os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be committed and read
     os.replace(tmp, path)
 
 
@@ -158,6 +159,20 @@ def write_readme_block(name: str, body: str, readme: Path = README) -> None:
         raise SystemExit(f"{readme}: expected exactly one {start} line followed by one {end} line")
     new = lines[: starts[0] + 1] + body.strip("\n").split("\n") + lines[ends[0] :]
     readme.write_text("\n".join(new), encoding="utf-8")
+
+
+def ensure_readme_block(name: str, after: str, readme: Path = README) -> None:
+    """Add the empty marker pair of suite ``name`` right after suite ``after``'s end marker if it is missing."""
+    start, end = f"<!-- bench:{name}:start -->", f"<!-- bench:{name}:end -->"
+    text = readme.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    if any(line.strip() == start for line in lines):
+        return
+    anchor = [i for i, line in enumerate(lines) if line.strip() == f"<!-- bench:{after}:end -->"]
+    if len(anchor) != 1:
+        raise SystemExit(f"{readme}: no single <!-- bench:{after}:end --> line to put the {name} block after")
+    i = anchor[0] + 1
+    readme.write_text("\n".join(lines[:i] + ["", start, end] + lines[i:]), encoding="utf-8")
 
 
 def log(msg: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -12,13 +14,15 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from memlens.errors import MemlensError
-from memlens.trace import Bundle, Result
 
 from ..messages import SearchDone, SearchFailed
 from ..widgets.results import ResultsTable
 from ..widgets.search_bar import ScopeSuggester, caret_line, check
 from ..widgets.trace_view import TracePane
 from ..widgets.working_memory import WorkingMemoryPane
+
+if TYPE_CHECKING:
+    from memlens.trace import Bundle, Result
 
 DEBOUNCE_S = 0.3
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual.widgets import DataTable
 
-from memlens.trace import Bundle
-
 from .bars import TYPE_STYLE, flag_text
+
+if TYPE_CHECKING:
+    from memlens.trace import Bundle
 
 
 class ResultsTable(DataTable):

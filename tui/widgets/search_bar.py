@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.suggester import Suggester
 
-from memlens.models import KINDS, STATUSES, TYPES
+from memlens.vocab import KINDS, STATUSES, TYPES
 from memlens.query import KEYS, ScopeError, check_known, parse
 
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from memlens.trace import Bundle, Result
 
 from .bars import FLAG_MEANING, FLAG_STYLE, TYPE_STYLE, bar, ms
+
+if TYPE_CHECKING:
+    from memlens.trace import Bundle, Result
 
 STAGE_ORDER = ("parse", "embed", "vector", "lexical", "score", "rerank", "policy", "budget")
 
