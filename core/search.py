@@ -142,9 +142,10 @@ def search(
     lat["parse"] = _ms(t)
 
     wings_searched = plan.scope if plan.scope is not None else mem.wings()
-    key = cache_key(plan.text_query, plan.user, plan.scope, {**plan.cache_params(mem), "workspace": workspace})
     cache_info = None
+    key = ""
     if use_cache and s.cache.enabled:
+        key = cache_key(plan.text_query, plan.user, plan.scope, {**plan.cache_params(mem), "workspace": workspace})
         gens = mem.generations(wings_searched if plan.scope is not None else None)
         hit, cache_info = mem.cache.get(key, gens, mem.describe_write)
         if hit is not None:
@@ -174,7 +175,7 @@ def search(
     pool, vectors, qvec = _candidates(mem, plan, trace, lat)
     t = time.perf_counter()
     _score(mem, plan, pool, vectors, qvec, trace, now)
-    lat["score"] = _ms(t)
+    lat["score"] += _ms(t)
 
     t = time.perf_counter()
     pool = policy.dedup_and_conflicts(pool, vectors, trace, s.retrieval.dedup_similarity)
@@ -365,7 +366,7 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
             c.mandatory = c.keep = True
             c.source = "mandatory" if rowid in extra else c.source
     trace.candidates["pool"] = len(pool)
-    lat["lexical"] += _ms(t)
+    lat["score"] += _ms(t)  # loading the candidates, their vectors and policy pull-ins is scoring's input
     return list(pool.values()), vectors, qvec
 
 
