@@ -177,3 +177,32 @@ def ensure_readme_block(name: str, after: str, readme: Path = README) -> None:
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+def publish(name: str, res: dict[str, Any], table: str, *, official: bool, target_lines: list[str]) -> None:
+    """Where a run's figures go: results/ and the README for an official run, the temp dir otherwise."""
+    res["readme_table"] = table
+    if official:
+        write_json(RESULTS / f"{name}.json", res)
+        write_readme_block(name, table, README)
+        log(f"[{name}] wrote {RESULTS / f'{name}.json'} and the README table")
+    else:
+        out = Path(tempfile.gettempdir()) / f"memlens-bench-{name}-{res['mode']}.json"
+        write_json(out, res)
+        log(f"[{name}] {res['mode']} run: wrote {out} (README and results/ untouched)")
+    print(table)
+    for line in target_lines:
+        log(f"  target {line}")
+    log(f"[{name}] done in {res['duration_s']} s")
+
+
+def suite_main(prog: str, doc: str | None, run: Any, quick_help: str, argv: list[str] | None = None) -> int:
+    """``python -m tests.bench.SUITE [--quick]``: the same entry point for every suite."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help=quick_help)
+    args = p.parse_args(argv)
+    setup_environment()  # before memlens is imported: offline, engine defaults (a spawned app inherits it)
+    run(quick=args.quick)
+    return 0

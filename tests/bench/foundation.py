@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import README, RESULTS, ROOT, log, machine_info, ratio, summary, write_json, write_readme_block
+from .common import ROOT, log, machine_info, publish, ratio, summary
 
 NAME = "foundation"
 PARTS = ("search", "embed", "import", "cold")
@@ -1109,20 +1109,10 @@ def run(quick: bool = False, parts: tuple[str, ...] = PARTS, write: bool = True)
         res["targets"] = targets(res, plan)
         res["duration_s"] = round(time.perf_counter() - t0, 1)
         table = render_table(res, plan)
-        res["readme_table"] = table
         full = not quick and tuple(parts) == PARTS
-        if write and full:
-            write_json(RESULTS / f"{NAME}.json", res)
-            write_readme_block(NAME, table, README)
-            log(f"[{NAME}] wrote {RESULTS / f'{NAME}.json'} and the README table")
-        else:
-            out = Path(tempfile.gettempdir()) / f"memlens-bench-{NAME}-{res['mode']}.json"
-            write_json(out, res)
-            log(f"[{NAME}] {'quick' if quick else 'partial'} run: wrote {out} (README and results/ untouched)")
-        print(table)
-        for t in res["targets"]:
-            log(f"  target {t['name']}: {t['measured']} vs {t['limit']} {t['unit']} -> {'met' if t['met'] else 'MISSED'}")
-        log(f"[{NAME}] done in {res['duration_s']} s")
+        publish(NAME, res, table, official=write and full,
+                target_lines=[f"{t['name']}: {t['measured']} vs {t['limit']} {t['unit']} -> {'met' if t['met'] else 'MISSED'}"
+                              for t in res["targets"]])
         return res
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -38,7 +38,6 @@ directory.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import re
@@ -51,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import README, RESULTS, log, machine_info, ratio, summary, write_json, write_readme_block
+from .common import RESULTS, log, machine_info, publish, ratio, suite_main, summary
 
 NAME = "retrieval"
 TARGET_CACHE_HIT_MS = 1.0
@@ -533,35 +532,15 @@ def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
         res["targets"] = targets(res)
         res["duration_s"] = round(time.perf_counter() - t0, 1)
         table = render_table(res)
-        res["readme_table"] = table
-        if write and not quick:
-            write_json(RESULTS / f"{NAME}.json", res)
-            ensure_readme_block(NAME, after="foundation")
-            write_readme_block(NAME, table, README)
-            log(f"[{NAME}] wrote {RESULTS / f'{NAME}.json'} and the README table")
-        else:
-            out = Path(tempfile.gettempdir()) / f"memlens-bench-{NAME}-{res['mode']}.json"
-            write_json(out, res)
-            log(f"[{NAME}] {res['mode']} run: wrote {out} (README and results/ untouched)")
-        print(table)
-        for t in res["targets"]:
-            log(f"  target {t['name']}: {t['measured']} vs {t['limit']} {t['unit']} -> {'met' if t['met'] else 'MISSED'}")
-        log(f"[{NAME}] done in {res['duration_s']} s")
+        publish(NAME, res, table, official=write and not quick,
+                target_lines=[f"{t['name']}: {t['measured']} vs {t['limit']} {t['unit']} -> {'met' if t['met'] else 'MISSED'}" for t in res["targets"]])
         return res
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tests.bench.retrieval", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--quick", action="store_true", help="10k entries, 40 queries; README and results/ untouched")
-    args = p.parse_args(argv)
-    from .common import setup_environment
-
-    setup_environment()  # before memlens is imported: offline, engine defaults
-    run(quick=args.quick)
-    return 0
+    return suite_main("python -m tests.bench.retrieval", __doc__, run, "10k entries, 40 queries; README and results/ untouched", argv)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ directory and leaves both untouched.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 import tempfile
@@ -31,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import README, RESULTS, log, machine_info, summary, write_json, write_readme_block
+from .common import log, machine_info, publish, suite_main, summary
 
 NAME = "tasks"
 TARGET_RENDER_P50_MS = 5.0
@@ -159,34 +158,15 @@ def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
         }  # fmt: skip
         res["duration_s"] = round(time.perf_counter() - t0, 1)
         table = render_table(res)
-        res["readme_table"] = table
-        if write and not quick:
-            write_json(RESULTS / f"{NAME}.json", res)
-            write_readme_block(NAME, table, README)
-            log(f"[{NAME}] wrote {RESULTS / f'{NAME}.json'} and the README table")
-        else:
-            out = Path(tempfile.gettempdir()) / f"memlens-bench-{NAME}-{res['mode']}.json"
-            write_json(out, res)
-            log(f"[{NAME}] {res['mode']} run: wrote {out} (README and results/ untouched)")
-        print(table)
-        for key, t in res["targets"].items():
-            log(f"  target {key} p50: {t['measured']} ms vs {t['limit']} ms -> {'met' if t['met'] else 'MISSED'}")
-        log(f"[{NAME}] done in {res['duration_s']} s")
+        publish(NAME, res, table, official=write and not quick,
+                target_lines=[f"{key} p50: {t['measured']} ms vs {t['limit']} ms -> {'met' if t['met'] else 'MISSED'}" for key, t in res["targets"].items()])
         return res
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tests.bench.tasks", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--quick", action="store_true", help="fewer calls; README and results/ untouched")
-    args = p.parse_args(argv)
-    from .common import setup_environment
-
-    setup_environment()  # before memlens is imported: offline, engine defaults
-    run(quick=args.quick)
-    return 0
+    return suite_main("python -m tests.bench.tasks", __doc__, run, "fewer calls; README and results/ untouched", argv)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ the ``bench:tui`` markers; a quick run writes its JSON to the temp directory.
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import os
 import select
@@ -234,7 +233,7 @@ def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
     """Run the suite; a full run writes results/tui.json and the README block."""
     import importlib.metadata
 
-    from .common import README, RESULTS, log, machine_info, write_json, write_readme_block
+    from .common import log, machine_info, publish
 
     t0 = time.perf_counter()
     runs = 3 if quick else 10
@@ -281,34 +280,17 @@ def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
         }  # fmt: skip
         res["duration_s"] = round(time.perf_counter() - t0, 1)
         table = render_table(res)
-        res["readme_table"] = table
-        if write and not quick:
-            write_json(RESULTS / f"{NAME}.json", res)
-            write_readme_block(NAME, table, README)
-            log(f"[{NAME}] wrote {RESULTS / f'{NAME}.json'} and the README table")
-        else:
-            out = Path(tempfile.gettempdir()) / f"memlens-bench-{NAME}-{res['mode']}.json"
-            write_json(out, res)
-            log(f"[{NAME}] {res['mode']} run: wrote {out} (README and results/ untouched)")
-        print(table)
-        for key, t in res["targets"].items():
-            log(f"  target first frame ({key}) p50: {t['measured_p50_ms']} ms vs {t['limit_ms']:g} ms -> {'met' if t['met'] else 'MISSED'}")
-        log(f"[{NAME}] done in {res['duration_s']} s")
+        publish(NAME, res, table, official=write and not quick,
+                target_lines=[f"first frame ({key}) p50: {t['measured_p50_ms']} ms vs {t['limit_ms']:g} ms -> {'met' if t['met'] else 'MISSED'}" for key, t in res["targets"].items()])
         return res
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tests.bench.tui", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--quick", action="store_true", help="3 runs per case; README and results/ untouched")
-    args = p.parse_args(argv)
-    from .common import setup_environment
+    from .common import suite_main
 
-    setup_environment()  # offline, engine defaults; the spawned app inherits this environment
-    run(quick=args.quick)
-    return 0
+    return suite_main("python -m tests.bench.tui", __doc__, run, "3 runs per case; README and results/ untouched", argv)
 
 
 if __name__ == "__main__":
