@@ -15,6 +15,7 @@ looked up by rowid, so every result carries every component.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from datetime import datetime
@@ -490,7 +491,7 @@ def _personal_fallback(mem: Memory, plan: _Plan, trace: Trace, scored: dict[str,
     for r in mem.conn.execute(sql, [*args, plan.limit]).fetchall():
         c = Candidate(rowid=r[0], entry=row_to_entry(r[2:]), content_hash=r[1], source="fallback")
         if c.entry.id in scored:  # keep the measured components; only the score is the seed's synthetic 1.0
-            c.comps = scored[c.entry.id].comps.model_copy()
+            c.comps = dataclasses.replace(scored[c.entry.id].comps)
         c.comps.final = c.comps.relevance = 1.0
         c.comps.salience = c.entry.salience
         c.profile_score = 1.0
