@@ -478,8 +478,8 @@ def render_table(res: dict[str, Any]) -> str:
         f"{a['log_retrieval_share_of_cache_hit'] * 100:.0f}% of a hit | — | — |",
         "",
         "Where the pipeline spends its time (p50 of each stage of `trace.latency_ms`, ms; *wall* is the p50 measured "
-        "around the call; *outside the stages* is total minus the named stages). *lexical* holds the FTS5 query and everything after the KNN that reads the store "
-        "(loading the candidate rows, override/key pull-ins, vector lookups of lexical-only hits); the FTS5 "
+        "around the call; *outside the stages* is total minus the named stages). *lexical* is the FTS5 query; *score* includes loading "
+        "the candidate rows, their vectors and the override/key pull-ins that policy needs; the FTS5 "
         f"statement alone takes {_ms(lat['fts_statement']['p50_ms'])} ms p50 (run right after the pipeline on the same "
         "query, so its pages are in SQLite's cache). The two candidate generators alone, KNN at the candidate count "
         f"plus that FTS5 statement, already take {_ms(p['generators_floor_ms'])} ms: "
