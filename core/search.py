@@ -147,13 +147,17 @@ def search(
     key = ""
     if use_cache and s.cache.enabled:
         key = cache_key(plan.text_query, plan.user, plan.scope, {**plan.cache_params(mem), "workspace": workspace})
-        gens = mem.generations(wings_searched if plan.scope is not None else None)
+        if plan.scope is not None:
+            gens = mem.generations(wings_searched)
+        else:  # every wing of entries; the working memory's counter ("_tasks") is not a wing
+            gens = {w: g for w, g in mem.generations().items() if w != "_tasks"}
         hit, cache_info = mem.cache.get(key, gens, mem.describe_write)
         if hit is not None:
             trace = hit.trace.model_copy(update={"cache_hit": True, "cache": cache_info})
             trace.latency_ms = {st: 0.0 for st in STAGES}
             trace.latency_ms["total"] = round(_ms(t_start), 3)
-            bundle = Bundle(results=hit.results, trace=trace, context=hit.context)
+            # copies: a caller editing its results must not edit the cache
+            bundle = Bundle(results=_copies(hit.results), trace=trace, context=hit.context)
             mem.log_retrieval(bundle)
             return bundle
     else:
@@ -237,9 +241,14 @@ def search(
     lat["total"] = _ms(t_start)
     trace.latency_ms = {st: round(v, 3) for st, v in lat.items()}
     if cache_info is not None and not bundle.trace.degraded:
-        mem.cache.put(key, bundle, gens)
+        mem.cache.put(key, Bundle(results=_copies(bundle.results), trace=trace.model_copy(), context=bundle.context), gens)
     mem.log_retrieval(bundle)
     return bundle
+
+
+def _copies(results: list[Result]) -> list[Result]:
+    """Copies of results (and of the parts a caller may edit) so the cache and its callers never share them."""
+    return [r.model_copy(update={"flags": list(r.flags), "components": dataclasses.replace(r.components)}) for r in results]
 
 
 def _ms(t: float) -> float:

@@ -294,3 +294,15 @@ def test_rerank_missing_model_is_a_clear_error(demo_store, tmp_path, real_embedd
     with open_with(path, real_embedder, rerank={"enabled": True, "model": str(tmp_path / "none")}) as mem:
         with pytest.raises(ModelError, match="cross-encoder not found"):
             mem.search("executor", active_wing="ros2")
+
+
+def test_cached_results_are_copies_and_task_writes_keep_the_cache(demo_mem):
+    first = demo_mem.search("executor threads")  # unscoped: every wing
+    first.results[0].flags.append("edited-by-caller")
+    first.results[0].rank = 99
+    demo_mem.tasks.complete("t-cache", "unrelated working-memory write")
+    hit = demo_mem.search("executor threads")
+    assert hit.trace.cache_hit, "a working-memory write is not a write to a wing"
+    assert hit.results[0].rank == 1
+    hit.results[1].rank = 42
+    assert demo_mem.search("executor threads").results[1].rank == 2
