@@ -300,19 +300,11 @@ def retrieval_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _batch_search(args: argparse.Namespace) -> int:
+    from .evaluate import read_json_lines
+
     path = Path(args.queries)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MemlensError(f"{path}: cannot read queries ({exc})") from None
     jobs = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise MemlensError(f"{path}: line {n}: invalid JSON: {exc.msg}") from None
+    for n, obj in read_json_lines(path):
         if not isinstance(obj, dict) or not isinstance(obj.get("query"), str):
             raise MemlensError(f"{path}: line {n}: expected an object with a string 'query'")
         unknown = set(obj) - {"id", "query", "active_wing", "wings", "k", "profile", "budget"}

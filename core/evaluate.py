@@ -21,19 +21,25 @@ if TYPE_CHECKING:
 CUTOFFS = (1, 5, 10)
 
 
-def load_queries(path: Path) -> list[dict[str, Any]]:
-    out = []
+def read_json_lines(path: Path, what: str = "queries") -> list[tuple[int, Any]]:
+    """(line number, parsed value) for every non-blank line of a small JSONL file; bad JSON is a one-line error."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        raise MemlensError(f"{path}: cannot read queries ({exc})") from None
+        raise MemlensError(f"{path}: cannot read {what} ({exc})") from None
+    out = []
     for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise MemlensError(f"{path}: line {n}: invalid JSON: {exc.msg}") from None
+        if line.strip():
+            try:
+                out.append((n, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise MemlensError(f"{path}: line {n}: invalid JSON: {exc.msg}") from None
+    return out
+
+
+def load_queries(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for n, obj in read_json_lines(path):
         if not isinstance(obj, dict) or "_id" not in obj or not isinstance(obj.get("text"), str):
             raise MemlensError(f"{path}: line {n}: expected {{\"_id\": ..., \"text\": \"...\"}}")
         out.append(obj)
