@@ -114,8 +114,10 @@ class MainScreen(Screen[None]):
     def _query_submitted(self, event: Input.Submitted) -> None:
         if self._debounce is not None:
             self._debounce.stop()
-        if event.value.strip() and check(event.value.strip(), getattr(self, "known_wings", []), getattr(self, "known_rooms", [])) is None:
-            self.search(event.value.strip())
+        text = event.value.strip()
+        # the debounce may already have started this very query: do not run it twice (r re-runs on purpose)
+        if text and text != self.query_text and check(text, getattr(self, "known_wings", []), getattr(self, "known_rooms", [])) is None:
+            self.search(text)
         self.query_one(ResultsTable).focus()
 
     def search(self, query: str) -> None:
