@@ -78,29 +78,9 @@ def _open(args: argparse.Namespace) -> Any:
 
 
 def _read_report(source: str) -> dict[str, Any]:
-    from pathlib import Path
+    from .task_state import read_json_file
 
-    if source == "-":
-        name, data = "<stdin>", sys.stdin.buffer.read()
-    else:
-        path = Path(source)
-        name = str(path)
-        if not path.is_file():
-            raise MemlensError(f"--report {name}: {'is a directory' if path.is_dir() else 'no such file'}")
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise MemlensError(f"--report {name}: cannot read ({exc.strerror or exc})") from None
-    if b"\x00" in data:
-        raise ValidationError(f"--report {name}: binary data (NUL byte); expected a JSON object")
-    try:
-        obj = json.loads(data.decode("utf-8-sig"))
-    except UnicodeDecodeError:
-        raise ValidationError(f"--report {name}: not UTF-8 text; expected a JSON object") from None
-    except json.JSONDecodeError as exc:
-        raise ValidationError(f"--report {name}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except RecursionError:
-        raise ValidationError(f"--report {name}: invalid JSON: nested too deeply") from None
+    name, obj = read_json_file(source, label="--report ", expected="a JSON object")
     if not isinstance(obj, dict):
         raise ValidationError(f"--report {name}: expected a JSON object, got {type(obj).__name__}")
     return obj

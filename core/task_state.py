@@ -24,29 +24,30 @@ _TASK_FIELDS = {"task_id", "id", "intent", "summary", "outcome", "completed_at",
 _BLOCKER_FIELDS = {"task_id", "id", "reason", "blocked_reason", "blocked_at", "resolved_at"}
 
 
-def read_state(source: str | Path) -> tuple[str, Any]:
-    """(name, parsed JSON) of a state file, or ``-`` for stdin; one-line errors."""
+def read_json_file(source: str | Path, *, label: str = "", expected: str = "a JSON state file") -> tuple[str, Any]:
+    """(name, parsed JSON) of a file, or ``-`` for stdin, with one-line errors prefixed by ``label``."""
     if str(source) == "-":
         name, data = "<stdin>", sys.stdin.buffer.read()
     else:
         path = Path(source)
         name = str(path)
         if not path.exists():
-            raise MemlensError(f"{name}: no such file")
+            raise MemlensError(f"{label}{name}: no such file")
         if path.is_dir():
-            raise MemlensError(f"{name}: is a directory, not a JSON state file")
+            raise MemlensError(f"{label}{name}: is a directory, not {expected}")
         try:
             data = path.read_bytes()
         except OSError as exc:
-            raise MemlensError(f"{name}: cannot read ({exc.strerror or exc})") from None
+            raise MemlensError(f"{label}{name}: cannot read ({exc.strerror or exc})") from None
+    where = f"{label}{name}"
     if b"\x00" in data:
-        raise ValidationError(f"{name}: binary data (NUL byte); not a JSON state file")
+        raise ValidationError(f"{where}: binary data (NUL byte); not {expected}")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ValidationError(f"{name}: not UTF-8 text ({exc.reason} at byte {exc.start}); not a JSON state file") from None
+        raise ValidationError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start}); not {expected}") from None
     if not text.strip():
-        raise ValidationError(f"{name}: empty file; expected a JSON object with completed_tasks")
+        raise ValidationError(f"{where}: empty file; expected {expected}")
 
     def no_constant(c: str) -> Any:
         raise ValueError(c)
@@ -54,12 +55,17 @@ def read_state(source: str | Path) -> tuple[str, Any]:
     try:
         obj = json.loads(text, parse_constant=no_constant)
     except json.JSONDecodeError as exc:
-        raise ValidationError(f"{name}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        raise ValidationError(f"{where}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except ValueError as exc:
-        raise ValidationError(f"{name}: invalid JSON: {exc} is not a number") from None
+        raise ValidationError(f"{where}: invalid JSON: {exc} is not a number") from None
     except RecursionError:
-        raise ValidationError(f"{name}: invalid JSON: nested too deeply") from None
+        raise ValidationError(f"{where}: invalid JSON: nested too deeply") from None
     return name, obj
+
+
+def read_state(source: str | Path) -> tuple[str, Any]:
+    """(name, parsed JSON) of a legacy state file."""
+    return read_json_file(source, expected="a JSON state file with completed_tasks")
 
 
 def _kind(v: Any) -> str:
