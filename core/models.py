@@ -61,6 +61,11 @@ def format_ts(ts: datetime) -> str:
 
 
 def parse_ts(value: Any) -> datetime:
+    if isinstance(value, str) and len(value) in (20, 27) and value[-1] == "Z" and value[10] == "T":
+        # the store's own format (format_ts), the common case: fromisoformat reads "Z" only from 3.11
+        ts = datetime.fromisoformat(value[:-1])
+        if ts.tzinfo is None:
+            return ts.replace(tzinfo=timezone.utc)
     if isinstance(value, datetime):
         ts = value
     elif isinstance(value, str):

@@ -15,10 +15,17 @@ from .models import AUTHORITY, Entry
 from .trace import Components, Trace
 
 
-@dataclass
+@dataclass(eq=False, slots=True)
 class Candidate:
+    """One entry in the pool, kept as its stored row until a caller needs the full ``Entry``.
+
+    A search weighs ~100 candidates and returns ~10: policy reads the few
+    columns it needs straight from the row, and only results (and the
+    profiles that read ``meta``) pay for building an ``Entry``.
+    """
+
     rowid: int
-    entry: Entry
+    row: tuple[Any, ...]  # the entry's columns, in the order of ``store._COLUMNS``
     content_hash: str
     comps: Components = field(default_factory=Components)
     profile_score: float = 0.0
@@ -28,6 +35,52 @@ class Candidate:
     conflicts_with: list[str] = field(default_factory=list)
     hides: list[str] = field(default_factory=list)
     source: str = "search"
+    _entry: Entry | None = field(default=None, repr=False)
+
+    @property
+    def entry(self) -> Entry:
+        if self._entry is None:
+            from .store import row_to_entry
+
+            self._entry = row_to_entry(self.row)
+        return self._entry
+
+    @property
+    def id(self) -> str:
+        return self.row[0]
+
+    @property
+    def wing(self) -> str:
+        return self.row[1]
+
+    @property
+    def kind(self) -> str:
+        return self.row[3]
+
+    @property
+    def type(self) -> str:
+        return self.row[4]
+
+    @property
+    def status(self) -> str:
+        return self.row[5]
+
+    @property
+    def key(self) -> str | None:
+        return self.row[8]
+
+    @property
+    def overrides(self) -> str | None:
+        return self.row[10]
+
+    @property
+    def salience(self) -> float:
+        return float(self.row[9])
+
+    @property
+    def changed_at(self) -> str:
+        """When the entry last changed, as stored (``updated_at``, else ``created_at``): what recency decays from."""
+        return self.row[12] or self.row[11]
 
     @property
     def score(self) -> float:
@@ -35,7 +88,7 @@ class Candidate:
 
     @property
     def authority(self) -> int:
-        return AUTHORITY[self.entry.type.value]
+        return AUTHORITY[self.row[4]]
 
 
 def dedup_and_conflicts(
@@ -49,19 +102,19 @@ def dedup_and_conflicts(
     and neither overrides the other, they are a **conflict**: both are kept,
     flagged and listed in the trace.
     """
-    by_id = {c.entry.id: c for c in pool}
+    by_id = {c.id: c for c in pool}
     dropped: set[str] = set()
     ordered = sorted(pool, key=lambda c: -c.score)
 
     def merge(winner: Candidate, loser: Candidate, why: str) -> None:
-        dropped.add(loser.entry.id)
+        dropped.add(loser.id)
         if not winner.found_in:
-            winner.found_in.append(winner.entry.wing)
-        for w in [loser.entry.wing, *loser.found_in]:
+            winner.found_in.append(winner.wing)
+        for w in [loser.wing, *loser.found_in]:
             if w not in winner.found_in:
                 winner.found_in.append(w)
         winner.mandatory = winner.mandatory or loser.mandatory
-        trace.drop(loser.entry, "dedup", f"{why} as {winner.entry.id} ({winner.entry.wing}), which scored higher", loser.score)
+        trace.drop(loser, "dedup", f"{why} as {winner.id} ({winner.wing}), which scored higher", loser.score)
 
     # same content: the higher-scored copy stays
     seen_hash: dict[str, Candidate] = {}
@@ -75,44 +128,44 @@ def dedup_and_conflicts(
     # a key names one fact or rule: same kind and agreeing vectors is a duplicate, anything else a conflict
     groups: dict[str, list[Candidate]] = {}
     for c in ordered:
-        if c.entry.id not in dropped and c.entry.key:
-            groups.setdefault(c.entry.key, []).append(c)
+        if c.id not in dropped and c.key:
+            groups.setdefault(c.key, []).append(c)
     for members in groups.values():
         for i, a in enumerate(members):
-            if a.entry.id in dropped:
+            if a.id in dropped:
                 continue
             for b in members[i + 1 :]:
-                if b.entry.id in dropped or _override_pair(a, b):
+                if b.id in dropped or _override_pair(a, b):
                     continue
                 va, vb = vectors.get(a.rowid), vectors.get(b.rowid)
                 cos = float(va @ vb) if va is not None and vb is not None else 0.0
-                if cos >= dedup_similarity and a.entry.kind == b.entry.kind:
-                    merge(a, b, f"same key {a.entry.key!r}, cosine {cos:.3f}")
-                elif a.entry.wing != b.entry.wing:
+                if cos >= dedup_similarity and a.kind == b.kind:
+                    merge(a, b, f"same key {a.key!r}, cosine {cos:.3f}")
+                elif a.wing != b.wing:
                     for x, y in ((a, b), (b, a)):
-                        if y.entry.id not in x.conflicts_with:
-                            x.conflicts_with.append(y.entry.id)
+                        if y.id not in x.conflicts_with:
+                            x.conflicts_with.append(y.id)
                         x.keep = True
-                    trace.conflicts.append(sorted([a.entry.id, b.entry.id]))
-    return [c for c in pool if c.entry.id not in dropped and c.entry.id in by_id]
+                    trace.conflicts.append(sorted([a.id, b.id]))
+    return [c for c in pool if c.id not in dropped and c.id in by_id]
 
 
 def _override_pair(a: Candidate, b: Candidate) -> bool:
-    return a.entry.overrides == b.entry.id or b.entry.overrides == a.entry.id
+    return a.overrides == b.id or b.overrides == a.id
 
 
 def apply_overrides(pool: list[Candidate], trace: Trace) -> list[Candidate]:
     """An explicit ``overrides`` hides the overridden entry; the trace says by which."""
-    by_id = {c.entry.id: c for c in pool}
+    by_id = {c.id: c for c in pool}
     hidden: set[str] = set()
     for c in pool:
-        target = c.entry.overrides
-        if target and target in by_id and target != c.entry.id:
+        target = c.overrides
+        if target and target in by_id and target != c.id:
             hidden.add(target)
             c.hides.append(target)
             t = by_id[target]
-            trace.drop(t.entry, "override", f"overridden by {c.entry.id} ({c.entry.wing})", t.score)
-    return [c for c in pool if c.entry.id not in hidden]
+            trace.drop(t, "override", f"overridden by {c.id} ({c.wing})", t.score)
+    return [c for c in pool if c.id not in hidden]
 
 
 def thresholds(pool: list[Candidate], trace: Trace, min_score: float | None, relative: float | None) -> list[Candidate]:
@@ -120,7 +173,7 @@ def thresholds(pool: list[Candidate], trace: Trace, min_score: float | None, rel
     out = []
     for c in pool:
         if min_score is not None and not c.keep and c.profile_score < min_score:
-            trace.drop(c.entry, "threshold", f"score {c.profile_score:.3f} < min {min_score}", c.profile_score)
+            trace.drop(c, "threshold", f"score {c.profile_score:.3f} < min {min_score}", c.profile_score)
         else:
             out.append(c)
     if relative is not None and out:
@@ -129,7 +182,7 @@ def thresholds(pool: list[Candidate], trace: Trace, min_score: float | None, rel
         for c in out:
             if not c.keep and c.profile_score < top * relative:
                 trace.drop(
-                    c.entry, "relative", f"score {c.profile_score:.3f} < {relative} × top {top:.3f} = {top * relative:.3f}", c.profile_score
+                    c, "relative", f"score {c.profile_score:.3f} < {relative} × top {top:.3f} = {top * relative:.3f}", c.profile_score
                 )
             else:
                 kept.append(c)
@@ -139,7 +192,7 @@ def thresholds(pool: list[Candidate], trace: Trace, min_score: float | None, rel
 
 def authority_order(pool: list[Candidate]) -> list[Candidate]:
     """Invariant → decision → pattern → note; score within (seed 004 §3)."""
-    return sorted(pool, key=lambda c: (c.authority, -c.score, c.entry.id))
+    return sorted(pool, key=lambda c: (c.authority, -c.score, c.id))
 
 
 def cap(pool: list[Candidate], trace: Trace, limit: int) -> list[Candidate]:
@@ -149,25 +202,25 @@ def cap(pool: list[Candidate], trace: Trace, limit: int) -> list[Candidate]:
     n = 0
     for c in by_score:
         if c.keep:
-            chosen.add(c.entry.id)
+            chosen.add(c.id)
     for c in by_score:
-        if c.entry.id in chosen:
+        if c.id in chosen:
             continue
         if n < limit:
-            chosen.add(c.entry.id)
+            chosen.add(c.id)
             n += 1
         else:
-            trace.drop(c.entry, "cap", f"score rank beyond the cap of {limit}", c.score)
-    return [c for c in pool if c.entry.id in chosen]
+            trace.drop(c, "cap", f"score rank beyond the cap of {limit}", c.score)
+    return [c for c in pool if c.id in chosen]
 
 
 def flags_for(c: Candidate, active_wing: str | None) -> list[str]:
     flags = []
     if c.mandatory:
         flags.append("mandatory")
-    if c.entry.status.value == "under_review":
+    if c.status == "under_review":
         flags.append("under_review")
-    if active_wing and c.entry.wing == active_wing:
+    if active_wing and c.wing == active_wing:
         flags.append("active_wing")
     if c.conflicts_with:
         flags.append("conflict")
@@ -175,4 +228,4 @@ def flags_for(c: Candidate, active_wing: str | None) -> list[str]:
 
 
 def describe(pool: list[Candidate]) -> list[dict[str, Any]]:
-    return [{"id": c.entry.id, "score": c.score} for c in pool]
+    return [{"id": c.id, "score": c.score} for c in pool]

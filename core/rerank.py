@@ -64,15 +64,15 @@ def rerank(mem: Memory, text: str, pool: list[Candidate], weights: RetrievalWeig
         c.comps.rerank = round(prob, 6)
         comps = c.comps
         comps.final = (weights.relevance * comps.rerank + weights.recency * comps.recency + weights.salience * comps.salience) * comps.boost
-    keep = {c.entry.id for c in window} | {c.entry.id for c in outside if c.keep}
+    keep = {c.id for c in window} | {c.id for c in outside if c.keep}
     for c in outside:
         if not c.keep:
-            trace.drop(c.entry, "rerank", f"outside the rerank window of the top {cfg.top_n}", c.score)
-    pool[:] = [c for c in pool if c.entry.id in keep]
+            trace.drop(c, "rerank", f"outside the rerank window of the top {cfg.top_n}", c.score)
+    pool[:] = [c for c in pool if c.id in keep]
     trace.rerank = {
         "applied": True,
         "model": str(cfg.model),
         "top_n": cfg.top_n,
-        "input": [c.entry.id for c in window],
-        "output": [c.entry.id for c in sorted(window, key=lambda c: -c.score)],
+        "input": [c.id for c in window],
+        "output": [c.id for c in sorted(window, key=lambda c: -c.score)],
     }

@@ -30,7 +30,7 @@ from .models import GLOBAL_WING, format_ts, utcnow
 from .policy import Candidate
 from .profiles import Profile, route
 from .query import ParsedQuery, check_known, parse
-from .scoring import RetrievalWeights, minmax, recency
+from .scoring import RetrievalWeights, minmax, recency, recency_many
 from .trace import STAGES, Bundle, Components, Result, Trace
 
 if TYPE_CHECKING:
@@ -185,7 +185,7 @@ def search(
     t = time.perf_counter()
     pool = policy.dedup_and_conflicts(pool, vectors, trace, s.retrieval.dedup_similarity)
     pool = policy.apply_overrides(pool, trace)
-    scored = {c.entry.id: c for c in pool}
+    scored = {c.id: c for c in pool}
     if plan.parsed.text:
         pool = policy.thresholds(pool, trace, plan.profile.min_score, plan.profile.relative)
     if plan.profile.recent_turns:
@@ -214,7 +214,7 @@ def search(
 
     results = [
         Result(entry=c.entry, score=c.score, rank=i + 1, flags=policy.flags_for(c, active_wing), components=c.comps,
-               found_in=c.found_in or [c.entry.wing], conflicts_with=c.conflicts_with, hides=c.hides)
+               found_in=c.found_in or [c.wing], conflicts_with=c.conflicts_with, hides=c.hides)
         for i, c in enumerate(pool)
     ]
     for c, r in zip(pool, results):
@@ -336,8 +336,8 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
             margs += v
         mandatory = {r for (r,) in conn.execute(sql, margs)}
         extra += [r for r in mandatory if r not in pool]
-    ids = [c.entry.id for c in pool.values()]
-    keys = {c.entry.key for c in pool.values() if c.entry.key}
+    ids = [c.id for c in pool.values()]
+    keys = {c.key for c in pool.values() if c.key}
     if ids and text:
         # look up by the overrides / key indexes alone and apply the scope here: with the scope in the
         # SQL, the planner (no ANALYZE stats) prefers the wing index and scans the whole wing
@@ -357,16 +357,17 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
     trace.candidates["pulled_in"] = len(set(extra))
     vectors: dict[int, np.ndarray] = {}
     if pool and qvec is not None:
-        held = mem.vector_index.vectors(list(pool)) if mem.vector_index is not None else {}
-        vectors.update(held)
+        # vectors are needed for the candidates the KNN did not score and for the key groups dedup compares
+        need = {r: c.wing for r, c in pool.items() if r not in sims or c.key}
+        vectors = mem.vector_index.vectors(need) if mem.vector_index is not None else {}
         # one lookup per rowid: vec0 answers `rowid = ?` from its index but scans the table for `rowid IN (...)`
-        for rowid in (r for r in pool if r not in held):
+        for rowid in (r for r in need if r not in vectors):
             row = conn.execute("SELECT embedding FROM entries_vec WHERE rowid = ?", (rowid,)).fetchone()
             if row is not None:
                 vectors[rowid] = np.frombuffer(row[0], dtype="<f4")
-        for rowid, v in vectors.items():
-            if rowid not in sims:
-                sims[rowid] = float(v @ qvec)
+        unscored = [r for r in vectors if r not in sims]
+        if unscored:
+            sims.update(zip(unscored, (np.stack([vectors[r] for r in unscored]) @ qvec).tolist()))
     for rowid, c in pool.items():
         c.comps.similarity = sims.get(rowid) if qvec is not None else None
         c.comps.vector_rank = vec_rank.get(rowid)
@@ -381,8 +382,6 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
 
 
 def _load(mem: Memory, rowids: list[int], pool: dict[int, Candidate]) -> None:
-    from .store import row_to_entry
-
     for i in range(0, len(rowids), 400):
         chunk = rowids[i : i + 400]
         rows = mem.conn.execute(f"{_SELECT} WHERE rowid IN ({','.join('?' * len(chunk))})", chunk).fetchall()
@@ -390,7 +389,7 @@ def _load(mem: Memory, rowids: list[int], pool: dict[int, Candidate]) -> None:
         for rowid in chunk:
             r = by_rowid.get(rowid)
             if r is not None and rowid not in pool:
-                pool[rowid] = Candidate(rowid=rowid, entry=row_to_entry(r[2:]), content_hash=r[1])
+                pool[rowid] = Candidate(rowid=rowid, row=r[2:], content_hash=r[1])
 
 
 def _score(mem: Memory, plan: _Plan, pool: list[Candidate], vectors: dict[int, np.ndarray], qvec: np.ndarray | None,
@@ -398,7 +397,7 @@ def _score(mem: Memory, plan: _Plan, pool: list[Candidate], vectors: dict[int, n
     s = mem.settings
     groups: dict[str, list[Candidate]] = {}
     for c in pool:
-        groups.setdefault(c.entry.kind.value if s.retrieval.normalise == "per_kind" else "pool", []).append(c)
+        groups.setdefault(c.kind if s.retrieval.normalise == "per_kind" else "pool", []).append(c)
     for group, members in groups.items():
         sim_n, sim_b = minmax({c.rowid: c.comps.similarity for c in members if c.comps.similarity is not None})
         bm_n, bm_b = minmax({c.rowid: c.comps.bm25 for c in members if c.comps.bm25 is not None})
@@ -410,16 +409,16 @@ def _score(mem: Memory, plan: _Plan, pool: list[Candidate], vectors: dict[int, n
     centroids = _session_centroids(mem, pool, vectors) if conv and qvec is not None else {}
     w = plan.weights
     boost_active = s.retrieval.active_wing_boost
-    for c in pool:
+    decay = recency_many([c.changed_at for c in pool], now, s.retrieval.half_life_days)
+    for c, (rec, age) in zip(pool, decay):
         comps = c.comps
-        comps.recency, comps.age_days = recency(c.entry.updated_at or c.entry.created_at, now, s.retrieval.half_life_days)
-        comps.recency, comps.age_days = round(comps.recency, 6), round(comps.age_days, 3)
-        comps.salience = c.entry.salience
-        comps.boost = boost_active if plan.active_wing and c.entry.wing == plan.active_wing else 1.0
+        comps.recency, comps.age_days = rec, age
+        comps.salience = c.salience
+        comps.boost = boost_active if plan.active_wing and c.wing == plan.active_wing else 1.0
         raw = comps.similarity if comps.similarity is not None else 0.0
         if qvec is None:
             # no free text: nothing to be relevant to, so the entry's own salience orders the listing
-            comps.relevance = c.entry.salience
+            comps.relevance = comps.salience
             c.profile_score = 0.0
         elif conv:
             cen = centroids.get(str(c.entry.meta.get("session_id")))
@@ -429,8 +428,8 @@ def _score(mem: Memory, plan: _Plan, pool: list[Candidate], vectors: dict[int, n
         else:
             comps.relevance = s.search.vector_weight * comps.similarity_norm + s.search.lexical_weight * comps.bm25_norm
             c.profile_score = raw
-            year = c.entry.meta.get("year")
-            if plan.profile.year_boost and isinstance(year, int) and not isinstance(year, bool):
+            year = c.entry.meta.get("year") if plan.profile.year_boost else None
+            if isinstance(year, int) and not isinstance(year, bool):
                 comps.year_boost = round((year - 2000) * plan.profile.year_boost, 6)
                 comps.relevance += comps.year_boost
                 c.profile_score = raw + comps.year_boost
@@ -473,19 +472,19 @@ def _merge_recent_turns(mem: Memory, plan: _Plan, pool: list[Candidate], trace: 
     sql += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
     rows = mem.conn.execute(sql, [*rargs, plan.profile.recent_turns]).fetchall()
     merged = list(semantic)
-    ids = {c.entry.id for c in merged}
+    ids = {c.id for c in merged}
     for r in reversed(rows):  # oldest of the recent first, as in a transcript
         e = row_to_entry(r[2:])
         if e.id in ids:
             continue
-        cand = Candidate(rowid=r[0], entry=e, content_hash=r[1], source="recent")
+        cand = Candidate(rowid=r[0], row=r[2:], content_hash=r[1], source="recent", _entry=e)
         cand.comps.recency, cand.comps.age_days = recency(e.updated_at or e.created_at, now, mem.settings.retrieval.half_life_days)
         cand.comps.salience = e.salience
         merged.append(cand)
         ids.add(e.id)
     trace.notes.append(f"merged the {len(rows)} most recent turns of session {session!r}")
     for c in merged[plan.limit :]:
-        trace.drop(c.entry, "cap", f"beyond the conversation cap of {plan.limit}", c.score)
+        trace.drop(c, "cap", f"beyond the conversation cap of {plan.limit}", c.score)
     return merged
 
 
@@ -494,15 +493,13 @@ def _personal_fallback(mem: Memory, plan: _Plan, trace: Trace, scored: dict[str,
     where, args = plan.filters()
     sql = f"{_SELECT}" + (" WHERE " + " AND ".join(where) if where else "")
     sql += " ORDER BY salience DESC, updated_at DESC LIMIT ?"
-    from .store import row_to_entry
-
     out = []
     for r in mem.conn.execute(sql, [*args, plan.limit]).fetchall():
-        c = Candidate(rowid=r[0], entry=row_to_entry(r[2:]), content_hash=r[1], source="fallback")
-        if c.entry.id in scored:  # keep the measured components; only the score is the seed's synthetic 1.0
-            c.comps = dataclasses.replace(scored[c.entry.id].comps)
+        c = Candidate(rowid=r[0], row=r[2:], content_hash=r[1], source="fallback")
+        if c.id in scored:  # keep the measured components; only the score is the seed's synthetic 1.0
+            c.comps = dataclasses.replace(scored[c.id].comps)
         c.comps.final = c.comps.relevance = 1.0
-        c.comps.salience = c.entry.salience
+        c.comps.salience = c.salience
         c.profile_score = 1.0
         out.append(c)
     if out:

@@ -37,7 +37,7 @@ def row_to_entry(row: tuple[Any, ...]) -> Entry:
     return Entry.model_construct(
         id=id_, wing=wing, room=room, kind=Kind(kind), type=EntryType(type_), status=Status(status), title=title,
         text=text, key=key, salience=float(salience), overrides=overrides, created_at=parse_ts(created),
-        updated_at=parse_ts(updated), meta=json.loads(meta) if meta else {},
+        updated_at=parse_ts(updated), meta=json.loads(meta) if meta and meta != "{}" else {},
     )
 
 

@@ -9,11 +9,21 @@ Drop stages: ``status``, ``scope``, ``profile``, ``candidates``, ``threshold``,
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
 from .models import Entry
+
+class Droppable(Protocol):
+    """What a drop record names: an ``Entry``, or a pipeline candidate that has not built one."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def wing(self) -> str: ...
+
 
 STAGES = ("parse", "embed", "vector", "lexical", "score", "rerank", "policy", "budget", "total")
 FORMULA = "memlens-score/v1: final = (w_relevance·relevance + w_recency·recency + w_salience·salience) × boost"
@@ -80,7 +90,13 @@ class Result(BaseModel):
             self.flags.append(name)
 
 
-class Dropped(BaseModel):
+@dataclass
+class Dropped:
+    """A candidate that left the pipeline: at which stage, why, with what score.
+
+    A dataclass for the same reason as ``Components``: a search drops ~90 candidates.
+    """
+
     id: str
     stage: str
     reason: str
@@ -125,7 +141,7 @@ class Trace(BaseModel):
     degraded: dict[str, Any] | None = None
     notes: list[str] = Field(default_factory=list)
 
-    def drop(self, entry: Entry, stage: str, detail: str = "", score: float | None = None) -> None:
+    def drop(self, entry: Droppable, stage: str, detail: str = "", score: float | None = None) -> None:
         self.dropped.append(Dropped(id=entry.id, stage=stage, reason=stage, detail=detail, score=score, wing=entry.wing))
 
 

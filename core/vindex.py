@@ -126,16 +126,16 @@ class VectorIndex:
         out.sort(key=lambda x: -x[1])
         return out
 
-    def vectors(self, rowids: list[int]) -> dict[int, np.ndarray]:
-        """The held vectors of ``rowids`` (those this index has; the caller reads the rest)."""
+    def vectors(self, wing_of: dict[int, str]) -> dict[int, np.ndarray]:
+        """The held vectors of the rowids in ``wing_of`` (rowid -> its wing); the caller reads the rest."""
         out: dict[int, np.ndarray] = {}
         with self._lock:
-            blocks = list(self._blocks.values())
-        for b in blocks:
-            for r in rowids:
-                i = b.position.get(r)
-                if i is not None:
-                    out[r] = b.matrix[i]
+            blocks = dict(self._blocks)
+        for r, wing in wing_of.items():
+            b = blocks.get(wing)
+            i = b.position.get(r) if b is not None else None
+            if i is not None:
+                out[r] = b.matrix[i]
         return out
 
     @property
