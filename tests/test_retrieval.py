@@ -3,15 +3,15 @@
 import subprocess
 import sys
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from memlens import Memory
 from memlens.config import load_settings
 from memlens.errors import ValidationError
-from memlens.models import utcnow
-from memlens.scoring import RetrievalWeights, minmax, recency
+from memlens.models import parse_ts, utcnow
+from memlens.scoring import RetrievalWeights, minmax, recency, recency_many
 
 from .conftest import run_cli
 
@@ -84,6 +84,16 @@ def test_minmax_edge_cases():
     assert minmax({"a": 2.0, "b": 2.0}) == ({"a": 1.0, "b": 1.0}, [2.0, 2.0])
     norm, bounds = minmax({"a": 1.0, "b": 3.0, "c": 2.0})
     assert norm == {"a": 0.0, "b": 1.0, "c": 0.5} and bounds == [1.0, 3.0]
+
+
+def test_recency_many_matches_recency():
+    now = datetime(2026, 11, 22, 12, 0, 0, 250_000, tzinfo=timezone.utc)
+    stamps = ["2026-11-22T12:00:00Z", "2026-10-23T11:59:59.999999Z", "2025-01-01T00:00:00Z",
+              "2026-11-23T00:00:00Z", "2026-11-01T08:30:00+02:00"]  # fmt: skip
+    for half_life in (30.0, 7.5, 0.0):
+        expected = [(round(r, 6), round(a, 3)) for r, a in (recency(parse_ts(x), now, half_life) for x in stamps)]
+        assert recency_many(stamps, now, half_life) == expected
+    assert recency_many([], now, 30.0) == []
 
 
 def test_recency_decay_half_life():
