@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from .models import Entry
 
+
 class Droppable(Protocol):
     """What a drop record names: an ``Entry``, or a pipeline candidate that has not built one."""
 
