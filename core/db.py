@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from urllib.parse import quote
 
 from .errors import StoreError, StoreLockedError
 
@@ -184,6 +185,9 @@ def connect(path: Path, *, busy_timeout_ms: int = 5000, mmap_size: int = 1 << 30
         conn = sq.connect(str(path), isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000)
     except sq.Error as exc:
         raise StoreError(f"cannot open store {path}: {exc}") from None
+    if str(path) != ":memory:" and _needs_read_only_open(conn, path):
+        conn.close()
+        conn = _open_immutable(sq, path, busy_timeout_ms)
     try:
         import sqlite_vec
 
@@ -207,6 +211,45 @@ def connect(path: Path, *, busy_timeout_ms: int = 5000, mmap_size: int = 1 << 30
         conn.close()
         raise translate(exc, path) from None
     return conn
+
+
+def _needs_read_only_open(conn: Any, path: Path) -> bool:
+    """True when a WAL store sits where its ``-shm``/``-wal`` files cannot be created.
+
+    SQLite reads a WAL database only through those files; in a read-only
+    directory (a shared snapshot, a read-only mount) even a reader fails with
+    "attempt to write a readonly database".
+    """
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return False
+    except Exception as exc:
+        low = str(exc).lower()
+        return ("readonly" in low or "read-only" in low or "unable to open" in low) and not os.access(path.parent, os.W_OK)
+
+
+def _open_immutable(sq: ModuleType, path: Path, busy_timeout_ms: int) -> Any:
+    """Open a store in a read-only directory for reading: immutable, as SQLite allows for read-only media.
+
+    Nothing can write there, so the file cannot change under us, but the last
+    writer may have left committed changes in ``-wal`` without checkpointing
+    them; an immutable open would not see those, so that store is refused.
+    """
+    wal = Path(f"{path}-wal")
+    try:
+        pending = wal.exists() and wal.stat().st_size > 0
+    except OSError:
+        pending = True
+    if pending:
+        raise StoreError(
+            f"store {path} is in a read-only directory and its last changes are still in {wal.name}; "
+            "open it once where it is writable (or copy the directory) to read it"
+        )
+    uri = f"file:{quote(str(path.absolute()))}?immutable=1"
+    try:
+        return sq.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000)
+    except sq.Error as exc:
+        raise StoreError(f"cannot open store {path} read-only: {exc}") from None
 
 
 def translate(exc: Exception, path: Path | str) -> StoreError:

@@ -179,8 +179,17 @@ def test_read_only_location(tmp_path, demo_store):
     try:
         one_line_error(_without_root_powers("--store", str(ro / "new.db"), "stats"), "cannot create store")
         one_line_error(_without_root_powers("--store", str(ro / "sub" / "new.db"), "stats"), "cannot create store")
-        # an existing store in a read-only place: opening it for writing fails cleanly
-        one_line_error(_without_root_powers("--store", str(existing), "add", "x", "--wing", "w"), str(existing))
+        # an existing store in a read-only place (a shared snapshot, a read-only mount) is read as it is
+        query = ("search", "wing=lifecore_ros2 callbacks blocking", "--json")
+        got = _without_root_powers("--store", str(existing), *query)
+        assert got.returncode == 0, got.stderr
+        want = run_cli("--store", str(demo_store), *query)
+        assert [r["id"] for r in json.loads(got.stdout)["results"]] == [r["id"] for r in json.loads(want.stdout)["results"]]
+        stats = _without_root_powers("--store", str(existing), "stats", "--json")
+        assert stats.returncode == 0 and json.loads(stats.stdout)["entries"] == 167, stats.stderr
+        # ... and writing to it fails cleanly
+        one_line_error(_without_root_powers("--store", str(existing), "add", "x", "--wing", "w"), "is read-only")
+        assert sorted(p.name for p in ro.iterdir()) == ["demo.db"]  # no -wal / -shm left beside it
         # a store the user cannot even reach
         os.chmod(ro, 0o000)
         one_line_error(_without_root_powers("--store", str(existing), "stats"), "cannot access store")
@@ -188,6 +197,32 @@ def test_read_only_location(tmp_path, demo_store):
         os.chmod(ro, 0o755)
     assert snapshot_store(existing) == before
     assert not (ro / "new.db").exists()
+
+
+def test_read_only_location_with_unsaved_wal(tmp_path, demo_store):
+    """A store whose last writer left committed changes in -wal cannot be read where -shm cannot be made:
+    reading only the main file would silently miss them, so it is refused."""
+    from memlens import db
+
+    work, ro = tmp_path / "work", tmp_path / "ro"
+    work.mkdir()
+    ro.mkdir()
+    shutil.copy(demo_store, work / "demo.db")
+    conn = db.connect(work / "demo.db")
+    try:
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        conn.execute("INSERT OR REPLACE INTO store_meta(key, value) VALUES ('probe', 'unsaved')")
+        for name in ("demo.db", "demo.db-wal"):  # what a crash (or a copy taken while open) leaves behind
+            shutil.copy(work / name, ro / name)
+    finally:
+        conn.close()
+    assert (ro / "demo.db-wal").stat().st_size > 0
+    os.chmod(ro, 0o555)
+    try:
+        one_line_error(_without_root_powers("--store", str(ro / "demo.db"), "stats"), "last changes are still in demo.db-wal")
+    finally:
+        os.chmod(ro, 0o755)
+    assert sorted(p.name for p in ro.iterdir()) == ["demo.db", "demo.db-wal"]
 
 
 def test_missing_model(demo_db, tmp_path):
