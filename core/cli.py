@@ -349,7 +349,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(st, ensure_ascii=False))
         return 0
-    print(f"store   {st['store']}  ({st['size_bytes'] / 1e6:.1f} MB, schema {st['schema_version']})")
+    ro = ", read-only: its directory is not writable" if st["read_only"] else ""
+    print(f"store   {st['store']}  ({st['size_bytes'] / 1e6:.1f} MB, schema {st['schema_version']}{ro})")
     print(f"model   {st['model']} ({st['dim']} dims)")
     print(f"entries {st['entries']}  (audit rows {st['audit_rows']})")
     for title, key in (("wing", "per_wing"), ("kind", "per_kind"), ("type", "per_type"), ("status", "per_status")):

@@ -247,9 +247,16 @@ def _open_immutable(sq: ModuleType, path: Path, busy_timeout_ms: int) -> Any:
         )
     uri = f"file:{quote(str(path.absolute()))}?immutable=1"
     try:
-        return sq.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000)
+        conn = sq.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000)
+        conn.execute("PRAGMA query_only = ON")  # also what ``is_read_only`` reports
     except sq.Error as exc:
         raise StoreError(f"cannot open store {path} read-only: {exc}") from None
+    return conn
+
+
+def is_read_only(conn: Any) -> bool:
+    """Whether ``conn`` was opened read-only (a store in a read-only directory)."""
+    return bool(conn.execute("PRAGMA query_only").fetchone()[0])
 
 
 def translate(exc: Exception, path: Path | str) -> StoreError:

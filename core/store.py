@@ -588,7 +588,13 @@ class Memory:
             "dim": self.dim,
             "schema_version": db.schema_version(conn),
             "audit_rows": int(conn.execute("SELECT count(*) FROM audit").fetchone()[0]),
+            "read_only": self.read_only,
         }
+
+    @property
+    def read_only(self) -> bool:
+        """True for a store in a read-only directory: opened as it is on disk, every write refused."""
+        return db.is_read_only(self.conn)
 
 
 def describe_validation(exc: Any) -> str:

@@ -91,6 +91,7 @@ def test_stats(demo_db):
     assert st["entries"] == 167 and st["per_wing"]["lifecore_ros2"] == 77
     assert set(st["per_status"]) == {"active", "under_review", "deprecated"}
     assert st["model"].startswith("all-MiniLM-L6-v2@") and st["size_bytes"] > 0
+    assert st["read_only"] is False
 
 
 # -- bad input: one line, exit 2, store unchanged ----------------------------------------
@@ -186,7 +187,9 @@ def test_read_only_location(tmp_path, demo_store):
         want = run_cli("--store", str(demo_store), *query)
         assert [r["id"] for r in json.loads(got.stdout)["results"]] == [r["id"] for r in json.loads(want.stdout)["results"]]
         stats = _without_root_powers("--store", str(existing), "stats", "--json")
-        assert stats.returncode == 0 and json.loads(stats.stdout)["entries"] == 167, stats.stderr
+        assert stats.returncode == 0, stats.stderr
+        assert json.loads(stats.stdout)["entries"] == 167 and json.loads(stats.stdout)["read_only"] is True
+        assert "read-only" in _without_root_powers("--store", str(existing), "stats").stdout.splitlines()[0]
         # ... and writing to it fails cleanly
         one_line_error(_without_root_powers("--store", str(existing), "add", "x", "--wing", "w"), "is read-only")
         assert sorted(p.name for p in ro.iterdir()) == ["demo.db"]  # no -wal / -shm left beside it

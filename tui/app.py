@@ -39,6 +39,7 @@ class MemlensApp(App[None]):
         self.poll_interval = poll_interval
         self.watch = watch
         self.model_status = "loading…"
+        self.read_only = False
         self._generations: dict[str, int] | None = None
         self.main: MainScreen | None = None
         self._shell: Any = None
@@ -59,7 +60,7 @@ class MemlensApp(App[None]):
         path = str(self.lens.store_path)
         home = str(Path.home())
         path = "~" + path[len(home):] if path.startswith(home + "/") else path
-        self.sub_title = f"wing {wing} · model {self.model_status} · {path}"
+        self.sub_title = f"wing {wing} · model {self.model_status} · {path}" + (" · read-only" if self.read_only else "")
 
     @work(thread=True, group="model", exit_on_error=False)
     def load_model(self) -> None:
@@ -92,6 +93,7 @@ class MemlensApp(App[None]):
         """Counts, completion values and the working memory; on an empty store offer the demo."""
         try:
             count = self.lens.count()
+            self.read_only = self.lens.read_only()
             wings, rooms = self.lens.wings(), self.lens.rooms()
             window = self.lens.window()
         except MemlensError as exc:

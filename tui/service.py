@@ -148,6 +148,9 @@ class Lens:
     def count(self) -> int:
         return self.call(self.mem.count)
 
+    def read_only(self) -> bool:
+        return self.call(lambda: self.mem.read_only)
+
     def get(self, entry_id: str) -> Entry:
         return self.call(self.mem.get, entry_id)
 

@@ -280,3 +280,17 @@ def test_context_budget_keys_step_by_100(make_app):
         actions[i["type"]].add(i["action"])
     assert actions["invariant"] == {"kept"}
     assert budgets[1]["used"] <= 1650
+
+
+def test_title_says_when_the_store_is_read_only(make_app, monkeypatch):
+    """A store in a read-only directory (opened immutable, see test_cli) is named as such in the title."""
+    from memlens import Memory
+
+    async def title(app) -> str:
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            return app.sub_title
+
+    assert "read-only" not in asyncio.run(title(make_app()))
+    monkeypatch.setattr(Memory, "read_only", property(lambda self: True))
+    assert asyncio.run(title(make_app())).endswith(" · read-only")
