@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -76,14 +77,17 @@ def real_mem(store_path, settings, real_embedder):
 
 
 @pytest.fixture(scope="session")
-def demo_store(tmp_path_factory, settings, real_embedder) -> Path:
+def demo_store(tmp_path_factory, settings, real_embedder) -> Iterator[Path]:
     """The demo memory imported once with the real model; tests copy it before writing."""
     from memlens import Memory
 
     path = tmp_path_factory.mktemp("demo") / "demo.db"
     with Memory.open(path, settings=settings, embedder=real_embedder) as m:
         m.import_jsonl(DEMO)
-    return path
+    before = snapshot_store(path)
+    yield path
+    # shared by the whole session: a test that wrote to it (a search logs a retrieval) would skew others
+    assert snapshot_store(path) == before, "a test wrote to the session's demo_store; copy it first"
 
 
 @pytest.fixture

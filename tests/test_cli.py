@@ -184,7 +184,9 @@ def test_read_only_location(tmp_path, demo_store):
         query = ("search", "wing=lifecore_ros2 callbacks blocking", "--json")
         got = _without_root_powers("--store", str(existing), *query)
         assert got.returncode == 0, got.stderr
-        want = run_cli("--store", str(demo_store), *query)
+        writable = tmp_path / "rw.db"  # a copy: a search logs a retrieval, and demo_store is shared by the session
+        shutil.copy(demo_store, writable)
+        want = run_cli("--store", str(writable), *query)
         assert [r["id"] for r in json.loads(got.stdout)["results"]] == [r["id"] for r in json.loads(want.stdout)["results"]]
         stats = _without_root_powers("--store", str(existing), "stats", "--json")
         assert stats.returncode == 0, stats.stderr

@@ -76,8 +76,9 @@ class MemlensApp(App[None]):
         # Everything alive now (widgets, modules, the model, the index) lives as long as the app.
         # Frozen, after one last collection, a full collection no longer walks it: it had cost
         # 40-50 ms and landed in the middle of searches (a 10 ms search showed 100-200 ms).
-        gc.collect()
-        gc.freeze()
+        if self._running:  # not after on_unmount has handed everything back (quit while the model loaded)
+            gc.collect()
+            gc.freeze()
 
     def on_model_ready(self, message: ModelReady) -> None:
         self.model_status = f"ready ({message.model_id.split('@')[0]})"
@@ -201,6 +202,7 @@ class MemlensApp(App[None]):
 
     def on_unmount(self) -> None:
         self.lens.close()
+        gc.unfreeze()  # the app's objects go back to the collector (a host process, or a test session, goes on)
 
 
 def _opener(store: str | Path | None, **kwargs: Any) -> tuple[Path, Any]:
