@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .store import Memory
 
 FILTER_COLUMNS = ("room", "kind", "type", "status")
+_SCOPES_KEPT = 8  # in_scope() sets: ~1 MB per 20k rowids
 
 
 @dataclass
@@ -71,6 +72,7 @@ class VectorIndex:
     def __init__(self) -> None:
         self._blocks: dict[str, _Block] = {}
         self._lock = threading.Lock()
+        self._scopes: dict[tuple[Any, ...], frozenset[int]] = {}  # see in_scope()
 
     def _block(self, mem: Memory, wing: str, generation: int) -> _Block:
         with self._lock:
@@ -125,6 +127,37 @@ class VectorIndex:
             out.extend((int(block.rowids[i]), float(sims[i])) for i in top if sims[i] != -np.inf)
         out.sort(key=lambda x: -x[1])
         return out
+
+    def in_scope(self, mem: Memory, wings: list[str] | None, filters: dict[str, list[str]]) -> frozenset[int]:
+        """The rowids inside ``wings`` and ``filters``, from the metadata held beside the vectors.
+
+        The lexical generator tests FTS5 matches against this set instead of
+        joining each match to its entries row (tests/test_search.py holds the
+        two to the same rows). Sets are kept per scope, filters and wing
+        generations, so a write anywhere in the scope, by any process, makes a
+        new one; the last few are kept.
+        """
+        gens = mem.generations()
+        names = wings if wings is not None else mem.wings()
+        key = (tuple(names), tuple(sorted((c, tuple(v)) for c, v in filters.items())), tuple(gens.get(w, 0) for w in names))
+        with self._lock:
+            hit = self._scopes.get(key)
+        if hit is not None:
+            return hit
+        parts = []
+        for wing in names:
+            block = self._block(mem, wing, gens.get(wing, 0))
+            mask: Any = None
+            for col, values in filters.items():
+                m = np.isin(block.codes[col], [block.vocab[col][v] for v in values if v in block.vocab[col]])
+                mask = m if mask is None else mask & m
+            parts.append(block.rowids if mask is None else block.rowids[mask])
+        found = frozenset(np.concatenate(parts).tolist()) if parts else frozenset()
+        with self._lock:
+            while len(self._scopes) >= _SCOPES_KEPT:
+                self._scopes.pop(next(iter(self._scopes)))
+            self._scopes[key] = found
+        return found
 
     def vectors(self, wing_of: dict[int, str]) -> dict[int, np.ndarray]:
         """The held vectors of the rowids in ``wing_of`` (rowid -> its wing); the caller reads the rest."""

@@ -158,3 +158,35 @@ def test_in_process_index_sees_writes_from_any_process(demo_mem):
     demo_mem.delete(new_id)
     b = demo_mem.search("zebra crossing lollipop", active_wing="lifecore_ros2", use_cache=False)
     assert new_id not in [r.entry.id for r in b.results]
+
+
+@pytest.mark.parametrize("query, kw", QUERIES)
+def test_lexical_scope_from_the_index_is_the_join(demo_mem, query, kw):
+    """With the index warm, FTS5 matches are tested against its in-scope rowids instead of joined to
+    entries: the same rows, in the same order, with the same bm25."""
+    from memlens.search import _Plan, lexical
+
+    def rows():
+        plan = _Plan(demo_mem, query, kw.get("active_wing"), kw.get("wings"), 10, "memory", None, None, None)
+        return lexical(demo_mem, plan, plan.parsed.text, 50)
+
+    joined = rows()
+    assert joined, "the query should match something lexically"
+    demo_mem.warm_index()
+    assert rows() == joined
+
+
+def test_lexical_scope_sees_writes_from_any_process(demo_mem):
+    from memlens.search import _Plan, lexical
+
+    from .conftest import run_cli
+
+    demo_mem.warm_index()
+    plan = _Plan(demo_mem, "zebra lollipop", "lifecore_ros2", None, 10, "memory", None, None, None)
+    assert lexical(demo_mem, plan, "zebra lollipop", 50) == []
+    new_id = run_cli("--store", str(demo_mem.path), "add", "Zebra crossings need a lollipop man.",
+                     "--wing", "lifecore_ros2").stdout.strip()
+    rowid = demo_mem.conn.execute("SELECT rowid FROM entries WHERE id = ?", (new_id,)).fetchone()[0]
+    assert [r for r, _ in lexical(demo_mem, plan, "zebra lollipop", 50)] == [rowid]
+    demo_mem.set_status(new_id, "deprecated")
+    assert lexical(demo_mem, plan, "zebra lollipop", 50) == []  # status left the scope: a new set
