@@ -185,8 +185,13 @@ def connect(path: Path, *, busy_timeout_ms: int = 5000, mmap_size: int = 1 << 30
         conn = sq.connect(str(path), isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000)
     except sq.Error as exc:
         raise StoreError(f"cannot open store {path}: {exc}") from None
-    if str(path) != ":memory:" and _needs_read_only_open(conn, path):
+    try:
+        # Reading the schema forces SQLite to read the header: a non-database fails here.
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sq.DatabaseError as exc:
         conn.close()
+        if not _in_read_only_dir(exc, path):
+            raise translate(exc, path) from None
         conn = _open_immutable(sq, path, busy_timeout_ms)
     try:
         import sqlite_vec
@@ -199,8 +204,6 @@ def connect(path: Path, *, busy_timeout_ms: int = 5000, mmap_size: int = 1 << 30
         raise StoreError(f"cannot load the sqlite-vec extension: {exc}") from None
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        # Reading the schema forces SQLite to read the header: a non-database fails here.
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
         if mode != "wal" and os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
             conn.execute("PRAGMA journal_mode = WAL")
@@ -213,19 +216,19 @@ def connect(path: Path, *, busy_timeout_ms: int = 5000, mmap_size: int = 1 << 30
     return conn
 
 
-def _needs_read_only_open(conn: Any, path: Path) -> bool:
-    """True when a WAL store sits where its ``-shm``/``-wal`` files cannot be created.
+def _in_read_only_dir(exc: Exception, path: Path) -> bool:
+    """Whether the first read failed because a WAL store sits where its ``-shm``/``-wal`` cannot be made.
 
     SQLite reads a WAL database only through those files; in a read-only
     directory (a shared snapshot, a read-only mount) even a reader fails with
     "attempt to write a readonly database".
     """
-    try:
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        return False
-    except Exception as exc:
-        low = str(exc).lower()
-        return ("readonly" in low or "read-only" in low or "unable to open" in low) and not os.access(path.parent, os.W_OK)
+    low = str(exc).lower()
+    return (
+        str(path) != ":memory:"
+        and ("readonly" in low or "read-only" in low or "unable to open" in low)
+        and not os.access(path.parent, os.W_OK)
+    )
 
 
 def _open_immutable(sq: ModuleType, path: Path, busy_timeout_ms: int) -> Any:

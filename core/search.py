@@ -286,8 +286,10 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
 
         t = time.perf_counter()
         vindex = mem.vector_index
+        gens = None
         if vindex is not None:
-            hits = vindex.knn(mem, qvec, plan.scope, plan.index_filters(), n_cand)
+            gens = mem.generations()  # one read for both generators: the blocks and the scope set they check
+            hits = vindex.knn(mem, qvec, plan.scope, plan.index_filters(), n_cand, gens)
         else:
             # With a partition key, `wing IN (...)` yields up to k rows per wing; merged here.
             sql = "SELECT rowid, distance FROM entries_vec WHERE embedding MATCH ? AND k = ?"
@@ -300,7 +302,7 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
         lat["vector"] = _ms(t)
 
         t = time.perf_counter()
-        for i, (rowid, score) in enumerate(lexical(mem, plan, text, n_cand)):
+        for i, (rowid, score) in enumerate(lexical(mem, plan, text, n_cand, gens)):
             bm25[rowid] = -float(score)  # SQLite's bm25 is "lower is better"; flip it
             bm25_rank[rowid] = i + 1
         lat["lexical"] = _ms(t)
@@ -376,7 +378,7 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
     return list(pool.values()), vectors, qvec
 
 
-def lexical(mem: Memory, plan: _Plan, text: str, n: int) -> list[tuple[int, float]]:
+def lexical(mem: Memory, plan: _Plan, text: str, n: int, gens: dict[str, int] | None = None) -> list[tuple[int, float]]:
     """The lexical generator: the ``n`` best FTS5 matches inside the scope, as (rowid, SQLite bm25).
 
     Most matches of a free-text query lie outside a scoped search (2,300 of
@@ -384,7 +386,7 @@ def lexical(mem: Memory, plan: _Plan, text: str, n: int) -> list[tuple[int, floa
     test the scope was most of the statement's time; with the in-process
     index warm, the test is a lookup in the set of in-scope rowids the index
     holds, and bm25 is computed for the rows inside only. Same rows, same
-    order (ties by rowid), in about 60% of the time.
+    order (ties by rowid), in about 60% of the time. ``gens``: the wing generations, when already read.
     """
     fq = fts_query(text)
     if not fq:
@@ -392,8 +394,8 @@ def lexical(mem: Memory, plan: _Plan, text: str, n: int) -> list[tuple[int, floa
     conn = mem.conn
     vindex = mem.vector_index
     if vindex is not None:
-        conn.create_function("memlens_in_scope", 1, vindex.in_scope(mem, plan.scope, plan.index_filters()).__contains__,
-                             deterministic=True)
+        allowed = vindex.in_scope(mem, plan.scope, plan.index_filters(), gens)
+        conn.create_function("memlens_in_scope", 1, allowed.__contains__, deterministic=True)
         sql = ("SELECT rowid, bm25(entries_fts, 2.0, 1.0) AS s FROM entries_fts "
                "WHERE entries_fts MATCH ? AND memlens_in_scope(rowid) ORDER BY s, rowid LIMIT ?")
         return conn.execute(sql, [fq, n]).fetchall()

@@ -100,9 +100,13 @@ class VectorIndex:
         gens = mem.generations()
         return sum(len(self._block(mem, w, gens.get(w, 0)).rowids) for w in mem.wings())
 
-    def knn(self, mem: Memory, qvec: np.ndarray, wings: list[str] | None, filters: dict[str, list[str]], k: int) -> list[tuple[int, float]]:
-        """Top ``k`` (rowid, cosine similarity) per wing, inside the filters: the same rows vec0 would return."""
-        gens = mem.generations()
+    def knn(self, mem: Memory, qvec: np.ndarray, wings: list[str] | None, filters: dict[str, list[str]], k: int,
+            gens: dict[str, int] | None = None) -> list[tuple[int, float]]:
+        """Top ``k`` (rowid, cosine similarity) per wing, inside the filters: the same rows vec0 would return.
+
+        ``gens`` is ``mem.generations()`` when the caller already has it (one read per search).
+        """
+        gens = mem.generations() if gens is None else gens
         out: list[tuple[int, float]] = []
         q = np.asarray(qvec, dtype=np.float32)
         for wing in wings if wings is not None else mem.wings():
@@ -128,16 +132,17 @@ class VectorIndex:
         out.sort(key=lambda x: -x[1])
         return out
 
-    def in_scope(self, mem: Memory, wings: list[str] | None, filters: dict[str, list[str]]) -> frozenset[int]:
+    def in_scope(self, mem: Memory, wings: list[str] | None, filters: dict[str, list[str]],
+                 gens: dict[str, int] | None = None) -> frozenset[int]:
         """The rowids inside ``wings`` and ``filters``, from the metadata held beside the vectors.
 
         The lexical generator tests FTS5 matches against this set instead of
         joining each match to its entries row (tests/test_search.py holds the
         two to the same rows). Sets are kept per scope, filters and wing
         generations, so a write anywhere in the scope, by any process, makes a
-        new one; the last few are kept.
+        new one; the last few are kept. ``gens`` is ``mem.generations()`` when the caller already has it.
         """
-        gens = mem.generations()
+        gens = mem.generations() if gens is None else gens
         names = wings if wings is not None else mem.wings()
         key = (tuple(names), tuple(sorted((c, tuple(v)) for c, v in filters.items())), tuple(gens.get(w, 0) for w in names))
         with self._lock:
