@@ -367,9 +367,9 @@ def verify_knn_memory(mem: Any, query: str, wings: list[str] | None, filters: di
     calls: list[dict[str, Any]] = []
     real = vindex.knn
 
-    def spy(m: Any, qvec: Any, w: Any, f: Any, kk: int) -> Any:
-        calls.append({"wings": w, "filters": f, "k": kk})
-        return real(m, qvec, w, f, kk)
+    def spy(m: Any, qvec: Any, w: Any, f: Any, kk: int, *rest: Any) -> Any:
+        calls.append({"wings": w, "filters": f, "k": kk})  # rest: the wing generations the engine already read
+        return real(m, qvec, w, f, kk, *rest)
 
     vindex.knn = spy
     try:
