@@ -78,9 +78,11 @@ def _open(args: argparse.Namespace, *, create: bool) -> Any:
 
 
 def _read_report(source: str) -> dict[str, Any]:
+    from .files import MiB
     from .task_state import read_json_file
 
-    name, obj = read_json_file(source, label="--report ", expected="a JSON object")
+    # a stored report is at most 256 KiB serialised (checked when stored); the file may be pretty-printed
+    name, obj = read_json_file(source, label="--report ", expected="a JSON object", cap=1 * MiB)
     if not isinstance(obj, dict):
         raise ValidationError(f"--report {name}: expected a JSON object, got {type(obj).__name__}")
     return obj

@@ -145,6 +145,20 @@ def _mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
 
 
+def _load_tokenizer(spec: ModelSpec):  # type: ignore[no-untyped-def]
+    """The model's tokenizer.json, read as a capped regular file (a model folder is user-configurable)."""
+    from tokenizers import Tokenizer
+
+    from .files import JSON_MAX_BYTES
+
+    try:
+        return Tokenizer.from_str(read_file(spec.tokenizer_file, cap=JSON_MAX_BYTES, what="tokenizer").decode("utf-8"))
+    except MemlensError as exc:
+        raise ModelError(f"embedding model at {spec.path}: {exc}") from None
+    except Exception as exc:  # not a tokenizer file
+        raise ModelError(f"embedding model at {spec.path}: unusable tokenizer.json ({exc})".splitlines()[0]) from None
+
+
 class _TokenizerMixin:
     spec: ModelSpec
     _tok = None
@@ -155,9 +169,7 @@ class _TokenizerMixin:
         if self._tok is None:
             with self._tok_lock:
                 if self._tok is None:
-                    from tokenizers import Tokenizer
-
-                    tok = Tokenizer.from_file(str(self.spec.tokenizer_file))
+                    tok = _load_tokenizer(self.spec)
                     # tokenizer.json ships with fixed 128 padding/truncation; the model uses 256.
                     tok.enable_truncation(max_length=self.spec.max_tokens)
                     tok.enable_padding(pad_id=0, pad_token="[PAD]")
@@ -169,9 +181,7 @@ class _TokenizerMixin:
         if not text:
             return 0
         if self._count_tok is None:
-            from tokenizers import Tokenizer
-
-            tok = Tokenizer.from_file(str(self.spec.tokenizer_file))
+            tok = _load_tokenizer(self.spec)
             tok.no_truncation()
             tok.no_padding()
             self._count_tok = tok

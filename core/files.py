@@ -68,27 +68,28 @@ def read_file(path: str | os.PathLike[str], *, cap: int, what: str = "file", fol
     is read is what was checked.
     """
     name = str(path)
+    where = f"{what} {name}" if what else name
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     if not follow_symlinks:
         flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(name, flags)
     except FileNotFoundError:
-        raise MemlensError(f"{what} {name}: no such file") from None
+        raise MemlensError(f"{where}: no such file") from None
     except OSError as exc:
-        raise MemlensError(f"{what} {name}: cannot read ({exc.strerror or exc})") from None
+        raise MemlensError(f"{where}: cannot read ({exc.strerror or exc})") from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise MemlensError(f"{what} {name}: is {kind_of(mode)}, not a regular file")
+            raise MemlensError(f"{where}: is {kind_of(mode)}, not a regular file")
         try:
             data = _read_fd(fd, cap)
         except OSError as exc:
-            raise MemlensError(f"{what} {name}: cannot read ({exc.strerror or exc})") from None
+            raise MemlensError(f"{where}: cannot read ({exc.strerror or exc})") from None
     finally:
         os.close(fd)
     if len(data) > cap:
-        raise MemlensError(f"{what} {name}: larger than the {size_text(cap)} limit")
+        raise MemlensError(f"{where}: larger than the {size_text(cap)} limit")
     return data
 
 
@@ -96,7 +97,7 @@ def read_stdin(*, cap: int, what: str = "input") -> bytes:
     """Standard input, at most ``cap`` bytes (``< /dev/zero`` stops at the cap, not at the memory's end)."""
     data = sys.stdin.buffer.read(cap + 1)
     if len(data) > cap:
-        raise MemlensError(f"{what} <stdin>: larger than the {size_text(cap)} limit")
+        raise MemlensError(f"{what} <stdin>: larger than the {size_text(cap)} limit".lstrip())
     return data
 
 

@@ -114,3 +114,99 @@ def test_read_file_caps_the_bytes_actually_read(tmp_path):
     # /proc files say st_size 0 whatever they hold: the cap counts what is read
     with pytest.raises(MemlensError, match="larger than the 16 bytes limit"):
         read_file("/proc/self/status", cap=16)
+
+
+# -- every file the CLI reads whole --------------------------------------------------------------
+
+
+def _limited():
+    import resource
+
+    # 1 GiB of address space: the old unbounded read ends in MemoryError instead of taking the machine's memory
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+
+def run_limited(*args, stdin=None):
+    import subprocess
+
+    from .conftest import MEMLENS
+
+    return subprocess.run([MEMLENS, *args], stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60, preexec_fn=_limited)
+
+
+def one_line(proc, *fragments):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("memlens: error: "), proc.stderr
+    for f in fragments:
+        assert f in lines[0], lines[0]
+
+
+@pytest.fixture
+def odd_files(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)  # nobody writes to it: reading it would block forever
+    return {"/dev/zero": "character device", str(fifo): "FIFO", str(tmp_path): "directory"}
+
+
+def test_task_report_and_state_files_are_regular_and_capped(tmp_path, odd_files):
+    store = str(tmp_path / "s.db")
+    for path, kind in odd_files.items():
+        one_line(run_limited("--store", store, "task", "complete", "t1", "--intent", "x", "--report", path),
+                 f"--report {path}", kind)
+        one_line(run_limited("--store", store, "tasks", "import-state", path), path, kind)
+    with open("/dev/zero", "rb") as zero:
+        one_line(run_limited("--store", store, "task", "complete", "t1", "--intent", "x", "--report", "-", stdin=zero),
+                 "--report <stdin>", "larger than the 1 MiB limit")
+    with open("/dev/zero", "rb") as zero:
+        one_line(run_limited("--store", store, "tasks", "import-state", "-", stdin=zero), "<stdin>", "larger than the 64 MiB limit")
+    big = tmp_path / "big.json"
+    big.write_text('{"pad": "' + "x" * (1 << 20) + '"}')
+    one_line(run_limited("--store", store, "task", "complete", "t1", "--intent", "x", "--report", str(big)),
+             f"--report {big}", "larger than the 1 MiB limit")
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_query_sets_and_qrels_are_regular_and_capped(tmp_path, odd_files, demo_store):
+    store = str(demo_store)  # never written: every command below stops at its input
+    good_q = tmp_path / "q.jsonl"
+    good_q.write_text('{"_id": "q1", "text": "callbacks"}\n')
+    good_r = tmp_path / "qrels.tsv"
+    good_r.write_text("q1\tlc-arch-001\t1\n")
+    for path, kind in odd_files.items():
+        one_line(run_limited("--store", store, "search", "--queries", path), f"queries {path}", kind)
+        one_line(run_limited("--store", store, "eval", path, str(good_r)), f"queries {path}", kind)
+        one_line(run_limited("--store", store, "eval", str(good_q), path), f"qrels {path}", kind)
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 100_000 + "\n")
+    one_line(run_limited("--store", store, "search", "--queries", str(deep)), "line 1", "nested too deeply")
+
+
+TOKENIZER_PROBE = """
+import sys
+from memlens.config import load_settings
+from memlens.embed import OnnxEmbedder, resolve_model
+from memlens.errors import ModelError
+spec = resolve_model(load_settings().embedding.model_copy(update={"model": sys.argv[1]}))
+try:
+    OnnxEmbedder(spec, "0" * 64, spec.path / "cache").count_tokens("hello")
+except ModelError as exc:
+    print(exc)
+"""
+
+
+def test_tokenizer_file_must_be_regular(tmp_path, settings):
+    """In a child process: a native read blocked on a FIFO can hold the interpreter's lock, so no thread could time it out."""
+    import shutil
+    import subprocess
+    import sys
+
+    from memlens.embed import resolve_model
+
+    copy = tmp_path / "model"
+    shutil.copytree(resolve_model(settings.embedding).path, copy)
+    (copy / "tokenizer.json").unlink()
+    os.mkfifo(copy / "tokenizer.json")
+    proc = subprocess.run([sys.executable, "-c", TOKENIZER_PROBE, str(copy)], capture_output=True, text=True, timeout=60)
+    assert "tokenizer" in proc.stdout and "FIFO" in proc.stdout, proc.stdout + proc.stderr
