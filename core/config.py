@@ -57,20 +57,19 @@ def check_weights(value: dict[str, float], names: tuple[str, ...] = WEIGHT_NAMES
     return value
 
 
-_PSEUDO_FS = ("/proc", "/sys", "/dev")
-
-
 def check_dir_path(value: Path) -> Path:
     """A folder memlens may create files in: a directory, or absent under a directory.
 
     System pseudo-filesystems (``/proc``, ``/sys``, ``/dev`` but ``/dev/shm``)
     are refused: their folders exist but files cannot be made there.
     """
+    from .files import on_pseudo_fs
+
     path = value.expanduser()
     try:
-        parts = Path(os.path.realpath(path)).parts
-        if len(parts) > 1 and "/" + parts[1] in _PSEUDO_FS and parts[1:3] != ("dev", "shm"):
-            raise ValueError(f"{value} is on a system pseudo-filesystem (/{parts[1]}), not a folder for files")
+        pseudo = on_pseudo_fs(path)
+        if pseudo:
+            raise ValueError(f"{value} is on a system pseudo-filesystem ({pseudo}), not a folder for files")
         probe = path
         while not os.path.lexists(probe) and probe.parent != probe:
             probe = probe.parent

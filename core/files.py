@@ -47,6 +47,21 @@ def kind_of(mode: int) -> str:
     return "not a regular file" if not stat.S_ISREG(mode) else "a regular file"
 
 
+_PSEUDO_FS = ("proc", "sys", "dev")
+
+
+def on_pseudo_fs(path: str | os.PathLike[str]) -> str | None:
+    """``/proc``, ``/sys`` or ``/dev`` when ``path`` resolves under one (``/dev/shm`` is a real tmpfs), else None.
+
+    Their folders exist and their files look regular, but they hold the
+    system's state, not the user's documents.
+    """
+    parts = Path(os.path.realpath(path)).parts
+    if len(parts) > 1 and parts[1] in _PSEUDO_FS and parts[1:3] != ("dev", "shm"):
+        return "/" + parts[1]
+    return None
+
+
 def _read_fd(fd: int, cap: int) -> bytes:
     """Up to ``cap + 1`` bytes from ``fd`` (the extra byte tells an over-long file)."""
     chunks: list[bytes] = []

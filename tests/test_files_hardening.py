@@ -210,3 +210,78 @@ def test_tokenizer_file_must_be_regular(tmp_path, settings):
     os.mkfifo(copy / "tokenizer.json")
     proc = subprocess.run([sys.executable, "-c", TOKENIZER_PROBE, str(copy)], capture_output=True, text=True, timeout=60)
     assert "tokenizer" in proc.stdout and "FIFO" in proc.stdout, proc.stdout + proc.stderr
+
+
+# -- the workspace fallback ----------------------------------------------------------------------
+
+
+def _context(store: Path, ws, query: str):
+    from .conftest import run_cli
+
+    # a junk store: the command falls back to the workspace without loading the model
+    return run_cli("--store", str(store), "context", query, "--active-wing", "p", "--workspace", str(ws), "--json", timeout=60)
+
+
+@pytest.fixture
+def junk_store(tmp_path):
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not a database " * 100)
+    return junk
+
+
+def test_fifos_in_the_workspace_do_not_hang_context(tmp_path, junk_store):
+    import json
+
+    ws = tmp_path / "ws"
+    (ws / "docs").mkdir(parents=True)
+    os.mkfifo(ws / "docs" / "architecture.md")  # nobody ever writes: opening it for reading blocks
+    os.mkfifo(ws / "README.md")
+    os.mkfifo(ws / "aaa-pipe.txt")
+    (ws / "notes.txt").write_text("Lifecycle transitions must be fast.\n")
+    proc = _context(junk_store, ws, "lifecycle transitions")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [r["meta"]["path"] for r in out["results"]] == ["notes.txt"]
+
+
+def test_a_proc_workspace_is_refused(junk_store):
+    import json
+
+    proc = _context(junk_store, "/proc/self", "status pid")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["results"] == []
+    assert "pseudo-filesystem" in json.dumps(out["trace"]["degraded"]["tried"])
+    assert "VmRSS" not in out["context"]
+
+
+def test_workspace_reads_only_regular_files_within_the_caps(tmp_path):
+    from memlens import fallback
+
+    assert fallback._read_text(Path("/proc/self/status")) is None  # size 0 on stat, kilobytes when read
+    assert fallback._read_text(Path("/dev/zero")) is None
+    exact = tmp_path / "exact.txt"
+    exact.write_bytes(b"a" * fallback.MAX_FILE_BYTES)
+    assert fallback._read_text(exact) == "a" * fallback.MAX_FILE_BYTES
+    exact.write_bytes(b"a" * (fallback.MAX_FILE_BYTES + 1))
+    assert fallback._read_text(exact) is None
+    link = tmp_path / "link.txt"
+    link.symlink_to(tmp_path / "exact.txt")
+    assert fallback._read_text(link) is None  # never through a link
+
+
+def test_workspace_search_skips_hidden_deep_and_endless_trees(tmp_path, monkeypatch):
+    from memlens import fallback
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / ".env").write_text("API_TOKEN=lifecycle-secret\n")
+    deep = ws.joinpath(*[f"d{i}" for i in range(fallback.MAX_DEPTH + 2)])
+    deep.mkdir(parents=True)
+    (deep / "bottom.txt").write_text("lifecycle secret at the bottom\n")
+    (ws / "top.txt").write_text("lifecycle secret near the top\n")
+    b = fallback.fallback_bundle("lifecycle secret", ws, 10, "test")
+    assert [r.entry.meta["path"] for r in b.results] == ["top.txt"]
+    monkeypatch.setattr(fallback, "MAX_ENTRIES", 1)
+    b = fallback.fallback_bundle("lifecycle secret", ws, 10, "test")
+    assert any("stopped after 1 entries" in t["result"] for t in b.trace.degraded["tried"])
