@@ -14,8 +14,8 @@ checkout or a hostile one cannot stall an agent. A workspace on ``/proc``,
 from __future__ import annotations
 
 import os
-import stat
 import re
+import stat
 from pathlib import Path
 from typing import Any
 

@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import MemlensError, ValidationError
+from .errors import ValidationError
 from .files import JSON_MAX_BYTES, read_file, read_stdin
 from .models import format_ts
 from .tasks import NO_REASON, Blocker, Task, _validate
