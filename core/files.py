@@ -20,7 +20,7 @@ from .errors import MemlensError
 KiB = 1024
 MiB = 1024 * KiB
 CONFIG_MAX_BYTES = 1 * MiB  # config.toml, a model's small JSON files
-JSON_MAX_BYTES = 64 * MiB  # state files, --report, query sets and qrels
+JSON_MAX_BYTES = 64 * MiB  # state files, query sets, qrels, a tokenizer.json (--report: 1 MiB)
 STAMP_MAX_BYTES = 4 * KiB  # the model cache's verified-hash stamps
 
 
