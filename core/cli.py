@@ -120,10 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _open(args: argparse.Namespace) -> Any:
+def _open(args: argparse.Namespace, *, create: bool = False) -> Any:
+    """The store for a command: only commands that write (add, import, demo, tui, task) create a missing one."""
     from .store import Memory
 
-    return Memory.open(args.store)
+    return Memory.open(args.store, create=create)
 
 
 def demo_file() -> Path:
@@ -133,7 +134,7 @@ def demo_file() -> Path:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    with _open(args) as mem:
+    with _open(args, create=True) as mem:
         e = mem.add(
             args.text,
             wing=args.wing,
@@ -157,7 +158,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         if interactive and total:
             print(f"\r{stage}: {done}/{total}", end="", file=sys.stderr, flush=True)
 
-    with _open(args) as mem:
+    with _open(args, create=True) as mem:
         report = mem.import_jsonl(Path(args.file), progress=progress)
     if interactive:
         print(file=sys.stderr)
@@ -267,8 +268,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
-    with _open(args) as mem:
-        profiles = mem.profiles
+    from .config import load_settings
+    from .profiles import load_profiles
+
+    profiles = load_profiles(load_settings().profiles)  # the configuration's; no store needed
     if args.json:
         print(json.dumps({n: p.model_dump() for n, p in profiles.items()}, ensure_ascii=False))
         return 0
@@ -360,7 +363,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    with _open(args) as mem:
+    with _open(args, create=True) as mem:
         if mem.count() == 0:
             print(f"empty store {mem.path}: loading the demo memory…", file=sys.stderr)
             report = mem.import_jsonl(demo_file())

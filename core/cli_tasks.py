@@ -71,16 +71,18 @@ def register(sub: Any) -> None:
     _json_arg(i, "print the import report as JSON", default=argparse.SUPPRESS)
 
 
-def _open(args: argparse.Namespace) -> Any:
+def _open(args: argparse.Namespace, *, create: bool) -> Any:
     from .cli import _open as open_store
 
-    return open_store(args)
+    return open_store(args, create=create)
 
 
 def _read_report(source: str) -> dict[str, Any]:
+    from .files import MiB
     from .task_state import read_json_file
 
-    name, obj = read_json_file(source, label="--report ", expected="a JSON object")
+    # a stored report is at most 256 KiB serialised (checked when stored); the file may be pretty-printed
+    name, obj = read_json_file(source, label="--report ", expected="a JSON object", cap=1 * MiB)
     if not isinstance(obj, dict):
         raise ValidationError(f"--report {name}: expected a JSON object, got {type(obj).__name__}")
     return obj
@@ -109,7 +111,7 @@ def cmd_task(args: argparse.Namespace) -> int:
         else:
             intent = _text(args.intent, "--intent", "what the task set out to do (or --no-context for an opaque task)")
         report = _read_report(args.report) if args.report else None
-        with _open(args) as mem:
+        with _open(args, create=True) as mem:
             task = mem.tasks.complete(
                 task_id,
                 intent,
@@ -127,15 +129,15 @@ def cmd_task(args: argparse.Namespace) -> int:
         return 0
     if action == "block":
         reason = _text(args.reason, "--reason", "why the task is blocked")
-        with _open(args) as mem:
+        with _open(args, create=True) as mem:
             blocker = mem.tasks.block(task_id, reason, blocked_at=args.at)
         if args.json:
             _dump(blocker.to_record())
         else:
             print(f"blocked {blocker.task_id}: {blocker.reason}")
         return 0
-    # unblock
-    with _open(args) as mem:
+    # unblock: there is nothing to unblock in a store that does not exist
+    with _open(args, create=False) as mem:
         blocker = mem.tasks.unblock(task_id)
     if args.json:
         _dump(blocker.to_record())
@@ -161,8 +163,12 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     if getattr(args, "tasks_action", None) == "import-state":
         if not args.file:
             raise MemlensError("tasks import-state needs a FILE.json ('-' reads stdin)")
-        with _open(args) as mem:
-            rep = mem.tasks.import_state(args.file)
+        from .tasks import parse_state, read_state
+
+        name, obj = read_state(args.file)
+        parse_state(obj, name)  # a bad file is refused before a missing store is created
+        with _open(args, create=True) as mem:
+            rep = mem.tasks.import_state(args.file, parsed=(name, obj))
         if as_json:
             _dump(rep)
         print(
@@ -175,7 +181,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             print(f"ignored fields: {', '.join(rep['ignored_fields'])}", file=sys.stderr)
         return 0
     n = _window_size(args.window)
-    with _open(args) as mem:
+    with _open(args, create=False) as mem:
         window = mem.tasks.window(n)
     if as_json:
         _dump(window.to_dict())

@@ -11,17 +11,28 @@ in ``MEMLENS_CONFIG``. Nested tables map to nested models, e.g.::
 
 from __future__ import annotations
 
+import math
 import os
+import re
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, Field
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 APP = "memlens"
 BUNDLED_MODEL = "all-MiniLM-L6-v2"
 BUNDLED_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+ENV_PREFIX = "MEMLENS_"
+# sqlite-vec answers a KNN query with at most this many rows; a search asks for
+# max(search.candidates, 3 * k) of them, so both settings are bounded by it.
+KNN_MAX_ROWS = 4096
+K_MAX = KNN_MAX_ROWS // 3
+WEIGHT_NAMES = ("relevance", "recency", "salience")
+FLOAT_MAX = 1000.0  # weights and boosts: anything larger only reorders ties
+_FILE_DATA: ContextVar[dict[str, Any] | None] = ContextVar("memlens_config_file_data", default=None)
 
 
 def default_store_path() -> Path:
@@ -36,66 +47,126 @@ def config_file() -> Path:
     return Path(os.environ.get("MEMLENS_CONFIG") or Path(platformdirs.user_config_dir(APP)) / "config.toml")
 
 
-class EmbeddingConfig(BaseModel):
-    model: str = Field(BUNDLED_MODEL, description="'all-MiniLM-L6-v2' (bundled) or a local sentence-transformers directory")
+def check_weights(value: dict[str, float], names: tuple[str, ...] = WEIGHT_NAMES) -> dict[str, float]:
+    """Named weights: known names, finite, between 0 and FLOAT_MAX."""
+    for k, v in value.items():
+        if k not in names:
+            raise ValueError(f"unknown weight {k!r} (weights: {', '.join(names)})")
+        if not math.isfinite(v) or not 0 <= v <= FLOAT_MAX:
+            raise ValueError(f"weight {k!r} must be a finite number from 0 to {FLOAT_MAX:g}, got {v!r}")
+    return value
+
+
+def check_dir_path(value: Path) -> Path:
+    """A folder memlens may create files in: a directory, or absent under a directory.
+
+    System pseudo-filesystems (``/proc``, ``/sys``, ``/dev`` but ``/dev/shm``)
+    are refused: their folders exist but files cannot be made there.
+    """
+    from .files import on_pseudo_fs
+
+    path = value.expanduser()
+    try:
+        pseudo = on_pseudo_fs(path)
+        if pseudo:
+            raise ValueError(f"{value} is on a system pseudo-filesystem ({pseudo}), not a folder for files")
+        probe = path
+        while not os.path.lexists(probe) and probe.parent != probe:
+            probe = probe.parent
+        if not probe.is_dir():
+            from .files import kind_of
+
+            kind = kind_of(os.stat(probe).st_mode) if probe.exists() else "a dangling symbolic link"
+            raise ValueError((f"{value}: " if probe != path else "") + f"{probe} is {kind}, not a directory")
+    except OSError as exc:
+        raise ValueError(f"{value} is not usable ({exc.strerror or exc})") from None
+    return path
+
+
+def _not_blank(v: Any) -> Any:
+    if isinstance(v, str) and not v.strip():
+        raise ValueError("must not be empty")
+    return v
+
+
+class _Section(BaseModel):
+    """A table of the configuration: unknown keys are errors (a typo must not be silently ignored)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class EmbeddingConfig(_Section):
+    model: str = Field(BUNDLED_MODEL, min_length=1, max_length=4096,
+                       description="'all-MiniLM-L6-v2' (bundled) or a local sentence-transformers directory")
     backend: Literal["onnx", "sentence-transformers"] = "onnx"
-    sha256: str | None = Field(None, description="expected sha256 of the weights; the bundled model's is built in")
-    max_tokens: int = 256
-    batch_size: int = 64
-    threads: int = Field(0, description="ONNX Runtime intra-op threads; 0 lets it choose")
+    sha256: str | None = Field(None, pattern=r"^[0-9a-fA-F]{64}$",
+                               description="expected sha256 of the weights; the bundled model's is built in")
+    max_tokens: int = Field(256, ge=1, le=8192)
+    batch_size: int = Field(64, ge=1, le=4096)
+    threads: int = Field(0, ge=0, le=1024, description="ONNX Runtime intra-op threads; 0 lets it choose")
+
+    @field_validator("sha256")
+    @classmethod
+    def _lower(cls, v: str | None) -> str | None:
+        return v.lower() if v else v
 
 
-class SearchConfig(BaseModel):
-    vector_weight: float = 0.8
-    lexical_weight: float = 0.2
-    k: int = 10
-    candidates: int = Field(50, description="candidates fetched per wing from each of KNN and FTS5")
+class SearchConfig(_Section):
+    vector_weight: float = Field(0.8, ge=0, le=FLOAT_MAX)
+    lexical_weight: float = Field(0.2, ge=0, le=FLOAT_MAX)
+    k: int = Field(10, ge=1, le=K_MAX)
+    candidates: int = Field(50, ge=1, le=KNN_MAX_ROWS, description="candidates fetched per wing from each of KNN and FTS5")
     vector_index: Literal["auto", "sqlite-vec", "memory"] = Field(
         "auto", description="'auto': sqlite-vec until Memory.warm_index() loads the in-process index"
     )
 
 
-class StoreConfig(BaseModel):
-    busy_timeout_ms: int = 5000
-    mmap_size: int = 1 << 30
+class StoreConfig(_Section):
+    busy_timeout_ms: int = Field(5000, ge=0, le=3_600_000)
+    mmap_size: int = Field(1 << 30, ge=0, le=1 << 40)
 
 
-class RetrievalConfig(BaseModel):
+class RetrievalConfig(_Section):
     """Seed 001: boost, weights, recency; seed 004: dedup and conflict detection."""
 
-    active_wing_boost: float = Field(1.2, ge=0)
+    active_wing_boost: float = Field(1.2, ge=0, le=FLOAT_MAX)
     weights: dict[str, float] = Field(default_factory=dict, description="relevance / recency / salience")
-    half_life_days: float = 30.0
+    half_life_days: float = Field(30.0, ge=0, le=36500, description="0: no recency decay")
     normalise: Literal["per_kind", "pool"] = "per_kind"
-    dedup_similarity: float = Field(0.90, description="same key and at least this cosine: one entry, not a conflict")
-    user: str = "default"
+    dedup_similarity: float = Field(0.90, ge=0, le=1, description="same key and at least this cosine: one entry, not a conflict")
+    user: str = Field("default", min_length=1, max_length=256)
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, v: dict[str, float]) -> dict[str, float]:
+        return check_weights(v)
 
 
-class CacheConfig(BaseModel):
+class CacheConfig(_Section):
     enabled: bool = True
-    ttl_seconds: float = 60.0
-    max_entries: int = 512
+    ttl_seconds: float = Field(60.0, ge=0, le=7 * 86400)
+    max_entries: int = Field(512, ge=0, le=100_000)
 
 
-class RerankConfig(BaseModel):
+class RerankConfig(_Section):
     enabled: bool = False
-    model: str | None = Field(None, description="a local sentence-transformers CrossEncoder directory")
-    top_n: int = 20
+    model: str | None = Field(None, min_length=1, max_length=4096, description="a local sentence-transformers CrossEncoder directory")
+    top_n: int = Field(20, ge=1, le=K_MAX)
 
 
-class AuditConfig(BaseModel):
+class AuditConfig(_Section):
     level: Literal["writes", "reads"] = Field("reads", description="'reads' also logs every retrieval's metrics")
 
 
-class WorkingMemoryConfig(BaseModel):
+class WorkingMemoryConfig(_Section):
     """Seed 002 phase 1: the sliding window of recent tasks and the bound on stored tasks."""
 
-    window: int = Field(5, ge=0, description="completed tasks shown by `memlens tasks` and in agent context")
-    max_tasks: int = Field(100, ge=1, description="completed tasks kept; older ones are pruned (the audit keeps them)")
+    window: int = Field(5, ge=0, le=1000, description="completed tasks shown by `memlens tasks` and in agent context")
+    max_tasks: int = Field(100, ge=1, le=1_000_000, description="completed tasks kept; older ones are pruned (the audit keeps them)")
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="MEMLENS_", env_nested_delimiter="__", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid")
 
     store: Path | None = None
     cache_dir: Path = Field(default_factory=default_cache_dir)
@@ -109,6 +180,13 @@ class Settings(BaseSettings):
     audit: AuditConfig = AuditConfig()
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
+    _blank = field_validator("store", "cache_dir", mode="before")(_not_blank)
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _cache_dir(cls, v: Path) -> Path:
+        return check_dir_path(v)
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -118,26 +196,153 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        path = config_file()
-        if path.is_file():
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
-        return tuple(sources)
+        data = _FILE_DATA.get()
+        if data is None:
+            _, data = read_config_file()
+        return (init_settings, env_settings, InitSettingsSource(settings_cls, init_kwargs=data))
 
     def store_path(self) -> Path:
         return self.store or default_store_path()
 
 
+def read_config_file() -> tuple[Path | None, dict[str, Any]]:
+    """(path, tables) of the configuration file; (None, {}) when there is none.
+
+    The default file may be absent; a file named by ``MEMLENS_CONFIG`` must
+    exist (``MEMLENS_CONFIG=/dev/null`` says "no file" explicitly).
+    """
+    import tomllib
+
+    from .errors import MemlensError
+    from .files import CONFIG_MAX_BYTES, read_file
+
+    named = os.environ.get("MEMLENS_CONFIG")
+    path = config_file()
+    if named and os.path.realpath(named) == os.path.realpath(os.devnull):
+        return None, {}
+    if not named and not os.path.lexists(path):
+        return None, {}
+    if named and not os.path.lexists(path):
+        raise MemlensError(f"configuration file {path} (named by MEMLENS_CONFIG): no such file")
+    data = read_file(path, cap=CONFIG_MAX_BYTES, what="configuration file")
+    try:
+        return path, tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise MemlensError(f"configuration file {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise MemlensError(f"configuration file {path}: invalid TOML: {exc}") from None
+
+
+def env_variable(loc: tuple[Any, ...]) -> str | None:
+    """The ``MEMLENS_*`` variable that set the value at ``loc``, if one did (the most specific wins)."""
+    names = {k.upper(): k for k in os.environ if k.upper().startswith(ENV_PREFIX)}
+    for i in range(len(loc), 0, -1):
+        var = ENV_PREFIX + "__".join(str(p).upper() for p in loc[:i])
+        if var in names:
+            return names[var]
+    return None
+
+
+def _in_file(data: dict[str, Any], loc: tuple[Any, ...]) -> bool:
+    node: Any = data
+    for part in loc:
+        if not isinstance(node, dict) or str(part) not in node:
+            return False
+        node = node[str(part)]
+    return True
+
+
+def _num(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def allowed_range(model: type[BaseModel], loc: tuple[Any, ...]) -> str | None:
+    """"from 1 to 4096" for a bounded numeric field at ``loc`` under ``model``."""
+    from annotated_types import Ge, Gt, Le, Lt
+
+    field = None
+    for part in loc:
+        fields = model.model_fields if isinstance(model, type) and issubclass(model, BaseModel) else {}
+        field = fields.get(str(part))
+        if field is None:
+            return None
+        model = field.annotation  # type: ignore[assignment]
+    lo = hi = None
+    for m in field.metadata if field is not None else ():
+        if isinstance(m, Ge):
+            lo = _num(m.ge)
+        elif isinstance(m, Gt):
+            lo = f"above {_num(m.gt)}"
+        elif isinstance(m, Le):
+            hi = _num(m.le)
+        elif isinstance(m, Lt):
+            hi = f"below {_num(m.lt)}"
+    if lo is None and hi is None:
+        return None
+    return f"from {lo} to {hi}" if lo and hi else f"at least {lo}" if lo else f"at most {hi}"
+
+
+_BOUND_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
+
+
+def describe_error(err: dict[str, Any], model: type[BaseModel], loc: tuple[Any, ...], origin: str, prefix: str = "") -> str:
+    """One line for one pydantic error: the setting, what is wrong, the allowed range and where the value came from."""
+    where = prefix + ".".join(str(p) for p in loc)
+    msg = re.sub(r"^Value error, ", "", str(err.get("msg", "invalid value")))
+    msg = msg[:1].lower() + msg[1:]
+    if err.get("type") == "extra_forbidden":
+        return f"configuration: unknown setting {where} ({origin})"
+    value = err.get("input")
+    shown = str(value) if err.get("type") in _BOUND_ERRORS else repr(value)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    rng = allowed_range(model, loc)
+    if rng and err.get("type") in _BOUND_ERRORS:
+        return f"configuration: {where} = {shown} is out of range: allowed {rng} ({origin})"
+    if err.get("type") == "value_error" or isinstance(value, (dict, list)):
+        return f"configuration: {where}: {msg} ({origin})"
+    extra = f"; allowed {rng}" if rng else ""
+    return f"configuration: {where}: {msg}{extra}, got {shown} ({origin})"
+
+
+def origin_of(loc: tuple[Any, ...], overrides: dict[str, Any], file: Path | None, data: dict[str, Any]) -> str:
+    if loc and str(loc[0]) in overrides:
+        return "passed to load_settings"
+    var = env_variable(loc)
+    if var:
+        return f"from environment variable {var}"
+    if file is not None and _in_file(data, loc[:1]):
+        return f"in {file}"
+    return f"see {config_file()} and {ENV_PREFIX}* variables"
+
+
 def load_settings(**overrides: object) -> Settings:
+    """The settings, every value checked against its allowed range; a bad one is a one-line MemlensError."""
     from pydantic import ValidationError as PydanticError
+    from pydantic_settings import SettingsError
 
     from .errors import MemlensError
 
+    file, data = read_config_file()
+    token = _FILE_DATA.set(data)
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        settings = Settings(**overrides)  # type: ignore[arg-type]
     except PydanticError as exc:
         err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise MemlensError(f"configuration: {where}: {err['msg']} (see {config_file()} and MEMLENS_* variables)") from None
-    except Exception as exc:  # a malformed TOML file
-        raise MemlensError(f"configuration file {config_file()}: {exc}") from None
+        loc = tuple(err["loc"])
+        raise MemlensError(describe_error(dict(err), Settings, loc, origin_of(loc, overrides, file, data))) from None
+    except SettingsError as exc:  # a MEMLENS_* variable holding a table that is not JSON
+        m = re.search(r'field "([^"]+)"', str(exc))
+        field = m.group(1) if m else None
+        var = env_variable((field,)) if field else None
+        if var:
+            raise MemlensError(
+                f"configuration: environment variable {var}: {field} is a table, so its value must be a JSON object"
+                f" (or set {ENV_PREFIX}{field.upper()}__KEY=VALUE for one key)"
+            ) from None
+        raise MemlensError(f"configuration: {exc}") from None
+    finally:
+        _FILE_DATA.reset(token)
+    from .profiles import check_profiles
+
+    check_profiles(settings.profiles, lambda loc: origin_of(loc, overrides, file, data))
+    return settings

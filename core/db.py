@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sqlite3 as _stdlib_sqlite3
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -154,33 +155,65 @@ MIGRATIONS = {1: _migration_1, 2: _migration_2, 3: _migration_3}
 
 
 def _secure_create(path: Path) -> None:
-    """Create the store file (and its folder) readable by the owner only."""
+    """Create the store file readable by the owner only, and any missing folders 0700.
+
+    Through a dangling symbolic link, the link's target is what gets created
+    (SQLite would otherwise create it with the umask's 0644).
+    """
+    from .files import make_private_dirs
+
+    target = Path(os.path.realpath(path)) if os.path.islink(path) else path
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        make_private_dirs(target.parent)
+        fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o600)
         os.close(fd)
     except FileExistsError:
-        pass
+        pass  # created meanwhile by another process; checked again below
     except OSError as exc:
         raise StoreError(f"cannot create store {path}: {exc.strerror or exc}") from None
 
 
-def connect(path: Path, *, busy_timeout_ms: int = 5000, mmap_size: int = 1 << 30, create: bool = True) -> Any:
-    """Open a connection with sqlite-vec loaded and the pragmas memlens relies on."""
-    sq = driver()
-    if str(path) != ":memory:":
+def check_store_path(path: Path, *, create: bool) -> None:
+    """A store is a regular file (or a link to one), or absent and then created here when ``create``.
+
+    Devices, FIFOs, sockets and directories are refused before SQLite opens
+    them: SQLite would block on a FIFO, fail on ``/dev/null`` only at the
+    first commit, and create ``-journal``/``-wal`` files beside any of them.
+    """
+    from .files import kind_of
+
+    for attempt in (0, 1):
         try:
-            if path.is_dir():
-                raise StoreError(f"store path is a directory: {path}")
-            exists = path.exists()
+            st = os.stat(path)
+        except FileNotFoundError:
+            st = None
         except OSError as exc:
             raise StoreError(f"cannot access store {path}: {exc.strerror or exc}") from None
-        if not exists:
-            if not create:
-                raise StoreError(f"no store at {path}")
+        if st is not None:
+            if stat.S_ISDIR(st.st_mode):
+                raise StoreError(f"store path {path} is a directory, not a store file")
+            if not stat.S_ISREG(st.st_mode):
+                raise StoreError(f"store path {path} is {kind_of(st.st_mode)}, not a store file")
+            if not os.access(path, os.R_OK):
+                raise StoreError(f"cannot read store {path}: permission denied")
+            return
+        if not create:
+            raise StoreError(
+                f"no store at {path} (memlens add, import or demo create one; --store or MEMLENS_STORE picks another)"
+            )
+        if attempt == 0:
             _secure_create(path)
-        elif not os.access(path, os.R_OK):
-            raise StoreError(f"cannot read store {path}: permission denied")
+    raise StoreError(f"cannot create store {path}")
+
+
+def connect(path: Path, *, busy_timeout_ms: int = 5000, mmap_size: int = 1 << 30, create: bool = True) -> Any:
+    """Open a connection with sqlite-vec loaded and the pragmas memlens relies on.
+
+    ``create=False``: a missing store is an error (read commands never leave an empty store behind).
+    """
+    sq = driver()
+    if str(path) != ":memory:":
+        check_store_path(path, create=create)
     try:
         conn = sq.connect(str(path), isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000)
     except sq.Error as exc:
@@ -314,13 +347,26 @@ def transaction(conn: Any, path: Path | str = "") -> Iterator[Any]:
     try:
         yield conn
     except sq.Error as exc:
-        conn.execute("ROLLBACK")
+        _rollback(conn)
         raise translate(exc, path) from None
     except BaseException:
-        conn.execute("ROLLBACK")
+        _rollback(conn)
         raise
     try:
         conn.execute("COMMIT")
     except sq.Error as exc:
-        conn.execute("ROLLBACK")
+        _rollback(conn)
         raise translate(exc, path) from None
+
+
+def _rollback(conn: Any) -> None:
+    """Roll back if a transaction is still open; never hide the error that led here.
+
+    SQLite may already have rolled back itself (an I/O error, a full disk):
+    a second ROLLBACK would fail with "no transaction is active" instead.
+    """
+    try:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+    except driver().Error:
+        pass

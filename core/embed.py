@@ -29,7 +29,8 @@ from typing import Protocol
 import numpy as np
 
 from .config import BUNDLED_MODEL, BUNDLED_SHA256, EmbeddingConfig
-from .errors import ModelError
+from .errors import MemlensError, ModelError
+from .files import CONFIG_MAX_BYTES, STAMP_MAX_BYTES, make_private_dirs, read_file, write_private
 
 for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ.setdefault(_var, "1")
@@ -83,13 +84,16 @@ def resolve_model(cfg: EmbeddingConfig) -> ModelSpec:
     if weights is None:
         raise ModelError(f"embedding model at {path} has no model.safetensors or pytorch_model.bin")
     try:
-        dim = int(json.loads((path / "config.json").read_text())["hidden_size"])
-    except (OSError, ValueError, KeyError) as exc:
+        dim = int(json.loads(read_file(path / "config.json", cap=CONFIG_MAX_BYTES, what="model config"))["hidden_size"])
+    except (MemlensError, ValueError, KeyError, TypeError) as exc:
         raise ModelError(f"embedding model at {path}: unreadable config.json ({exc})") from None
+    if not 1 <= dim <= 65536:
+        raise ModelError(f"embedding model at {path}: config.json gives hidden_size {dim}, expected 1 to 65536")
     max_tokens = cfg.max_tokens
     try:
-        max_tokens = min(max_tokens, int(json.loads((path / "sentence_bert_config.json").read_text())["max_seq_length"]))
-    except (OSError, ValueError, KeyError):
+        st_cfg = json.loads(read_file(path / "sentence_bert_config.json", cap=CONFIG_MAX_BYTES, what="model config"))
+        max_tokens = max(1, min(max_tokens, int(st_cfg["max_seq_length"])))
+    except (MemlensError, ValueError, KeyError, TypeError):
         pass
     return ModelSpec(name, path, weights, expected, dim, max_tokens)
 
@@ -105,8 +109,8 @@ def verified_sha256(spec: ModelSpec, cache_dir: Path) -> str:
     stamp = cache_dir / "verified" / stamp_key
     digest = None
     try:
-        digest = stamp.read_text().strip() or None
-    except OSError:
+        digest = read_file(stamp, cap=STAMP_MAX_BYTES, what="cache stamp", follow_symlinks=False).decode().strip() or None
+    except (MemlensError, UnicodeDecodeError):
         pass
     if digest is None:
         h = hashlib.sha256()
@@ -116,10 +120,10 @@ def verified_sha256(spec: ModelSpec, cache_dir: Path) -> str:
         digest = h.hexdigest()
         if spec.expected_sha256 is None or digest == spec.expected_sha256:
             try:
-                stamp.parent.mkdir(parents=True, exist_ok=True)
-                stamp.write_text(digest)
+                make_private_dirs(stamp.parent)
+                write_private(stamp, digest.encode())
             except OSError:
-                pass
+                pass  # only a speed-up: the next run hashes again
     if spec.expected_sha256 and digest != spec.expected_sha256:
         raise ModelError(
             f"embedding model weights {spec.weights} are corrupted: sha256 {digest[:12]}… "
@@ -141,6 +145,20 @@ def _mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
 
 
+def _load_tokenizer(spec: ModelSpec):  # type: ignore[no-untyped-def]
+    """The model's tokenizer.json, read as a capped regular file (a model folder is user-configurable)."""
+    from tokenizers import Tokenizer
+
+    from .files import JSON_MAX_BYTES
+
+    try:
+        return Tokenizer.from_str(read_file(spec.tokenizer_file, cap=JSON_MAX_BYTES, what="tokenizer").decode("utf-8"))
+    except MemlensError as exc:
+        raise ModelError(f"embedding model at {spec.path}: {exc}") from None
+    except Exception as exc:  # not a tokenizer file
+        raise ModelError(f"embedding model at {spec.path}: unusable tokenizer.json ({exc})".splitlines()[0]) from None
+
+
 class _TokenizerMixin:
     spec: ModelSpec
     _tok = None
@@ -151,9 +169,7 @@ class _TokenizerMixin:
         if self._tok is None:
             with self._tok_lock:
                 if self._tok is None:
-                    from tokenizers import Tokenizer
-
-                    tok = Tokenizer.from_file(str(self.spec.tokenizer_file))
+                    tok = _load_tokenizer(self.spec)
                     # tokenizer.json ships with fixed 128 padding/truncation; the model uses 256.
                     tok.enable_truncation(max_length=self.spec.max_tokens)
                     tok.enable_padding(pad_id=0, pad_token="[PAD]")
@@ -165,9 +181,7 @@ class _TokenizerMixin:
         if not text:
             return 0
         if self._count_tok is None:
-            from tokenizers import Tokenizer
-
-            tok = Tokenizer.from_file(str(self.spec.tokenizer_file))
+            tok = _load_tokenizer(self.spec)
             tok.no_truncation()
             tok.no_padding()
             self._count_tok = tok
@@ -261,8 +275,13 @@ def export_onnx(spec: ModelSpec, target: Path) -> None:
     except Exception as exc:
         raise ModelError(f"cannot load model weights from {spec.path}: {exc}".splitlines()[0]) from None
     model.eval()
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        make_private_dirs(target.parent)
+        # owner-only from the start: the exporter rewrites the file in place and keeps its mode
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600))
+    except OSError as exc:
+        raise ModelError(f"cannot write the model cache in {target.parent}: {exc.strerror or exc} (see cache_dir)") from None
     dummy = torch.ones((1, 8), dtype=torch.int64)
     axes = {0: "batch", 1: "seq"}
     try:
@@ -278,7 +297,10 @@ def export_onnx(spec: ModelSpec, target: Path) -> None:
                 opset_version=17,
                 dynamo=False,
             )
+        os.chmod(tmp, 0o600)
         os.replace(tmp, target)  # atomic: a concurrent process sees all or nothing
+    except OSError as exc:
+        raise ModelError(f"cannot write the model cache {target}: {exc.strerror or exc} (see cache_dir)") from None
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -21,12 +21,20 @@ if TYPE_CHECKING:
 CUTOFFS = (1, 5, 10)
 
 
+def _read_lines(path: Path, what: str) -> list[str]:
+    """The lines of a regular UTF-8 file of at most JSON_MAX_BYTES (a FIFO or /dev/zero is refused, not read)."""
+    from .files import JSON_MAX_BYTES, read_file
+
+    data = read_file(path, cap=JSON_MAX_BYTES, what=what)
+    try:
+        return data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise MemlensError(f"{what} {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
 def read_json_lines(path: Path, what: str = "queries") -> list[tuple[int, Any]]:
     """(line number, parsed value) for every non-blank line of a small JSONL file; bad JSON is a one-line error."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MemlensError(f"{path}: cannot read {what} ({exc})") from None
+    lines = _read_lines(path, what)
     out = []
     for n, line in enumerate(lines, 1):
         if line.strip():
@@ -34,6 +42,8 @@ def read_json_lines(path: Path, what: str = "queries") -> list[tuple[int, Any]]:
                 out.append((n, json.loads(line)))
             except json.JSONDecodeError as exc:
                 raise MemlensError(f"{path}: line {n}: invalid JSON: {exc.msg}") from None
+            except RecursionError:
+                raise MemlensError(f"{path}: line {n}: invalid JSON: nested too deeply") from None
     return out
 
 
@@ -48,10 +58,7 @@ def load_queries(path: Path) -> list[dict[str, Any]]:
 
 def load_qrels(path: Path) -> dict[str, dict[str, float]]:
     qrels: dict[str, dict[str, float]] = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MemlensError(f"{path}: cannot read qrels ({exc})") from None
+    lines = _read_lines(path, "qrels")
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue

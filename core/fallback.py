@@ -4,17 +4,22 @@
 
 The bundle says that retrieval was degraded, why, and which sources were
 tried. Workspace search stays inside the workspace (no symlinks out, no
-``..``), skips binary, huge and vendored files, and is bounded in files and
-bytes so a large checkout cannot stall an agent.
+``..``), reads regular files only (a FIFO would block, a device never end),
+skips hidden, binary, empty, huge and vendored files, and is bounded in
+entries visited, folder depth, files and bytes actually read, so a large
+checkout or a hostile one cannot stall an agent. A workspace on ``/proc``,
+``/sys`` or ``/dev`` is refused: it holds the system's state, not documents.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
+from .files import on_pseudo_fs
 from .models import Entry, EntryType, Kind, Status, utcnow
 from .trace import Bundle, Result, Trace
 
@@ -23,6 +28,8 @@ SKIP_DIRS = {".git", ".hg", ".svn", "node_modules", ".venv", "venv", "__pycache_
 MAX_FILE_BYTES = 512 * 1024
 MAX_FILES = 5000
 MAX_TOTAL_BYTES = 64 * 1024 * 1024
+MAX_ENTRIES = 100_000  # names looked at, text or not
+MAX_DEPTH = 32
 _STOP = {"the", "and", "for", "with", "that", "this", "are", "was", "how", "what", "why", "not", "does", "from", "into"}
 
 
@@ -36,14 +43,42 @@ def _score(chunk: str, words: list[str]) -> float:
     return hits / len(words) if words else 0.0
 
 
-def _is_text(path: Path) -> bool:
+def _read_text(path: Path) -> str | None:
+    """The text of a regular, non-empty UTF-8 file of at most MAX_FILE_BYTES, else None.
+
+    ``lstat`` first (no FIFO, device or symlink is opened), then a
+    non-blocking, no-follow open checked again with ``fstat``; the size cap
+    counts the bytes read, since pseudo-files report a size of 0.
+    """
     try:
-        with path.open("rb") as fh:
-            head = fh.read(8192)
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or st.st_size > MAX_FILE_BYTES:
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, MAX_FILE_BYTES + 1)
+        while 0 < len(data) <= MAX_FILE_BYTES:  # os.read may return less than asked
+            more = os.read(fd, MAX_FILE_BYTES + 1 - len(data))
+            if not more:
+                break
+            data += more
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    head = data[:8192]
+    if not data or len(data) > MAX_FILE_BYTES or b"\x00" in head:
+        return None
+    try:
         head.decode("utf-8")
-    except (OSError, UnicodeDecodeError):
-        return False
-    return b"\x00" not in head
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 3:  # not just a character cut at the 8 KiB boundary
+            return None
+    return data.decode("utf-8", errors="replace")
 
 
 def _sections(text: str) -> list[tuple[int, int, str, str]]:
@@ -104,6 +139,10 @@ def workspace_fallback(bundle: Bundle, workspace: str | os.PathLike[str], text: 
     if not root.is_dir():
         tried.append({"source": str(root), "result": "workspace is not a directory"})
         return
+    pseudo = on_pseudo_fs(root)
+    if pseudo:
+        tried.append({"source": str(root), "result": f"workspace is on a system pseudo-filesystem ({pseudo})"})
+        return
     root = root.resolve()
     words = terms(text)
     for rel in ("docs/architecture.md", "README.md"):
@@ -111,10 +150,11 @@ def workspace_fallback(bundle: Bundle, workspace: str | os.PathLike[str], text: 
         if not path.is_file() or not _inside(root, path):
             tried.append({"source": rel, "result": "missing"})
             continue
-        if not _is_text(path) or path.stat().st_size > MAX_FILE_BYTES:
+        content = _read_text(path.resolve())  # a link inside the workspace is read as its target
+        if content is None:
             tried.append({"source": rel, "result": "not a readable text file"})
             continue
-        secs = _sections(path.read_text(encoding="utf-8", errors="replace"))
+        secs = _sections(content)
         scored = sorted(((_score(body, words), a, b, h, body) for a, b, h, body in secs), key=lambda x: (-x[0], x[1]))
         hits = [s for s in scored if s[0] > 0] if words else scored[:1]
         if not hits:
@@ -136,33 +176,41 @@ def _grep(root: Path, words: list[str], k: int, tried: list[dict[str, Any]]) -> 
     if not words:
         tried.append({"source": "workspace search", "result": "no search terms in the query"})
         return []
-    files = total = 0
+    files = total = entries = 0
+    stopped = ""
     hits: list[tuple[float, str, int, int, str]] = []
+    base_depth = len(root.parts)
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+        entries += len(dirnames) + len(filenames)
+        if entries > MAX_ENTRIES:
+            stopped = f"stopped after {MAX_ENTRIES} entries"
+            break
+        deep = len(Path(dirpath).parts) - base_depth >= MAX_DEPTH
+        dirnames[:] = [] if deep else sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
         for name in sorted(filenames):
+            if name.startswith("."):  # hidden files (.env, .netrc, ...) stay out of an agent's context
+                continue
             path = Path(dirpath) / name
-            if path.is_symlink() or not _inside(root, path):
+            if not _inside(root, path):
                 continue
-            try:
-                size = path.stat().st_size
-            except OSError:
-                continue
-            if size > MAX_FILE_BYTES or not _is_text(path):
+            content = _read_text(path)
+            if content is None:
                 continue
             files += 1
-            total += size
+            total += len(content.encode("utf-8", errors="replace"))
             if files > MAX_FILES or total > MAX_TOTAL_BYTES:
-                tried.append({"source": "workspace search", "result": f"stopped at {MAX_FILES} files / {MAX_TOTAL_BYTES >> 20} MiB"})
+                stopped = f"stopped at {MAX_FILES} files / {MAX_TOTAL_BYTES >> 20} MiB"
                 break
             rel = str(path.relative_to(root))
-            for a, b, chunk in _paragraphs(path.read_text(encoding="utf-8", errors="replace")):
+            for a, b, chunk in _paragraphs(content):
                 sc = _score(chunk, words)
                 if sc > 0:
                     hits.append((sc, rel, a, b, chunk))
         else:
             continue
         break
+    if stopped:
+        tried.append({"source": "workspace search", "result": stopped})
     hits.sort(key=lambda h: (-h[0], h[1], h[2]))
     tried.append({"source": "workspace search", "result": f"{len(hits)} matching passage(s) in {files} file(s)"})
     return [_result(rel, a, b, f"{rel}:{a}-{b}", chunk, sc) for sc, rel, a, b, chunk in hits[:k]]

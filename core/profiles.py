@@ -6,30 +6,53 @@ profiles added, under ``[profiles.NAME]`` in the configuration file.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .config import FLOAT_MAX, K_MAX, check_weights
 from .errors import QueryError
+from .vocab import KINDS
 
 MEMORY_COMMAND = "/memory"
 
 
 class Profile(BaseModel):
-    name: str
-    description: str = ""
-    kinds: list[str] | None = None
-    rooms: list[str] | None = None
-    min_query_tokens: int = 0
-    min_score: float | None = Field(None, description="absolute floor on the profile's score")
-    relative: float | None = Field(None, description="keep hits scoring at least this share of the top hit")
-    cap: int | None = None
-    year_boost: float = Field(0.0, description="per year since 2000, from meta.year (academic)")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    name: str = Field(min_length=1, max_length=64)
+    description: str = Field("", max_length=1000)
+    kinds: list[str] | None = Field(None, max_length=len(KINDS))
+    rooms: list[str] | None = Field(None, max_length=1000)
+    min_query_tokens: int = Field(0, ge=0, le=1000)
+    min_score: float | None = Field(None, ge=-10, le=10, description="absolute floor on the profile's score")
+    relative: float | None = Field(None, ge=0, le=1, description="keep hits scoring at least this share of the top hit")
+    cap: int | None = Field(None, ge=1, le=K_MAX)
+    year_boost: float = Field(0.0, ge=-1, le=1, description="per year since 2000, from meta.year (academic)")
     conversation_fusion: dict[str, float] | None = Field(None, description="raw/summary/recency weights (conversation)")
-    recent_turns: int = 0
+    recent_turns: int = Field(0, ge=0, le=100)
     fallback: Literal["personal_facts"] | None = None
     mandatory_invariants: bool = False
     weights: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("kinds")
+    @classmethod
+    def _kinds(cls, v: list[str] | None) -> list[str] | None:
+        for k in v or []:
+            if k not in KINDS:
+                raise ValueError(f"unknown kind {k!r} (kinds: {', '.join(KINDS)})")
+        return v
+
+    @field_validator("conversation_fusion")
+    @classmethod
+    def _fusion(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        return None if v is None else check_weights(v, ("raw", "summary", "recency"))
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, v: dict[str, float]) -> dict[str, float]:
+        return check_weights(v)
 
 
 DEFAULT_PROFILES: dict[str, Profile] = {
@@ -73,23 +96,34 @@ DEFAULT_PROFILES: dict[str, Profile] = {
 }
 
 
-def load_profiles(overrides: dict[str, dict[str, Any]] | None = None) -> dict[str, Profile]:
-    """Defaults with the configuration's ``[profiles.NAME]`` tables merged on top."""
+def load_profiles(
+    overrides: dict[str, dict[str, Any]] | None = None, origin: Callable[[tuple[Any, ...]], str] | None = None
+) -> dict[str, Profile]:
+    """Defaults with the configuration's ``[profiles.NAME]`` tables merged on top; ranges checked."""
     from pydantic import ValidationError as PydanticError
 
+    from .config import describe_error
     from .errors import MemlensError
 
     profiles = dict(DEFAULT_PROFILES)
     for name, values in (overrides or {}).items():
-        base = profiles.get(name, Profile(name=name)).model_dump()
-        base.update(values or {})
+        if not isinstance(values, dict):
+            raise MemlensError(f"configuration: profiles.{name} must be a table, got {type(values).__name__}")
+        base = (profiles[name].model_dump() if name in profiles else {}) | values
         base["name"] = name
         try:
             profiles[name] = Profile.model_validate(base)
         except PydanticError as exc:
             err = exc.errors()[0]
-            raise MemlensError(f"configuration: profiles.{name}.{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+            loc = ("profiles", name, *err["loc"])
+            where = origin(loc) if origin else "in the configuration's [profiles] table"
+            raise MemlensError(describe_error(dict(err), Profile, tuple(err["loc"]), where, f"profiles.{name}.")) from None
     return profiles
+
+
+def check_profiles(overrides: dict[str, dict[str, Any]], origin: Callable[[tuple[Any, ...]], str]) -> None:
+    """Validate the configuration's profiles when settings load (not at the first search)."""
+    load_profiles(overrides, origin)
 
 
 def route(query: str, profile: str | None, profiles: dict[str, Profile]) -> tuple[str, Profile]:

@@ -52,8 +52,9 @@ class Memory:
     embedder is shared and loads on first use.
     """
 
-    def __init__(self, path: Path, settings: Settings, embedder: Embedder | None = None) -> None:
+    def __init__(self, path: Path, settings: Settings, embedder: Embedder | None = None, *, create: bool = True) -> None:
         self.path = path
+        self._create = create
         self.settings = settings
         self._embedder = embedder
         self._embedder_lock = threading.Lock()
@@ -79,11 +80,13 @@ class Memory:
         *,
         settings: Settings | None = None,
         embedder: Embedder | None = None,
+        create: bool = True,
     ) -> "Memory":
-        """Open (creating if missing) the store at ``path``, ``MEMLENS_STORE`` or the default."""
+        """Open the store at ``path``, ``MEMLENS_STORE`` or the default; a missing one is created
+        (0600, in 0700 folders) unless ``create=False``, which makes it a StoreError instead."""
         settings = settings or load_settings()
         target = Path(path).expanduser() if path is not None else settings.store_path()
-        return cls(target, settings, embedder)
+        return cls(target, settings, embedder, create=create)
 
     def __enter__(self) -> "Memory":
         return self
@@ -112,6 +115,7 @@ class Memory:
                 self.path,
                 busy_timeout_ms=self.settings.storage.busy_timeout_ms,
                 mmap_size=self.settings.storage.mmap_size,
+                create=self._create and not self._conns,  # once open, a vanished file is not silently remade
             )
             try:
                 if db.schema_version(conn) < db.SCHEMA_VERSION:

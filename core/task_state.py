@@ -6,13 +6,13 @@ Split from ``memlens.tasks``; ``WorkingMemory.import_state`` writes what this va
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import MemlensError, ValidationError
+from .errors import ValidationError
+from .files import JSON_MAX_BYTES, read_file, read_stdin
 from .models import format_ts
 from .tasks import NO_REASON, Blocker, Task, _validate
 
@@ -24,21 +24,16 @@ _TASK_FIELDS = {"task_id", "id", "intent", "summary", "outcome", "completed_at",
 _BLOCKER_FIELDS = {"task_id", "id", "reason", "blocked_reason", "blocked_at", "resolved_at"}
 
 
-def read_json_file(source: str | Path, *, label: str = "", expected: str = "a JSON state file") -> tuple[str, Any]:
-    """(name, parsed JSON) of a file, or ``-`` for stdin, with one-line errors prefixed by ``label``."""
+def read_json_file(
+    source: str | Path, *, label: str = "", expected: str = "a JSON state file", cap: int = JSON_MAX_BYTES
+) -> tuple[str, Any]:
+    """(name, parsed JSON) of a regular file of at most ``cap`` bytes, or ``-`` for stdin,
+    with one-line errors prefixed by ``label``."""
     if str(source) == "-":
-        name, data = "<stdin>", sys.stdin.buffer.read()
+        name, data = "<stdin>", read_stdin(cap=cap, what=label.strip())
     else:
-        path = Path(source)
-        name = str(path)
-        if not path.exists():
-            raise MemlensError(f"{label}{name}: no such file")
-        if path.is_dir():
-            raise MemlensError(f"{label}{name}: is a directory, not {expected}")
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise MemlensError(f"{label}{name}: cannot read ({exc.strerror or exc})") from None
+        name = str(Path(source))
+        data = read_file(name, cap=cap, what=label.strip())
     where = f"{label}{name}"
     if b"\x00" in data:
         raise ValidationError(f"{where}: binary data (NUL byte); not {expected}")

@@ -652,9 +652,12 @@ class WorkingMemory:
 
     # -- backfill ----------------------------------------------------------------------------------
 
-    def import_state(self, source: str | Path) -> dict[str, Any]:
-        """Load a legacy state file (see the module docstring), all or nothing."""
-        name, obj = read_state(source)
+    def import_state(self, source: str | Path, *, parsed: tuple[str, Any] | None = None) -> dict[str, Any]:
+        """Load a legacy state file (see the module docstring), all or nothing.
+
+        ``parsed``: the file's (name, JSON) already read by ``read_state`` (the CLI checks it before opening a store).
+        """
+        name, obj = parsed if parsed is not None else read_state(source)
         tasks, blockers, info = parse_state(obj, name)
         report = {
             "source": name,

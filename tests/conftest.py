@@ -18,6 +18,8 @@ for var, sub in (("XDG_DATA_HOME", "data"), ("XDG_CONFIG_HOME", "config"), ("XDG
     os.environ[var] = str(_SESSION_DIR / sub)
 os.environ["MEMLENS_CACHE_DIR"] = str(_SESSION_DIR / "cache" / "memlens")
 os.environ["MEMLENS_CONFIG"] = str(_SESSION_DIR / "config" / "none.toml")
+(_SESSION_DIR / "config").mkdir()
+(_SESSION_DIR / "config" / "none.toml").write_text("# defaults only: a file MEMLENS_CONFIG names must exist\n")
 os.environ.pop("MEMLENS_STORE", None)
 os.environ["HF_HUB_OFFLINE"] = "1"
 
