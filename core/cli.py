@@ -14,9 +14,49 @@ from pathlib import Path
 from typing import Any
 
 from . import cli_tasks
-from .errors import MemlensError
+from .errors import MemlensError, ValidationError
+from .limits import MAX_BUDGET, MAX_K, check_int
 
 PROG = "memlens"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's error convention: one line on stderr, exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{PROG}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def _bounded(lo: int, hi: int, unit: str = "") -> Callable[[str], int]:
+    """An argparse type: a whole number inside ``lo..hi`` (the range is in the message)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number from {lo} to {hi}, not {text[:40]!r}") from None
+        try:
+            return check_int("value", value, lo, hi, unit=unit)
+        except ValidationError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix("value ")) from None
+
+    parse.__name__ = "whole number"
+    return parse
+
+
+def _unit_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number from 0 to 1, not {text[:40]!r}")
+    return value
+
+
+K_ARG = _bounded(1, MAX_K)
+BUDGET_ARG = _bounded(1, MAX_BUDGET, "tokens")
 
 
 def _store_arg(p: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) -> None:
@@ -24,7 +64,7 @@ def _store_arg(p: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) -> 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="Agent memory on one SQLite file, with every retrieval explained.")
+    p = _Parser(prog=PROG, description="Agent memory on one SQLite file, with every retrieval explained.")
     _store_arg(p, default=None)
     from . import __version__
 
@@ -46,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--status", default="active")
     s.add_argument("--title", default="")
     s.add_argument("--key")
-    s.add_argument("--salience", type=float, default=0.5)
+    s.add_argument("--salience", type=_unit_float, default=0.5, help="0 to 1 (default 0.5)")
     s.add_argument("--overrides", metavar="ID")
     s.add_argument("--json", action="store_true", help="print the stored entry as JSON")
 
@@ -65,10 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--active-wing", metavar="W")
     s.add_argument("--wing", action="append", dest="wings", metavar="W", help="search this wing (repeatable)")
     s.add_argument("--profile", default="memory")
-    s.add_argument("-k", type=int, default=None, help="results to return (default 10)")
-    s.add_argument("--budget", type=int, metavar="TOKENS")
+    s.add_argument("-k", type=K_ARG, default=None, help=f"results to return, 1 to {MAX_K} (default 10)")
+    s.add_argument("--budget", type=BUDGET_ARG, metavar="TOKENS", help=f"context budget in tokens, 1 to {MAX_BUDGET:,}")
     s.add_argument("--json", action="store_true", help="print {results, trace} as JSON")
-    s.add_argument("--queries", metavar="FILE.jsonl", help="run many searches: one {id, query, ...} a line, JSONL out")
+    s.add_argument("--queries", metavar="FILE.jsonl", help="run many searches: one {id, query, active_wing, wings, k, profile, budget} a line, JSONL out; "
+                   "every line is checked first and a bad one stops the batch (FILE: line N: field: problem)")
     s.add_argument("--user", help="whose retrieval this is (part of the cache key)")
     s.add_argument("--workspace", metavar="DIR", help="fall back to DIR's docs/README/files when memory finds nothing")
     s.add_argument("--no-cache", action="store_true", help="bypass the retrieval cache")
@@ -79,8 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--active-wing", metavar="W", required=True)
     s.add_argument("--wing", action="append", dest="wings", metavar="W")
     s.add_argument("--profile", default="memory")
-    s.add_argument("-k", type=int, default=None)
-    s.add_argument("--budget", type=int, metavar="TOKENS")
+    s.add_argument("-k", type=K_ARG, default=None, help=f"results to return, 1 to {MAX_K} (default 10)")
+    s.add_argument("--budget", type=BUDGET_ARG, metavar="TOKENS", help=f"context budget in tokens, 1 to {MAX_BUDGET:,}")
     s.add_argument("--workspace", metavar="DIR", default=".", help="fallback sources (default: the current directory)")
     s.add_argument("--json", action="store_true", help="print {context, results, trace}")
 
@@ -91,8 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--active-wing", metavar="W")
     s.add_argument("--wing", action="append", dest="wings", metavar="W")
     s.add_argument("--profile", default="memory")
-    s.add_argument("-k", type=int, default=None)
-    s.add_argument("--budget", type=int, metavar="TOKENS")
+    s.add_argument("-k", type=K_ARG, default=None, help=f"results to return, 1 to {MAX_K} (default 10)")
+    s.add_argument("--budget", type=BUDGET_ARG, metavar="TOKENS", help=f"context budget in tokens, 1 to {MAX_BUDGET:,}")
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("eval", help="recall@1/5/10, MRR@10, nDCG@10 on BEIR-style queries and qrels")
@@ -102,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--profile", default="memory")
     s.add_argument("--active-wing", metavar="W")
     s.add_argument("--wing", action="append", dest="wings", metavar="W")
-    s.add_argument("-k", type=int, default=10)
+    s.add_argument("-k", type=K_ARG, default=10, help=f"cut-off, 1 to {MAX_K} (default 10)")
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("profiles", help="list the retrieval profiles and their settings")
@@ -300,34 +341,13 @@ def retrieval_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _batch_search(args: argparse.Namespace) -> int:
-    from .evaluate import read_json_lines
+    from .batch import parse_lines, run
 
-    path = Path(args.queries)
-    jobs = []
-    for n, obj in read_json_lines(path):
-        if not isinstance(obj, dict) or not isinstance(obj.get("query"), str):
-            raise MemlensError(f"{path}: line {n}: expected an object with a string 'query'")
-        unknown = set(obj) - {"id", "query", "active_wing", "wings", "k", "profile", "budget"}
-        if unknown:
-            raise MemlensError(f"{path}: line {n}: unknown field {sorted(unknown)[0]!r}")
-        jobs.append((n, obj))
+    jobs = parse_lines(Path(args.queries))  # before the store opens: a bad file leaves nothing behind
+    defaults = {"active_wing": args.active_wing, "wings": args.wings, "k": args.k, "profile": args.profile,
+                "budget": args.budget}
     with _open(args) as mem:
-        if len(jobs) >= 20:
-            mem.warm_index()  # ~1 s per 100k vectors, repaid after a few dozen searches
-        for n, obj in jobs:
-            try:
-                b = mem.search(
-                    obj["query"],
-                    active_wing=obj.get("active_wing", args.active_wing),
-                    wings=obj.get("wings", args.wings),
-                    k=obj.get("k", args.k),
-                    profile=obj.get("profile", args.profile),
-                    budget=obj.get("budget", args.budget),
-                )
-            except MemlensError as exc:
-                raise MemlensError(f"{path}: line {n}: {exc}") from None
-            out = {"id": obj.get("id", n), **b.to_dict()}
-            sys.stdout.write(json.dumps(out, ensure_ascii=False) + "\n")
+        run(mem, Path(args.queries), jobs, defaults)
     return 0
 
 
@@ -401,10 +421,35 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
+# Arguments that name files: any bytes the file system allows. Every other string is text
+# that is stored, matched or printed, so it must be valid UTF-8.
+PATH_ARGS = frozenset({"store", "file", "queries", "qrels", "workspace", "report"})
+_ARG_NAMES = {"text": "TEXT", "query": "QUERY", "task_id": "ID", "entry_id": "--id", "wings": "--wing"}
+
+
+def check_text_args(args: argparse.Namespace) -> None:
+    """Refuse an argument that is not valid UTF-8 (Python hands it over with lone surrogates)."""
+    for dest, value in vars(args).items():
+        if dest in PATH_ARGS:
+            continue
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, str):
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    bad = v[exc.start].encode("utf-8", "surrogateescape")
+                    name = _ARG_NAMES.get(dest) or "--" + dest.replace("_", "-")
+                    raise ValidationError(
+                        f"{name} is not valid UTF-8 (byte 0x{bad.hex()} at character {exc.start + 1}); "
+                        "pass text in UTF-8 (check the terminal's locale)"
+                    ) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = COMMANDS.get(args.command or "tui", cmd_tui)
     try:
+        check_text_args(args)
         return handler(args)
     except MemlensError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

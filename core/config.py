@@ -94,6 +94,10 @@ class WorkingMemoryConfig(BaseModel):
     max_tasks: int = Field(100, ge=1, description="completed tasks kept; older ones are pruned (the audit keeps them)")
 
 
+class LimitsConfig(BaseModel):
+    max_entry_chars: int = Field(100_000, description="longest entry text add/update/import accept; split longer documents")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MEMLENS_", env_nested_delimiter="__", extra="ignore")
 
@@ -107,6 +111,7 @@ class Settings(BaseSettings):
     cache: CacheConfig = CacheConfig()
     rerank: RerankConfig = RerankConfig()
     audit: AuditConfig = AuditConfig()
+    limits: LimitsConfig = LimitsConfig()
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @classmethod

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from . import vocab
 from .ids import new_id
+from .limits import entry_text_problem, utf8_problem, utf8_problem_in
 
 from .vocab import NAME_RE  # noqa: E402 (one definition, shared with the pydantic-free query parser)
 ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
@@ -130,6 +131,8 @@ class Entry(BaseModel):
     @field_validator("text")
     @classmethod
     def _text(cls, v: str) -> str:
+        if why := entry_text_problem(v):  # first: nothing below should scan a huge text
+            raise ValueError(why)
         if not v.strip():
             raise ValueError("must not be empty")
         if "\x00" in v:
@@ -155,6 +158,12 @@ class Entry(BaseModel):
             object.__setattr__(self, "title", first if len(first) <= 60 else first[:59].rstrip() + "…")
         if self.overrides == self.id:
             raise ValueError("an entry cannot override itself")
+        for name in ("title", "text", "key", "overrides"):  # a lone surrogate (non-UTF-8 input) cannot be stored
+            value = getattr(self, name)
+            if isinstance(value, str) and (why := utf8_problem(value)):
+                raise ValueError(f"{name} {why}")
+        if self.meta and (why := utf8_problem_in(self.meta)):
+            raise ValueError(f"meta {why}")
         return self
 
     @property

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from .errors import QueryError
+from .limits import check_query
 from .vocab import KINDS, NAME_RE, STATUSES, TYPES
 
 KEYS = ("wing", "room", "kind", "type", "status")
@@ -56,6 +57,7 @@ def _suggest(word: str, choices: tuple[str, ...] | list[str]) -> str:
 
 def parse(query: str) -> ParsedQuery:
     """Split a scoped query into filters and free text, validating every filter."""
+    check_query(query)  # bounded length and valid UTF-8, before any work
     parsed = ParsedQuery(text="", raw=query)
     if query.count('"') % 2:
         pos = query.rfind('"')

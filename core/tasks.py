@@ -111,6 +111,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from . import db
 from .errors import NotFoundError, ValidationError
+from .limits import MAX_LIST, check_int
 from .models import ID_RE, format_ts, parse_ts, utcnow
 from .task_report import _OUTCOME_ALIASES, Outcome, _one_line, report_digest, summarize  # noqa: F401 (re-exported)
 
@@ -453,9 +454,7 @@ class WorkingMemory:
     def _n(self, n: int | None) -> int:
         if n is None:
             return int(self.config.window)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ValidationError(f"window size must be a whole number >= 0, got {n!r}")
-        return n
+        return check_int("window size", n, 0, MAX_LIST)
 
     def recent(self, n: int | None = None) -> list[Task]:
         """The last ``n`` (default: ``working_memory.window``) completed tasks, oldest first."""
