@@ -15,7 +15,7 @@ from typing import Any
 
 from . import cli_tasks
 from .errors import MemlensError, ValidationError
-from .limits import MAX_BUDGET, MAX_K, check_int
+from .limits import MAX_BUDGET, MAX_K, check_int, check_query
 
 PROG = "memlens"
 
@@ -450,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     handler = COMMANDS.get(args.command or "tui", cmd_tui)
     try:
         check_text_args(args)
+        if args.command in ("search", "context", "explain") and isinstance(getattr(args, "query", None), str):
+            check_query(args.query)  # before the store opens
         return handler(args)
     except MemlensError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

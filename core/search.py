@@ -413,14 +413,17 @@ def _vec0_knn(conn: Any, blob: bytes, n: int, where: list[str], args: list[Any])
 
     With a partition key, ``wing IN (...)`` yields up to ``n`` rows per wing; merged here.
     A degenerate stored vector (core/vectors.py) comes back with a NULL distance and
-    can displace a real neighbour, so when one shows up the query is asked once more
-    for as many rows again (within sqlite-vec's limit).
+    can displace a real neighbour, so while they show up the query asks for more rows
+    (at least ``n`` plus those seen, doubling, within sqlite-vec's limit: a few rounds at most).
     """
     sql = "SELECT rowid, distance FROM entries_vec WHERE embedding MATCH ? AND k = ?" + "".join(" AND " + w for w in where)
-    rows = conn.execute(sql, [blob, n, *args]).fetchall()
-    bad = sum(1 for _, d in rows if d is None or not math.isfinite(d))
-    if bad and n < SQLITE_VEC_MAX_KNN:
-        rows = conn.execute(sql, [blob, min(n + bad, SQLITE_VEC_MAX_KNN), *args]).fetchall()
+    k = n
+    while True:
+        rows = conn.execute(sql, [blob, k, *args]).fetchall()
+        bad = sum(1 for _, d in rows if d is None or not math.isfinite(d))
+        if not bad or k >= SQLITE_VEC_MAX_KNN or k >= n + bad:
+            break
+        k = min(max(n + bad, 2 * k), SQLITE_VEC_MAX_KNN)
     hits = [(r, 1.0 - float(d)) for r, d in rows if d is not None and math.isfinite(d)]
     return sorted(hits, key=lambda h: -h[1])
 
