@@ -20,6 +20,7 @@ os.environ["MEMLENS_CACHE_DIR"] = str(_SESSION_DIR / "cache" / "memlens")
 os.environ["MEMLENS_CONFIG"] = str(_SESSION_DIR / "config" / "none.toml")
 os.environ.pop("MEMLENS_STORE", None)
 os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(_SESSION_DIR / "hypothesis")  # not .hypothesis/ in the worktree
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "data" / "demo.jsonl"

@@ -77,7 +77,7 @@ _PIECES = st.sampled_from(
 )
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(st.text(max_size=300), st.lists(_PIECES, max_size=80).map("".join)))
 def test_parser_raises_only_memlens_errors(query):
     try:
@@ -90,7 +90,7 @@ def test_parser_raises_only_memlens_errors(query):
         assert values and all(isinstance(v, str) and v for v in values)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25, deadline=None, database=None)
 @given(st.integers(min_value=MAX_QUERY_CHARS - 50, max_value=MAX_QUERY_CHARS * 3), st.sampled_from(["a", "=", '"', "x=", " "]))
 def test_parser_bounds_long_input(n, piece):
     query = (piece * n)[:n]
