@@ -16,6 +16,7 @@ from . import db
 from .config import Settings, load_settings
 from .errors import MemlensError, NotFoundError, StoreError, ValidationError
 from .limits import MAX_LIST, check_int, entry_text_limit, printable
+from .vectors import degenerate
 from .models import EDITABLE_FIELDS, Entry, EntryType, Kind, Status, content_hash, format_ts, parse_ts, utcnow
 
 if TYPE_CHECKING:
@@ -358,9 +359,9 @@ class Memory:
                 "WHERE e.content_hash = ? AND e.model = ? LIMIT 1",
                 (h, model),
             ).fetchone()
-            if row is not None:
-                out[i] = np.frombuffer(row[0], dtype="<f4")
-            else:
+            if row is not None and not degenerate(vec := np.frombuffer(row[0], dtype="<f4")):
+                out[i] = vec
+            else:  # nothing stored, or a degenerate vector that must not spread (core/vectors.py)
                 missing.setdefault(h, []).append(i)
         if missing:
             firsts = [idxs[0] for idxs in missing.values()]

@@ -338,3 +338,14 @@ def test_entry_from_before_the_cap_is_cut_in_context_and_budget(demo_mem, real_e
     with pytest.raises(ValidationError, match="limit is 100,000"):
         mem.update("py-anti-001", text=huge)
 
+
+
+def test_a_degenerate_stored_vector_is_not_reused_for_the_same_text(mem, store_path, tmp_path):
+    first = mem.add("Pin the toolchain version in CI", wing="w1")
+    _set_vector(store_path, first.id, DEGENERATE["zeros"])
+    again = mem.add("Pin the toolchain version in CI", wing="w2")  # same text: normally reuses the stored vector
+    assert np.any(mem.vector(again.id))
+    src = tmp_path / "same.jsonl"
+    src.write_text(json.dumps({"id": "imp1", "wing": "w3", "text": "Pin the toolchain version in CI"}) + "\n")
+    mem.import_jsonl(src)
+    assert np.any(mem.vector("imp1"))
