@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from . import vocab
 from .ids import new_id
-from .limits import entry_text_problem, utf8_problem, utf8_problem_in
+from .limits import entry_text_problem, utf8_problem_in
 
 from .vocab import NAME_RE  # noqa: E402 (one definition, shared with the pydantic-free query parser)
 ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
@@ -144,6 +144,14 @@ class Entry(BaseModel):
     def _blank_is_none(cls, v: str | None) -> str | None:
         return v.strip() or None if isinstance(v, str) else v
 
+    @field_validator("title", "text", "key", "overrides", "meta")
+    @classmethod
+    def _utf8(cls, v: Any) -> Any:
+        """A lone surrogate (text decoded from non-UTF-8 bytes) cannot be stored or printed."""
+        if why := utf8_problem_in(v):
+            raise ValueError(why)
+        return v
+
     @field_validator("created_at", "updated_at", mode="before")
     @classmethod
     def _ts(cls, v: Any) -> Any:
@@ -158,12 +166,6 @@ class Entry(BaseModel):
             object.__setattr__(self, "title", first if len(first) <= 60 else first[:59].rstrip() + "…")
         if self.overrides == self.id:
             raise ValueError("an entry cannot override itself")
-        for name in ("title", "text", "key", "overrides"):  # a lone surrogate (non-UTF-8 input) cannot be stored
-            value = getattr(self, name)
-            if isinstance(value, str) and (why := utf8_problem(value)):
-                raise ValueError(f"{name} {why}")
-        if self.meta and (why := utf8_problem_in(self.meta)):
-            raise ValueError(f"meta {why}")
         return self
 
     @property

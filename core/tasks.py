@@ -111,7 +111,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from . import db
 from .errors import NotFoundError, ValidationError
-from .limits import MAX_LIST, check_int
+from .limits import MAX_LIST, check_int, utf8_problem_in
 from .models import ID_RE, format_ts, parse_ts, utcnow
 from .task_report import _OUTCOME_ALIASES, Outcome, _one_line, report_digest, summarize  # noqa: F401 (re-exported)
 
@@ -416,9 +416,13 @@ def _validate(model: type[BaseModel], record: dict[str, Any], where: str = "") -
     from pydantic import ValidationError as PydanticError
 
     try:
-        return model.model_validate(record)
+        obj = model.model_validate(record)
     except PydanticError as exc:
         raise ValidationError(_describe(exc, where)) from None
+    for name, value in obj.__dict__.items():  # a lone surrogate (non-UTF-8 input) cannot be stored
+        if why := utf8_problem_in(value):
+            raise ValidationError(f"{where + ': ' if where else ''}field {name!r}: {why}")
+    return obj
 
 
 # -- the working memory --------------------------------------------------------------------------

@@ -291,6 +291,18 @@ def test_api_refuses_non_utf8_text(mem):
         mem.search(BAD)
     with pytest.raises(ValidationError, match="not valid UTF-8"):
         mem.search("x", active_wing=BAD)
+    with pytest.raises(ValidationError, match="field 'intent': is not valid UTF-8"):
+        mem.tasks.complete("t1", BAD)
+    with pytest.raises(ValidationError, match="field 'reason': is not valid UTF-8"):
+        mem.tasks.block("t2", BAD)
+    assert mem.count() == 0 and mem.tasks.count() == 0
+
+
+def test_import_refuses_lone_surrogates_from_json_escapes(mem, tmp_path):
+    src = tmp_path / "esc.jsonl"
+    src.write_text('{"id": "a1", "wing": "w", "text": "ok"}\n{"id": "a2", "wing": "w", "text": "caf\\udce9"}\n')
+    with pytest.raises(ValidationError, match="line 2: field 'text': is not valid UTF-8"):
+        mem.import_jsonl(src)
     assert mem.count() == 0
 
 
