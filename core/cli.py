@@ -14,49 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from . import cli_tasks
-from .errors import MemlensError, ValidationError
-from .limits import MAX_BUDGET, MAX_K, check_int, check_query
-
-PROG = "memlens"
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with the CLI's error convention: one line on stderr, exit status 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"{PROG}: error: {message} (see {self.prog} --help)", file=sys.stderr)
-        sys.exit(2)
-
-
-def _bounded(lo: int, hi: int, unit: str = "") -> Callable[[str], int]:
-    """An argparse type: a whole number inside ``lo..hi`` (the range is in the message)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text.strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a whole number from {lo} to {hi}, not {text[:40]!r}") from None
-        try:
-            return check_int("value", value, lo, hi, unit=unit)
-        except ValidationError as exc:
-            raise argparse.ArgumentTypeError(str(exc).removeprefix("value ")) from None
-
-    parse.__name__ = "whole number"
-    return parse
-
-
-def _unit_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be a number from 0 to 1, not {text[:40]!r}")
-    return value
-
-
-K_ARG = _bounded(1, MAX_K)
-BUDGET_ARG = _bounded(1, MAX_BUDGET, "tokens")
+from .cli_args import BUDGET_ARG, K_ARG, PROG, Parser, check_text_args, unit_float
+from .errors import MemlensError
+from .limits import MAX_BUDGET, MAX_K, check_query
 
 
 def _store_arg(p: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) -> None:
@@ -64,7 +24,7 @@ def _store_arg(p: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) -> 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Agent memory on one SQLite file, with every retrieval explained.")
+    p = Parser(prog=PROG, description="Agent memory on one SQLite file, with every retrieval explained.")
     _store_arg(p, default=None)
     from . import __version__
 
@@ -86,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--status", default="active")
     s.add_argument("--title", default="")
     s.add_argument("--key")
-    s.add_argument("--salience", type=_unit_float, default=0.5, help="0 to 1 (default 0.5)")
+    s.add_argument("--salience", type=unit_float, default=0.5, help="0 to 1 (default 0.5)")
     s.add_argument("--overrides", metavar="ID")
     s.add_argument("--json", action="store_true", help="print the stored entry as JSON")
 
@@ -419,30 +379,6 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "task": cli_tasks.cmd_task,
     "tasks": cli_tasks.cmd_tasks,
 }
-
-
-# Arguments that name files: any bytes the file system allows. Every other string is text
-# that is stored, matched or printed, so it must be valid UTF-8.
-PATH_ARGS = frozenset({"store", "file", "queries", "qrels", "workspace", "report"})
-_ARG_NAMES = {"text": "TEXT", "query": "QUERY", "task_id": "ID", "entry_id": "--id", "wings": "--wing"}
-
-
-def check_text_args(args: argparse.Namespace) -> None:
-    """Refuse an argument that is not valid UTF-8 (Python hands it over with lone surrogates)."""
-    for dest, value in vars(args).items():
-        if dest in PATH_ARGS:
-            continue
-        for v in value if isinstance(value, list) else [value]:
-            if isinstance(v, str):
-                try:
-                    v.encode("utf-8")
-                except UnicodeEncodeError as exc:
-                    bad = v[exc.start].encode("utf-8", "surrogateescape")
-                    name = _ARG_NAMES.get(dest) or "--" + dest.replace("_", "-")
-                    raise ValidationError(
-                        f"{name} is not valid UTF-8 (byte 0x{bad.hex()} at character {exc.start + 1}); "
-                        "pass text in UTF-8 (check the terminal's locale)"
-                    ) from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,8 +1,9 @@
 """Bounds on what a caller may ask for, checked where input enters (CLI, API, batch files).
 
 Every bound is stated once here so that the CLI, the engine and the app give the
-same limit in the same words. A value outside its range is a ``ValidationError``
-naming the argument and the allowed range; nothing is clamped silently.
+same limit in the same words. A value a caller passes outside its range is a
+``ValidationError`` naming the argument and the allowed range, never silently
+clamped. Internal amounts derived from them (the KNN over-fetch) are clamped here.
 """
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from .errors import ValidationError
+from .errors import QueryError, ValidationError
 
 # sqlite-vec refuses a KNN query for more than 4096 rows ("k value in knn query too large").
 SQLITE_VEC_MAX_KNN = 4096
 
 MAX_K = 1000  # results a search may return
 MAX_BUDGET = 1_000_000  # tokens of context
-MAX_LIST = 100_000  # rows a listing may ask for (--last, limits)
+MAX_LIST = 100_000  # rows a listing may ask for (tasks -n, audit and retrieval limits)
 
 # A query is typed or pasted by a person or an agent. These caps keep every stage of a
 # search bounded (parse, FTS5, embedding, explain, context): a longer query is refused
@@ -98,8 +99,6 @@ def knn_rows(k: int, candidates: int) -> int:
 
 def check_query(query: str) -> None:
     """A query the pipeline can run in bounded time: not over MAX_QUERY_CHARS, valid UTF-8."""
-    from .errors import QueryError
-
     if len(query) > MAX_QUERY_CHARS:
         raise QueryError(
             f"query is {len(query):,} characters; the limit is {MAX_QUERY_CHARS:,} (search for its key terms instead)"

@@ -16,7 +16,6 @@ looked up by rowid, so every result carries every component.
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 import time
 from datetime import datetime
@@ -27,14 +26,14 @@ import numpy as np
 from . import policy
 from .cache import cache_key
 from .errors import QueryError, ValidationError
-from .limits import MAX_QUERY_TERMS, SQLITE_VEC_MAX_KNN, check_budget, check_k, check_text, knn_rows
+from .limits import MAX_QUERY_TERMS, check_budget, check_k, check_text, knn_rows
 from .models import GLOBAL_WING, format_ts, utcnow
 from .policy import Candidate
 from .profiles import Profile, route
 from .query import ParsedQuery, check_known, parse
 from .scoring import RetrievalWeights, minmax, recency, recency_many
 from .trace import STAGES, Bundle, Components, Result, Trace
-from .vectors import clean, degenerate, from_blob
+from .vectors import clean, degenerate, from_blob, vec0_knn
 
 if TYPE_CHECKING:
     from .store import Memory
@@ -317,7 +316,7 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
             gens = mem.generations()  # one read for both generators: the blocks and the scope set they check
             hits = vindex.knn(mem, qvec, plan.scope, plan.index_filters(), n_cand, gens)
         else:
-            hits = _vec0_knn(conn, blob, n_cand, where, args)
+            hits = vec0_knn(conn, blob, n_cand, where, args)
         trace.fusion["vector_index"] = "memory" if vindex is not None else "sqlite-vec"
         for i, (rowid, sim) in enumerate(hits[:n_cand]):
             sims[rowid] = sim
@@ -406,26 +405,6 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
     trace.candidates["pool"] = len(pool)
     lat["score"] += _ms(t)  # loading the candidates, their vectors and policy pull-ins is scoring's input
     return list(pool.values()), vectors, qvec
-
-
-def _vec0_knn(conn: Any, blob: bytes, n: int, where: list[str], args: list[Any]) -> list[tuple[int, float]]:
-    """sqlite-vec's top ``n`` as (rowid, similarity), best first, without rows whose vector is degenerate.
-
-    With a partition key, ``wing IN (...)`` yields up to ``n`` rows per wing; merged here.
-    A degenerate stored vector (core/vectors.py) comes back with a NULL distance and
-    can displace a real neighbour, so while they show up the query asks for more rows
-    (at least ``n`` plus those seen, doubling, within sqlite-vec's limit: a few rounds at most).
-    """
-    sql = "SELECT rowid, distance FROM entries_vec WHERE embedding MATCH ? AND k = ?" + "".join(" AND " + w for w in where)
-    k = n
-    while True:
-        rows = conn.execute(sql, [blob, k, *args]).fetchall()
-        bad = sum(1 for _, d in rows if d is None or not math.isfinite(d))
-        if not bad or k >= SQLITE_VEC_MAX_KNN or k >= n + bad:
-            break
-        k = min(max(n + bad, 2 * k), SQLITE_VEC_MAX_KNN)
-    hits = [(r, 1.0 - float(d)) for r, d in rows if d is not None and math.isfinite(d)]
-    return sorted(hits, key=lambda h: -h[1])
 
 
 def lexical(mem: Memory, plan: _Plan, text: str, n: int, gens: dict[str, int] | None = None) -> list[tuple[int, float]]:

@@ -16,8 +16,8 @@ from . import db
 from .config import Settings, load_settings
 from .errors import MemlensError, NotFoundError, StoreError, ValidationError
 from .limits import MAX_LIST, check_int, entry_text_limit, printable
-from .vectors import degenerate
 from .models import EDITABLE_FIELDS, Entry, EntryType, Kind, Status, content_hash, format_ts, parse_ts, utcnow
+from .vectors import degenerate
 
 if TYPE_CHECKING:
     from .embed import Embedder
