@@ -78,7 +78,10 @@ def parse_ts(value: Any) -> datetime:
         raise ValueError("expected an ISO-8601 timestamp string")
     if ts.tzinfo is None:
         ts = ts.replace(tzinfo=timezone.utc)
-    return ts.astimezone(timezone.utc)
+    try:
+        return ts.astimezone(timezone.utc)
+    except OverflowError:  # e.g. 9999-12-31T23:59:59-14:00 is past year 9999 in UTC
+        raise ValueError("timestamp out of range (years 1 to 9999 in UTC)") from None
 
 
 def content_hash(text: str) -> str:

@@ -361,3 +361,15 @@ def test_a_degenerate_stored_vector_is_not_reused_for_the_same_text(mem, store_p
     src.write_text(json.dumps({"id": "imp1", "wing": "w3", "text": "Pin the toolchain version in CI"}) + "\n")
     mem.import_jsonl(src)
     assert np.any(mem.vector("imp1"))
+
+
+@pytest.mark.parametrize("ts", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"])
+def test_timestamps_past_the_calendar_in_utc_are_errors(mem, tmp_path, ts):
+    with pytest.raises(ValidationError, match="timestamp out of range"):
+        mem.tasks.complete("t1", "x", completed_at=ts)
+    src = tmp_path / "ts.jsonl"
+    src.write_text(json.dumps({"id": "a1", "wing": "w", "text": "x", "created_at": ts}) + "\n")
+    with pytest.raises(ValidationError, match="line 1: field 'created_at': timestamp out of range"):
+        mem.import_jsonl(src)
+    proc = run_cli("--store", str(tmp_path / "s.db"), "task", "block", "t2", "--reason", "r", "--at", ts, timeout=60)
+    one_line_error(proc, "timestamp out of range")
