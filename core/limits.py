@@ -36,6 +36,7 @@ DEFAULT_MAX_ENTRY_CHARS = 100_000
 # are cut to this many characters before tokenising: 256 tokens of any text that is not almost
 # all whitespace fit in far fewer, and no entry under the default cap is longer.
 EMBED_INPUT_CHARS = 100_000
+MAX_NAME_CHARS = 1_000  # an entry's title or key: a line, not a document
 _max_entry_chars: ContextVar[int | None] = ContextVar("memlens_max_entry_chars", default=DEFAULT_MAX_ENTRY_CHARS)
 
 
@@ -47,6 +48,21 @@ def entry_text_limit(chars: int | None) -> Iterator[None]:
         yield
     finally:
         _max_entry_chars.reset(token)
+
+
+def entry_field_problem(name: str, value: Any) -> str | None:
+    """Why a title, key or meta is too long to store, or None: each is bounded like the text."""
+    if name == "meta":
+        import json
+
+        size = len(json.dumps(value, ensure_ascii=False, default=str)) if value else 0
+        limit = _max_entry_chars.get()
+        if limit is not None and size > limit:
+            return f"is {size:,} characters as JSON; the limit is {limit:,} (setting limits.max_entry_chars)"
+        return None
+    if isinstance(value, str) and len(value) > MAX_NAME_CHARS:
+        return f"is {len(value):,} characters; the limit is {MAX_NAME_CHARS:,}"
+    return None
 
 
 def entry_text_problem(text: str) -> str | None:

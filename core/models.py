@@ -8,11 +8,11 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from . import vocab
 from .ids import new_id
-from .limits import entry_text_problem, utf8_problem_in
+from .limits import entry_field_problem, entry_text_problem, utf8_problem_in
 
 from .vocab import NAME_RE  # noqa: E402 (one definition, shared with the pydantic-free query parser)
 ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
@@ -152,6 +152,13 @@ class Entry(BaseModel):
     def _utf8(cls, v: Any) -> Any:
         """A lone surrogate (text decoded from non-UTF-8 bytes) cannot be stored or printed."""
         if why := utf8_problem_in(v):
+            raise ValueError(why)
+        return v
+
+    @field_validator("title", "key", "meta")
+    @classmethod
+    def _size(cls, v: Any, info: ValidationInfo) -> Any:
+        if why := entry_field_problem(str(info.field_name), v):
             raise ValueError(why)
         return v
 

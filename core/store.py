@@ -282,8 +282,8 @@ class Memory:
         record = before.to_record()
         record.update({k: (v.value if hasattr(v, "value") else v) for k, v in changes.items()})
         record["updated_at"] = utcnow()
-        # the cap applies to a new text; an entry stored before it keeps its other fields editable
-        with entry_text_limit(self.settings.limits.max_entry_chars if "text" in changes else None):
+        # the cap applies to a new text or meta; an entry stored before it keeps its other fields editable
+        with entry_text_limit(self.settings.limits.max_entry_chars if {"text", "meta"} & set(changes) else None):
             after = self._validate(record)
         if "overrides" in changes:
             self._check_overrides([after])

@@ -324,6 +324,15 @@ def test_entry_text_cap_on_add_update_import(mem, tmp_path):
     assert mem.count() == 1
 
 
+def test_title_key_and_meta_are_bounded_too(mem):
+    for kw, fragment in (({"title": "t" * 1001}, "field 'title': is 1,001 characters"),
+                         ({"key": "k" * 1001}, "field 'key': is 1,001 characters"),
+                         ({"meta": {"notes": "m" * 100_000}}, "field 'meta': is 100,013 characters as JSON")):
+        with pytest.raises(ValidationError, match=fragment):
+            mem.add("x", wing="w", **kw)
+    assert mem.count() == 0
+
+
 def test_entry_text_cap_is_a_setting(tmp_path):
     store = tmp_path / "s.db"
     proc = run_cli("--store", str(store), "add", "a" * 51, "--wing", "w", env={"MEMLENS_LIMITS__MAX_ENTRY_CHARS": "50"},
