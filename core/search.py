@@ -90,8 +90,9 @@ class _Plan:
         s = mem.settings
         if not isinstance(query, str):
             raise ValidationError(f"query must be a string, not {type(query).__name__}")
-        if active_wing is not None and not isinstance(active_wing, str):
-            raise ValidationError(f"active_wing must be a string, not {type(active_wing).__name__}")
+        for name, value in (("active_wing", active_wing), ("user", user), ("profile", profile)):
+            if value is not None and not isinstance(value, str):
+                raise ValidationError(f"{name} must be a string, not {type(value).__name__}")
         if wings is not None and (not isinstance(wings, (list, tuple)) or not all(isinstance(w, str) for w in wings)):
             raise ValidationError("wings must be a list of strings")
         for name, value in (("active wing", active_wing), ("wings", wings), ("user", user), ("profile", profile)):

@@ -159,6 +159,11 @@ def test_api_bounds(mem):
         mem.tasks.window(10**30)
     with pytest.raises(ValidationError, match="wings must be a list"):
         mem.search("hello", wings="w")
+    for kw in ({"user": 5}, {"profile": 3}, {"active_wing": ["w"]}):
+        with pytest.raises(ValidationError, match="must be a string"):
+            mem.search("hello", **kw)
+    with pytest.raises(ValidationError, match="query must be a string"):
+        mem.search(None)
 
 
 @pytest.mark.parametrize("index", ["sqlite-vec", "memory"])
