@@ -13,7 +13,7 @@ import pytest
 
 from memlens import Memory, db
 from memlens.config import load_settings
-from memlens.errors import MemlensError, QueryError, ValidationError
+from memlens.errors import QueryError, ValidationError
 from memlens.limits import MAX_BUDGET, MAX_K, MAX_QUERY_CHARS, MAX_QUERY_TERMS, SQLITE_VEC_MAX_KNN
 from memlens.search import fts_query
 
