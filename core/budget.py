@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from .limits import shown_text
 from .trace import Bundle, Result
 
 if TYPE_CHECKING:
@@ -30,17 +31,19 @@ def summarise(text: str, count: Any, limit: int = SUMMARY_TOKENS) -> str:
     first = re.split(r"(?<=[.!?])\s+", " ".join(text.split()), maxsplit=1)[0]
     if count(first) <= limit:
         return first if first == " ".join(text.split()) else first + " …"
-    words = first.split()
+    # every word is at least one token, so a summary of ``limit`` tokens lies within the first ``limit`` words;
+    # a long first sentence is cut to a few times that before counting (counting stays bounded)
+    words = first.split()[: 4 * limit]
     while words and count(" ".join(words)) > limit:
         words = words[: max(1, int(len(words) * 0.8))] if count(" ".join(words)) > limit * 1.5 else words[:-1]
     return " ".join(words) + " …"
 
 
-def block(r: Result) -> str:
-    """One entry as the agent sees it."""
+def block(r: Result, limit: int | None = None) -> str:
+    """One entry as the agent sees it: its text up to ``limit`` characters (default: the entry cap)."""
     e = r.entry
     where = f"{e.wing}/{e.room}" if e.room else e.wing
-    text = r.summary if r.summary is not None else " ".join(e.text.split())
+    text = r.summary if r.summary is not None else " ".join(shown_text(e.text, limit).split())
     notes = [where, e.id, *[f for f in r.flags if f in ("mandatory", "conflict", "summarised", "fallback")]]
     caution = "**under review, may be outdated:** " if "under_review" in r.flags else ""
     return f"- {caution}**{e.title}**: {text} _({' · '.join(notes)})_"
@@ -56,10 +59,11 @@ def working_memory_block(mem: Memory) -> str:
 
 def apply_budget(mem: Memory, bundle: Bundle, budget: int) -> None:
     count = mem.embedder.count_tokens
+    limit = _text_limit(mem)
     wm = working_memory_block(mem)
     wm_tokens = count(wm) if wm else 0
     items = bundle.results
-    cost = {r.entry.id: count(block(r)) for r in items}
+    cost = {r.entry.id: count(block(r, limit)) for r in items}
     used = wm_tokens + sum(cost.values())
     actions: dict[str, tuple[str, str]] = {r.entry.id: ("kept", "") for r in items}
     dropped: set[str] = set()
@@ -84,9 +88,9 @@ def apply_budget(mem: Memory, bundle: Bundle, budget: int) -> None:
     for r in by_type("pattern"):
         if used <= budget:
             break
-        r.summary = summarise(r.entry.text, count)
+        r.summary = summarise(shown_text(r.entry.text, limit), count)
         r.flag("summarised")
-        new = count(block(r))
+        new = count(block(r, limit))
         used += new - cost[r.entry.id]
         cost[r.entry.id] = new
         actions[r.entry.id] = ("summarised", "patterns are summarised when short of room")
@@ -118,6 +122,12 @@ def apply_budget(mem: Memory, bundle: Bundle, budget: int) -> None:
         bundle.trace.notes.append(f"invariants alone need {used} tokens, over the budget of {budget}: they are never dropped")
 
 
+def _text_limit(mem: Memory | None) -> int | None:
+    """How much of one entry's text context shows: the store's entry cap (stored entries may predate it)."""
+    limits = getattr(getattr(mem, "settings", None), "limits", None)
+    return getattr(limits, "max_entry_chars", None)
+
+
 def render_context(mem: Memory, bundle: Bundle) -> str:
     """Markdown in authority order: working memory first, uncertainty and conflicts marked."""
     t = bundle.trace
@@ -142,7 +152,7 @@ def render_context(mem: Memory, bundle: Bundle) -> str:
     for type_, title in _SECTIONS:
         rows = [r for r in regular if r.entry.type.value == type_]
         if rows:
-            lines += [f"## {title}", *[block(r) for r in rows], ""]
+            lines += [f"## {title}", *[block(r, _text_limit(mem)) for r in rows], ""]
     if fallback:
         lines.append("## From the workspace (fallback, not curated memory)")
         for r in fallback:

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from . import cli_tasks
+from .cli_args import BUDGET_ARG, K_ARG, PROG, Parser, check_text_args, unit_float
 from .errors import MemlensError
-
-PROG = "memlens"
+from .limits import MAX_BUDGET, MAX_K, check_query
 
 
 def _store_arg(p: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) -> None:
@@ -24,7 +24,7 @@ def _store_arg(p: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) -> 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="Agent memory on one SQLite file, with every retrieval explained.")
+    p = Parser(prog=PROG, description="Agent memory on one SQLite file, with every retrieval explained.")
     _store_arg(p, default=None)
     from . import __version__
 
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--status", default="active")
     s.add_argument("--title", default="")
     s.add_argument("--key")
-    s.add_argument("--salience", type=float, default=0.5)
+    s.add_argument("--salience", type=unit_float, default=0.5, help="0 to 1 (default 0.5)")
     s.add_argument("--overrides", metavar="ID")
     s.add_argument("--json", action="store_true", help="print the stored entry as JSON")
 
@@ -65,10 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--active-wing", metavar="W")
     s.add_argument("--wing", action="append", dest="wings", metavar="W", help="search this wing (repeatable)")
     s.add_argument("--profile", default="memory")
-    s.add_argument("-k", type=int, default=None, help="results to return (default 10)")
-    s.add_argument("--budget", type=int, metavar="TOKENS")
+    s.add_argument("-k", type=K_ARG, default=None, help=f"results to return, 1 to {MAX_K} (default 10)")
+    s.add_argument("--budget", type=BUDGET_ARG, metavar="TOKENS", help=f"context budget in tokens, 1 to {MAX_BUDGET:,}")
     s.add_argument("--json", action="store_true", help="print {results, trace} as JSON")
-    s.add_argument("--queries", metavar="FILE.jsonl", help="run many searches: one {id, query, ...} a line, JSONL out")
+    s.add_argument("--queries", metavar="FILE.jsonl", help="run many searches: one {id, query, active_wing, wings, k, profile, budget} a line, JSONL out; "
+                   "every line is checked first and a bad one stops the batch (FILE: line N: field: problem)")
     s.add_argument("--user", help="whose retrieval this is (part of the cache key)")
     s.add_argument("--workspace", metavar="DIR", help="fall back to DIR's docs/README/files when memory finds nothing")
     s.add_argument("--no-cache", action="store_true", help="bypass the retrieval cache")
@@ -79,8 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--active-wing", metavar="W", required=True)
     s.add_argument("--wing", action="append", dest="wings", metavar="W")
     s.add_argument("--profile", default="memory")
-    s.add_argument("-k", type=int, default=None)
-    s.add_argument("--budget", type=int, metavar="TOKENS")
+    s.add_argument("-k", type=K_ARG, default=None, help=f"results to return, 1 to {MAX_K} (default 10)")
+    s.add_argument("--budget", type=BUDGET_ARG, metavar="TOKENS", help=f"context budget in tokens, 1 to {MAX_BUDGET:,}")
     s.add_argument("--workspace", metavar="DIR", default=".", help="fallback sources (default: the current directory)")
     s.add_argument("--json", action="store_true", help="print {context, results, trace}")
 
@@ -91,8 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--active-wing", metavar="W")
     s.add_argument("--wing", action="append", dest="wings", metavar="W")
     s.add_argument("--profile", default="memory")
-    s.add_argument("-k", type=int, default=None)
-    s.add_argument("--budget", type=int, metavar="TOKENS")
+    s.add_argument("-k", type=K_ARG, default=None, help=f"results to return, 1 to {MAX_K} (default 10)")
+    s.add_argument("--budget", type=BUDGET_ARG, metavar="TOKENS", help=f"context budget in tokens, 1 to {MAX_BUDGET:,}")
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("eval", help="recall@1/5/10, MRR@10, nDCG@10 on BEIR-style queries and qrels")
@@ -102,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--profile", default="memory")
     s.add_argument("--active-wing", metavar="W")
     s.add_argument("--wing", action="append", dest="wings", metavar="W")
-    s.add_argument("-k", type=int, default=10)
+    s.add_argument("-k", type=K_ARG, default=10, help=f"cut-off, 1 to {MAX_K} (default 10)")
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("profiles", help="list the retrieval profiles and their settings")
@@ -303,34 +304,13 @@ def retrieval_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _batch_search(args: argparse.Namespace) -> int:
-    from .evaluate import read_json_lines
+    from .batch import parse_lines, run
 
-    path = Path(args.queries)
-    jobs = []
-    for n, obj in read_json_lines(path):
-        if not isinstance(obj, dict) or not isinstance(obj.get("query"), str):
-            raise MemlensError(f"{path}: line {n}: expected an object with a string 'query'")
-        unknown = set(obj) - {"id", "query", "active_wing", "wings", "k", "profile", "budget"}
-        if unknown:
-            raise MemlensError(f"{path}: line {n}: unknown field {sorted(unknown)[0]!r}")
-        jobs.append((n, obj))
+    jobs = parse_lines(Path(args.queries))  # before the store opens: a bad file leaves nothing behind
+    defaults = {"active_wing": args.active_wing, "wings": args.wings, "k": args.k, "profile": args.profile,
+                "budget": args.budget}
     with _open(args) as mem:
-        if len(jobs) >= 20:
-            mem.warm_index()  # ~1 s per 100k vectors, repaid after a few dozen searches
-        for n, obj in jobs:
-            try:
-                b = mem.search(
-                    obj["query"],
-                    active_wing=obj.get("active_wing", args.active_wing),
-                    wings=obj.get("wings", args.wings),
-                    k=obj.get("k", args.k),
-                    profile=obj.get("profile", args.profile),
-                    budget=obj.get("budget", args.budget),
-                )
-            except MemlensError as exc:
-                raise MemlensError(f"{path}: line {n}: {exc}") from None
-            out = {"id": obj.get("id", n), **b.to_dict()}
-            sys.stdout.write(json.dumps(out, ensure_ascii=False) + "\n")
+        run(mem, Path(args.queries), jobs, defaults)
     return 0
 
 
@@ -408,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = COMMANDS.get(args.command or "tui", cmd_tui)
     try:
+        check_text_args(args)
+        if args.command in ("search", "context", "explain") and isinstance(getattr(args, "query", None), str):
+            check_query(args.query)  # before the store opens
         return handler(args)
     except MemlensError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -149,12 +149,14 @@ def cmd_task(args: argparse.Namespace) -> int:
 def _window_size(value: str | None) -> int | None:
     if value is None:
         return None
+    from .limits import MAX_LIST
+
     try:
-        n = int(value)
+        n = int(value.strip())
     except ValueError:
         n = -1
-    if n < 0:
-        raise ValidationError(f"-n/--window must be a whole number >= 0, got {value!r}")
+    if not 0 <= n <= MAX_LIST:
+        raise ValidationError(f"-n/--window must be a whole number from 0 to {MAX_LIST}, got {value[:40]!r}")
     return n
 
 

@@ -22,14 +22,16 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
+from .limits import MAX_K, SQLITE_VEC_MAX_KNN
+
 APP = "memlens"
 BUNDLED_MODEL = "all-MiniLM-L6-v2"
 BUNDLED_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 ENV_PREFIX = "MEMLENS_"
 # sqlite-vec answers a KNN query with at most this many rows; a search asks for
-# max(search.candidates, 3 * k) of them, so both settings are bounded by it.
-KNN_MAX_ROWS = 4096
-K_MAX = KNN_MAX_ROWS // 3
+# max(search.candidates, 3 * k) of them (clamped), and k is bounded like the CLI's -k.
+KNN_MAX_ROWS = SQLITE_VEC_MAX_KNN
+K_MAX = MAX_K
 WEIGHT_NAMES = ("relevance", "recency", "salience")
 FLOAT_MAX = 1000.0  # weights and boosts: anything larger only reorders ties
 _FILE_DATA: ContextVar[dict[str, Any] | None] = ContextVar("memlens_config_file_data", default=None)
@@ -165,6 +167,10 @@ class WorkingMemoryConfig(_Section):
     max_tasks: int = Field(100, ge=1, le=1_000_000, description="completed tasks kept; older ones are pruned (the audit keeps them)")
 
 
+class LimitsConfig(BaseModel):
+    max_entry_chars: int = Field(100_000, description="longest entry text add/update/import accept; split longer documents")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid")
 
@@ -178,6 +184,7 @@ class Settings(BaseSettings):
     cache: CacheConfig = CacheConfig()
     rerank: RerankConfig = RerankConfig()
     audit: AuditConfig = AuditConfig()
+    limits: LimitsConfig = LimitsConfig()
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     _blank = field_validator("store", "cache_dir", mode="before")(_not_blank)

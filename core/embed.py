@@ -31,6 +31,7 @@ import numpy as np
 from .config import BUNDLED_MODEL, BUNDLED_SHA256, EmbeddingConfig
 from .errors import MemlensError, ModelError
 from .files import CONFIG_MAX_BYTES, STAMP_MAX_BYTES, make_private_dirs, read_file, write_private
+from .limits import EMBED_INPUT_CHARS
 
 for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ.setdefault(_var, "1")
@@ -238,7 +239,7 @@ class OnnxEmbedder(_TokenizerMixin):
         tok = self._tokenizer()
         for start in range(0, len(order), self.batch_size):
             idx = order[start : start + self.batch_size]
-            enc = tok.encode_batch([texts[i] for i in idx])
+            enc = tok.encode_batch([texts[i][:EMBED_INPUT_CHARS] for i in idx])
             ids = np.array([e.ids for e in enc], dtype=np.int64)
             mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
             feeds = {"input_ids": ids, "attention_mask": mask}
@@ -338,7 +339,7 @@ class SentenceTransformerEmbedder(_TokenizerMixin):
         if not texts:
             return np.empty((0, self.dim), dtype=np.float32)
         vecs = self._model.encode(  # type: ignore[union-attr]
-            texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+            [t[:EMBED_INPUT_CHARS] for t in texts], batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
         )
         return np.asarray(vecs, dtype=np.float32)
 

@@ -52,6 +52,11 @@ def load_queries(path: Path) -> list[dict[str, Any]]:
     for n, obj in read_json_lines(path):
         if not isinstance(obj, dict) or "_id" not in obj or not isinstance(obj.get("text"), str):
             raise MemlensError(f"{path}: line {n}: expected {{\"_id\": ..., \"text\": \"...\"}}")
+        if not isinstance(obj.get("active_wing", ""), (str, type(None))):
+            raise MemlensError(f"{path}: line {n}: active_wing: expected a string")
+        wings = obj.get("wings")
+        if wings is not None and (not isinstance(wings, list) or not all(isinstance(w, str) for w in wings)):
+            raise MemlensError(f"{path}: line {n}: wings: expected a list of strings")
         out.append(obj)
     return out
 
@@ -86,8 +91,11 @@ def evaluate(mem: Memory, queries: list[dict[str, Any]], qrels: dict[str, dict[s
         rel = {d: s for d, s in qrels.get(str(q["_id"]), {}).items() if s > 0}
         if not rel:
             continue
-        b = mem.search(q["text"], profile=profile, active_wing=q.get("active_wing", active_wing),
-                       wings=q.get("wings", wings), k=k, use_cache=False)
+        try:
+            b = mem.search(q["text"], profile=profile, active_wing=q.get("active_wing", active_wing),
+                           wings=q.get("wings", wings), k=k, use_cache=False)
+        except MemlensError as exc:
+            raise MemlensError(f"query {str(q['_id'])[:40]!r}: {exc}") from None
         ranked = [r.entry.id for r in b.results][:k]
         row: dict[str, Any] = {"id": q["_id"], "retrieved": ranked}
         for c in CUTOFFS:

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from .search import fts_query
+from .vectors import clean, from_blob
 
 if TYPE_CHECKING:
     from .store import Memory
@@ -60,8 +59,8 @@ def _never_a_candidate(mem: Memory, entry: Any, bundle: Any, kwargs: dict[str, A
     if not t.text:
         return "candidates", "the query has no free text; only the first entries of the scope by authority are listed"
     # it passed every gate but neither generator ranked it high enough
-    vec = mem.vector(entry.id)
-    qvec = mem.embed([t.text])[0]
+    vec = clean(mem.vector(entry.id))
+    qvec = clean(mem.embed([t.text])[0])
     sim = float(vec @ qvec)
     conn = mem.conn
     wings = t.wings_searched
@@ -72,7 +71,7 @@ def _never_a_candidate(mem: Memory, entry: Any, bundle: Any, kwargs: dict[str, A
         [*wings, *statuses],
     )
     for (blob,) in rows:
-        higher += float(np.frombuffer(blob, dtype="<f4") @ qvec) > sim
+        higher += float(from_blob(blob) @ qvec) > sim
     lexical = "does not match any query term"
     fq = fts_query(t.text)
     if fq:
@@ -85,7 +84,8 @@ def _never_a_candidate(mem: Memory, entry: Any, bundle: Any, kwargs: dict[str, A
         if entry.id in ids:
             lexical = f"BM25 rank {ids.index(entry.id) + 1}"
     over = t.candidates.get("over_fetch", mem.settings.search.candidates)
+    unusable = " (its stored vector is all zeros or not finite, so it is never a vector neighbour)" if not vec.any() else ""
     return "candidates", (
-        f"similarity {sim:.3f} ranks {higher + 1} in scope and {lexical}; only the top {over} of each "
+        f"similarity {sim:.3f}{unusable} ranks {higher + 1} in scope and {lexical}; only the top {over} of each "
         f"generator become candidates (search.candidates)"
     )

@@ -34,7 +34,11 @@ _STOP = {"the", "and", "for", "with", "that", "this", "are", "was", "how", "what
 
 
 def terms(text: str) -> list[str]:
-    return list(dict.fromkeys(w for w in re.findall(r"\w+", text.lower()) if len(w) > 2 and w not in _STOP))
+    """Distinct search words, at most MAX_QUERY_TERMS (each one is looked for in every passage)."""
+    from .limits import MAX_QUERY_TERMS
+
+    words = dict.fromkeys(w for w in re.findall(r"\w+", text.lower()) if len(w) > 2 and w not in _STOP)
+    return list(words)[:MAX_QUERY_TERMS]
 
 
 def _score(chunk: str, words: list[str]) -> float:

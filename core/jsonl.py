@@ -33,6 +33,7 @@ import numpy as np
 from . import db
 from .errors import MemlensError, ValidationError
 from .models import Entry, content_hash
+from .vectors import degenerate
 
 if TYPE_CHECKING:
     from .store import Memory
@@ -184,7 +185,7 @@ def _import(
                 "WHERE e.content_hash = ? AND e.model = ? LIMIT 1",
                 (ch, model_id),
             ).fetchone()
-            if stored is not None:
+            if stored is not None and not degenerate(np.frombuffer(stored[0], dtype="<f4")):  # never spread one
                 vecs[row] = np.frombuffer(stored[0], dtype="<f4")
                 reused += 1
             else:

@@ -8,10 +8,11 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from . import vocab
 from .ids import new_id
+from .limits import entry_field_problem, entry_text_problem, utf8_problem_in
 
 from .vocab import NAME_RE  # noqa: E402 (one definition, shared with the pydantic-free query parser)
 ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
@@ -77,7 +78,10 @@ def parse_ts(value: Any) -> datetime:
         raise ValueError("expected an ISO-8601 timestamp string")
     if ts.tzinfo is None:
         ts = ts.replace(tzinfo=timezone.utc)
-    return ts.astimezone(timezone.utc)
+    try:
+        return ts.astimezone(timezone.utc)
+    except OverflowError:  # e.g. 9999-12-31T23:59:59-14:00 is past year 9999 in UTC
+        raise ValueError("timestamp out of range (years 1 to 9999 in UTC)") from None
 
 
 def content_hash(text: str) -> str:
@@ -130,6 +134,8 @@ class Entry(BaseModel):
     @field_validator("text")
     @classmethod
     def _text(cls, v: str) -> str:
+        if why := entry_text_problem(v):  # first: nothing below should scan a huge text
+            raise ValueError(why)
         if not v.strip():
             raise ValueError("must not be empty")
         if "\x00" in v:
@@ -140,6 +146,21 @@ class Entry(BaseModel):
     @classmethod
     def _blank_is_none(cls, v: str | None) -> str | None:
         return v.strip() or None if isinstance(v, str) else v
+
+    @field_validator("title", "text", "key", "overrides", "meta")
+    @classmethod
+    def _utf8(cls, v: Any) -> Any:
+        """A lone surrogate (text decoded from non-UTF-8 bytes) cannot be stored or printed."""
+        if why := utf8_problem_in(v):
+            raise ValueError(why)
+        return v
+
+    @field_validator("title", "key", "meta")
+    @classmethod
+    def _size(cls, v: Any, info: ValidationInfo) -> Any:
+        if why := entry_field_problem(str(info.field_name), v):
+            raise ValueError(why)
+        return v
 
     @field_validator("created_at", "updated_at", mode="before")
     @classmethod

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from .errors import QueryError
+from .limits import check_query
 from .vocab import KINDS, NAME_RE, STATUSES, TYPES
 
 KEYS = ("wing", "room", "kind", "type", "status")
@@ -49,6 +50,11 @@ def _attr(key: str) -> str:
     return {"wing": "wings", "room": "rooms", "kind": "kinds", "type": "types", "status": "statuses"}[key]
 
 
+def _short(token: str, limit: int = 60) -> str:
+    """A token as an error message shows it: never longer than ``limit`` characters."""
+    return token if len(token) <= limit else token[: limit - 1] + "…"
+
+
 def _suggest(word: str, choices: tuple[str, ...] | list[str]) -> str:
     close = difflib.get_close_matches(word, list(choices), n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
@@ -56,6 +62,7 @@ def _suggest(word: str, choices: tuple[str, ...] | list[str]) -> str:
 
 def parse(query: str) -> ParsedQuery:
     """Split a scoped query into filters and free text, validating every filter."""
+    check_query(query)  # bounded length and valid UTF-8, before any work
     parsed = ParsedQuery(text="", raw=query)
     if query.count('"') % 2:
         pos = query.rfind('"')
@@ -71,24 +78,25 @@ def parse(query: str) -> ParsedQuery:
             words.append(token)
             continue
         key, value = fm.group(1).lower(), fm.group(2)
+        shown = _short(token)
         if key not in KEYS:
             raise ScopeError(
-                f"unknown key {key!r} in {token!r}{_suggest(key, KEYS)} (keys: {', '.join(KEYS)}; quote text to search for it)",
+                f"unknown key {_short(key)!r} in {shown!r}{_suggest(key, KEYS)} (keys: {', '.join(KEYS)}; quote text to search for it)",
                 token,
                 start,
                 end,
             )
         values = [v for v in value.split("|")]
         if not value or any(not v for v in values):
-            raise ScopeError(f"empty value in {token!r}: write {key}=VALUE or {key}=A|B", token, start, end)
+            raise ScopeError(f"empty value in {shown!r}: write {key}=VALUE or {key}=A|B", token, start, end)
         allowed = _ENUMS.get(key)
         for v in values:
             if allowed is not None and v not in allowed:
                 raise ScopeError(
-                    f"unknown {key} {v!r} in {token!r}{_suggest(v, allowed)} ({key}: {', '.join(allowed)})", token, start, end
+                    f"unknown {key} {_short(v)!r} in {shown!r}{_suggest(v, allowed)} ({key}: {', '.join(allowed)})", token, start, end
                 )
             if allowed is None and not NAME_RE.match(v):
-                raise ScopeError(f"invalid {key} name {v!r} in {token!r}", token, start, end)
+                raise ScopeError(f"invalid {key} name {_short(v)!r} in {shown!r}", token, start, end)
         attr = _attr(key)
         existing = getattr(parsed, attr) or []
         setattr(parsed, attr, list(dict.fromkeys(existing + values)))
@@ -105,5 +113,5 @@ def check_known(parsed: ParsedQuery, key: str, known: list[str]) -> None:
             start, end = parsed.spans.get(key, (0, len(parsed.raw)))
             listing = ", ".join(known[:12]) + (" …" if len(known) > 12 else "")
             raise ScopeError(
-                f"unknown {key} {v!r}{_suggest(v, known)} (known {key}s: {listing or 'none yet'})", v, start, end
+                f"unknown {key} {_short(v)!r}{_suggest(v, known)} (known {key}s: {listing or 'none yet'})", v, start, end
             )

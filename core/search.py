@@ -25,13 +25,15 @@ import numpy as np
 
 from . import policy
 from .cache import cache_key
-from .errors import QueryError
+from .errors import QueryError, ValidationError
+from .limits import MAX_QUERY_TERMS, check_budget, check_k, check_text, knn_rows
 from .models import GLOBAL_WING, format_ts, utcnow
 from .policy import Candidate
 from .profiles import Profile, route
 from .query import ParsedQuery, check_known, parse
 from .scoring import RetrievalWeights, minmax, recency, recency_many
 from .trace import STAGES, Bundle, Components, Result, Trace
+from .vectors import clean, degenerate, from_blob, vec0_knn
 
 if TYPE_CHECKING:
     from .store import Memory
@@ -45,9 +47,18 @@ _SELECT = (
 )
 
 
+def query_terms(text: str) -> list[str]:
+    """The distinct lexical terms of free text, in order of appearance (all of them; see fts_query)."""
+    return list(dict.fromkeys(t.lower() for t in re.findall(r"\w+", text) if len(t) > 1 or t.isdigit()))
+
+
 def fts_query(text: str) -> str | None:
-    """Free text → an FTS5 OR-query of quoted terms (no FTS syntax leaks through)."""
-    terms = list(dict.fromkeys(t.lower() for t in re.findall(r"\w+", text) if len(t) > 1 or t.isdigit()))
+    """Free text → an FTS5 OR-query of quoted terms (no FTS syntax leaks through).
+
+    Only the first ``MAX_QUERY_TERMS`` distinct terms are used: an FTS5 OR-query costs
+    time in proportion to its terms, and the trace notes the cut (``_candidates``).
+    """
+    terms = query_terms(text)[:MAX_QUERY_TERMS]
     return " OR ".join(f'"{t}"' for t in terms) if terms else None
 
 
@@ -77,18 +88,23 @@ class _Plan:
     def __init__(self, mem: Memory, query: str, active_wing: str | None, wings: list[str] | None, k: int | None,
                  profile: str | None, budget: int | None, user: str | None, weights: dict[str, float] | None) -> None:
         s = mem.settings
+        if not isinstance(query, str):
+            raise ValidationError(f"query must be a string, not {type(query).__name__}")
+        for name, value in (("active_wing", active_wing), ("user", user), ("profile", profile)):
+            if value is not None and not isinstance(value, str):
+                raise ValidationError(f"{name} must be a string, not {type(value).__name__}")
+        if wings is not None and (not isinstance(wings, (list, tuple)) or not all(isinstance(w, str) for w in wings)):
+            raise ValidationError("wings must be a list of strings")
+        for name, value in (("active wing", active_wing), ("wings", wings), ("user", user), ("profile", profile)):
+            check_text(name, value)
         self.text_query, self.profile = route(query, profile, mem.profiles)
         self.parsed = parse(self.text_query)
         if self.parsed.rooms:
             check_known(self.parsed, "room", mem.rooms())
         self.scope = resolve_scope(mem, self.parsed, active_wing, wings)
         self.active_wing = active_wing
-        self.k = k or s.search.k
-        if self.k < 1:
-            raise QueryError("k must be at least 1")
-        if budget is not None and budget < 1:
-            raise QueryError("budget must be at least 1 token")
-        self.budget = budget
+        self.k = check_k(s.search.k if k is None else k)
+        self.budget = None if budget is None else check_budget(budget)
         self.user = user or s.retrieval.user
         p = self.profile
         self.kinds = self.parsed.kinds
@@ -122,6 +138,12 @@ class _Plan:
             "weights": self.weights.to_dict(), "boost": s.retrieval.active_wing_boost, "search": s.search.model_dump(),
             "retrieval": s.retrieval.model_dump(), "rerank": s.rerank.model_dump(),
         }
+
+
+def check(mem: Memory, query: str, *, active_wing: str | None = None, wings: list[str] | None = None,
+          k: int | None = None, profile: str | None = "memory", budget: int | None = None) -> None:
+    """Raise what ``search`` would raise for these arguments, without searching (batch files check every line first)."""
+    _Plan(mem, query, active_wing, wings, k, profile, budget, None, None)
 
 
 def search(
@@ -234,10 +256,10 @@ def search(
         workspace_fallback(bundle, workspace, plan.parsed.text or plan.text_query, plan.limit, reason)
 
     t = time.perf_counter()
-    if budget is not None:
+    if plan.budget is not None:
         from .budget import apply_budget
 
-        apply_budget(mem, bundle, budget)
+        apply_budget(mem, bundle, plan.budget)
     lat["budget"] = _ms(t)
 
     for r in bundle.results:
@@ -265,7 +287,7 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
     s = mem.settings
     text = plan.parsed.text
     where, args = plan.filters()
-    n_cand = max(s.search.candidates, plan.k * 3)
+    n_cand = knn_rows(plan.k, s.search.candidates)  # never past sqlite-vec's KNN limit
     sims: dict[int, float] = {}
     vec_rank: dict[int, int] = {}
     bm25: dict[int, float] = {}
@@ -287,14 +309,15 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
         t = time.perf_counter()
         vindex = mem.vector_index
         gens = None
-        if vindex is not None:
+        if degenerate(qvec):
+            qvec = clean(qvec)
+            hits = []
+            trace.notes.append("the query's vector is degenerate (zero or not finite): text matches only")
+        elif vindex is not None:
             gens = mem.generations()  # one read for both generators: the blocks and the scope set they check
             hits = vindex.knn(mem, qvec, plan.scope, plan.index_filters(), n_cand, gens)
         else:
-            # With a partition key, `wing IN (...)` yields up to k rows per wing; merged here.
-            sql = "SELECT rowid, distance FROM entries_vec WHERE embedding MATCH ? AND k = ?"
-            rows = conn.execute(sql + "".join(" AND " + w for w in where), [blob, n_cand, *args]).fetchall()
-            hits = sorted(((r, 1.0 - float(d)) for r, d in rows), key=lambda h: -h[1])
+            hits = vec0_knn(conn, blob, n_cand, where, args)
         trace.fusion["vector_index"] = "memory" if vindex is not None else "sqlite-vec"
         for i, (rowid, sim) in enumerate(hits[:n_cand]):
             sims[rowid] = sim
@@ -302,6 +325,9 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
         lat["vector"] = _ms(t)
 
         t = time.perf_counter()
+        n_terms = len(query_terms(text))
+        if n_terms > MAX_QUERY_TERMS:
+            trace.notes.append(f"the lexical search used the first {MAX_QUERY_TERMS} of the query's {n_terms} distinct terms")
         for i, (rowid, score) in enumerate(lexical(mem, plan, text, n_cand, gens)):
             bm25[rowid] = -float(score)  # SQLite's bm25 is "lower is better"; flip it
             bm25_rank[rowid] = i + 1
@@ -361,7 +387,11 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
         for rowid in (r for r in need if r not in vectors):
             row = conn.execute("SELECT embedding FROM entries_vec WHERE rowid = ?", (rowid,)).fetchone()
             if row is not None:
-                vectors[rowid] = np.frombuffer(row[0], dtype="<f4")
+                vectors[rowid] = from_blob(row[0])
+        unusable = sorted(pool[r].id for r, v in vectors.items() if not v.any())
+        if unusable:
+            trace.notes.append(f"no usable vector (all zeros or not finite), similarity counted as 0: {', '.join(unusable[:5])}"
+                               + (f" and {len(unusable) - 5} more" if len(unusable) > 5 else ""))
         unscored = [r for r in vectors if r not in sims]
         if unscored:
             sims.update(zip(unscored, (np.stack([vectors[r] for r in unscored]) @ qvec).tolist()))
@@ -474,7 +504,7 @@ def _session_centroids(mem: Memory, pool: list[Candidate], vectors: dict[int, np
             (sid,),
         ).fetchall()
         if rows:
-            m = np.mean([np.frombuffer(r[0], dtype="<f4") for r in rows], axis=0)
+            m = np.mean([from_blob(r[0]) for r in rows], axis=0)
             out[sid] = m / (np.linalg.norm(m) or 1.0)
     return out
 

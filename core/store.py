@@ -15,7 +15,9 @@ import numpy as np
 from . import db
 from .config import Settings, load_settings
 from .errors import MemlensError, NotFoundError, StoreError, ValidationError
+from .limits import MAX_LIST, check_int, entry_text_limit, printable
 from .models import EDITABLE_FIELDS, Entry, EntryType, Kind, Status, content_hash, format_ts, parse_ts, utcnow
+from .vectors import degenerate
 
 if TYPE_CHECKING:
     from .embed import Embedder
@@ -228,6 +230,7 @@ class Memory:
         return gens if wings is None else {w: gens.get(w, 0) for w in wings}
 
     def audit(self, entry_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        limit = check_int("limit", limit, 1, MAX_LIST)
         sql = "SELECT seq, ts, action, entry_id, wing, before, after, detail FROM audit"
         args: tuple[Any, ...] = ()
         if entry_id:
@@ -262,7 +265,8 @@ class Memory:
 
     def add(self, text: str, *, wing: str, **fields: Any) -> Entry:
         """Add one entry; returns it with its id. Fields as in DESIGN.md's data model."""
-        entry = self._validate({"text": text, "wing": wing, **fields})
+        with entry_text_limit(self.settings.limits.max_entry_chars):
+            entry = self._validate({"text": text, "wing": wing, **fields})
         self._check_overrides([entry])
         vec = self._vectors_for([entry])[0]
         with db.transaction(self.conn, self.path) as conn:
@@ -282,7 +286,9 @@ class Memory:
         record = before.to_record()
         record.update({k: (v.value if hasattr(v, "value") else v) for k, v in changes.items()})
         record["updated_at"] = utcnow()
-        after = self._validate(record)
+        # the cap applies to a new text or meta; an entry stored before it keeps its other fields editable
+        with entry_text_limit(self.settings.limits.max_entry_chars if {"text", "meta"} & set(changes) else None):
+            after = self._validate(record)
         if "overrides" in changes:
             self._check_overrides([after])
         same_text = after.embed_text == before.embed_text
@@ -357,9 +363,9 @@ class Memory:
                 "WHERE e.content_hash = ? AND e.model = ? LIMIT 1",
                 (h, model),
             ).fetchone()
-            if row is not None:
-                out[i] = np.frombuffer(row[0], dtype="<f4")
-            else:
+            if row is not None and not degenerate(vec := np.frombuffer(row[0], dtype="<f4")):
+                out[i] = vec
+            else:  # nothing stored, or a degenerate vector that must not spread (core/vectors.py)
                 missing.setdefault(h, []).append(i)
         if missing:
             firsts = [idxs[0] for idxs in missing.values()]
@@ -408,7 +414,7 @@ class Memory:
         dumps = lambda v: None if v is None else json.dumps(v, ensure_ascii=False)  # noqa: E731
         cur = conn.execute(
             "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (format_ts(utcnow()), action, entry_id, wing, dumps(before), dumps(after), dumps(detail)),
+            (format_ts(utcnow()), action, entry_id, wing, dumps(before), dumps(after), dumps(printable(detail))),
         )
         return int(cur.lastrowid)
 
@@ -426,7 +432,8 @@ class Memory:
         """Import a JSONL file all-or-nothing (see ``memlens.jsonl``)."""
         from .jsonl import import_file
 
-        return import_file(self, Path(source), batch_size=batch_size, progress=progress)
+        with entry_text_limit(self.settings.limits.max_entry_chars):
+            return import_file(self, Path(source), batch_size=batch_size, progress=progress)
 
     def export_jsonl(self, out: Any, *, wing: str | None = None, with_vectors: bool = False) -> int:
         from .jsonl import export
@@ -555,6 +562,7 @@ class Memory:
             conn.execute(f"PRAGMA busy_timeout = {int(self.settings.storage.busy_timeout_ms)}")
 
     def retrievals(self, limit: int = 1000) -> list[dict[str, Any]]:
+        limit = check_int("limit", limit, 1, MAX_LIST)
         rows = self.conn.execute(
             "SELECT seq, ts, detail FROM audit WHERE action = 'retrieval' ORDER BY seq DESC LIMIT ?", (limit,)
         ).fetchall()

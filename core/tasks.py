@@ -111,6 +111,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from . import db
 from .errors import NotFoundError, ValidationError
+from .limits import MAX_LIST, check_int, utf8_problem_in
 from .models import ID_RE, format_ts, parse_ts, utcnow
 from .task_report import _OUTCOME_ALIASES, Outcome, _one_line, report_digest, summarize  # noqa: F401 (re-exported)
 
@@ -415,9 +416,13 @@ def _validate(model: type[BaseModel], record: dict[str, Any], where: str = "") -
     from pydantic import ValidationError as PydanticError
 
     try:
-        return model.model_validate(record)
+        obj = model.model_validate(record)
     except PydanticError as exc:
         raise ValidationError(_describe(exc, where)) from None
+    for name, value in obj.__dict__.items():  # a lone surrogate (non-UTF-8 input) cannot be stored
+        if why := utf8_problem_in(value):
+            raise ValidationError(f"{where + ': ' if where else ''}field {name!r}: {why}")
+    return obj
 
 
 # -- the working memory --------------------------------------------------------------------------
@@ -453,9 +458,7 @@ class WorkingMemory:
     def _n(self, n: int | None) -> int:
         if n is None:
             return int(self.config.window)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ValidationError(f"window size must be a whole number >= 0, got {n!r}")
-        return n
+        return check_int("window size", n, 0, MAX_LIST)
 
     def recent(self, n: int | None = None) -> list[Task]:
         """The last ``n`` (default: ``working_memory.window``) completed tasks, oldest first."""

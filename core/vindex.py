@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .vectors import degenerate_rows
+
 if TYPE_CHECKING:
     from .store import Memory
 
@@ -32,7 +34,8 @@ _SCOPES_KEPT = 4  # in_scope() sets: about 1 MB per 20k rowids (5 MB for an unsc
 class _Block:
     generation: int
     rowids: np.ndarray  # (n,) int64
-    matrix: np.ndarray  # (n, dim) float32, unit rows
+    matrix: np.ndarray  # (n, dim) float32, unit rows (a degenerate stored vector is a zero row)
+    usable: np.ndarray | None  # (n,) bool, False for a degenerate stored vector; None when all are usable
     codes: dict[str, np.ndarray]  # filter column -> (n,) int32 codes
     vocab: dict[str, dict[str, int]]  # filter column -> value -> code
     position: dict[int, int]  # rowid -> row of matrix
@@ -84,13 +87,16 @@ class VectorIndex:
         matrix = np.empty((n, mem.dim), dtype=np.float32)
         for i, m in enumerate(meta):
             matrix[i] = chunks[m[5]][m[6]]
+        bad = degenerate_rows(matrix)  # no direction, no similarity: never a neighbour (core/vectors.py)
+        matrix[bad] = 0.0
+        usable = ~bad if bad.any() else None
         vocab: dict[str, dict[str, int]] = {}
         codes: dict[str, np.ndarray] = {}
         for j, col in enumerate(FILTER_COLUMNS):
             values = vocab.setdefault(col, {})
             codes[col] = np.fromiter((values.setdefault(m[1 + j], len(values)) for m in meta), dtype=np.int32, count=n)
         rowids = np.fromiter((m[0] for m in meta), dtype=np.int64, count=n)
-        block = _Block(gen, rowids, matrix, codes, vocab, {int(r): i for i, r in enumerate(rowids)})
+        block = _Block(gen, rowids, matrix, usable, codes, vocab, {int(r): i for i, r in enumerate(rowids)})
         with self._lock:
             self._blocks[wing] = block
         return block
@@ -114,7 +120,7 @@ class VectorIndex:
             if not len(block.rowids):
                 continue
             sims = block.matrix @ q
-            mask: Any = None
+            mask: Any = block.usable
             for col, values in filters.items():
                 allowed = [block.vocab[col][v] for v in values if v in block.vocab[col]]
                 m = np.isin(block.codes[col], allowed)

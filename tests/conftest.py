@@ -22,6 +22,7 @@ os.environ["MEMLENS_CONFIG"] = str(_SESSION_DIR / "config" / "none.toml")
 (_SESSION_DIR / "config" / "none.toml").write_text("# defaults only: a file MEMLENS_CONFIG names must exist\n")
 os.environ.pop("MEMLENS_STORE", None)
 os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(_SESSION_DIR / "hypothesis")  # not .hypothesis/ in the worktree
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "data" / "demo.jsonl"

@@ -82,7 +82,7 @@ def test_out_of_range_values_are_refused_when_settings_load(config, text, fragme
 def test_values_inside_the_bounds_load(config, tmp_path):
     assert config(
         f'cache_dir = "{tmp_path / "new" / "cache"}"\n'
-        "[search]\ncandidates = 4096\nk = 1365\nvector_weight = 0\n[cache]\nmax_entries = 0\nttl_seconds = 0\n"
+        "[search]\ncandidates = 4096\nk = 1000\nvector_weight = 0\n[cache]\nmax_entries = 0\nttl_seconds = 0\n"
         "[working_memory]\nwindow = 0\n[retrieval]\nhalf_life_days = 0\n[retrieval.weights]\nrecency = 0.5\n"
         f'[profiles.mine]\nkinds = ["fact"]\ncap = 3\n[embedding]\nsha256 = "{"A" * 64}"\n'
     ) is None

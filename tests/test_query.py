@@ -61,3 +61,44 @@ def test_unknown_key_error_is_a_query_error():
     # the CLI maps every MemlensError (QueryError included) to exit code 2
     with pytest.raises(QueryError):
         parse("scope=x")
+
+
+# -- untrusted input: the parser raises only its own errors ---------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from memlens.errors import MemlensError  # noqa: E402
+from memlens.limits import MAX_QUERY_CHARS  # noqa: E402
+
+_PIECES = st.sampled_from(
+    ["wing=", "room=", "kind=", "type=", "status=", "=", "|", '"', " ", "\t", "\n", "a", "ros2", "invariant",
+     "Wing=", "x=y", "\x00", "\udce9", "é", "𝕏", "_global", "..", "-", "||", "=|="]
+)
+
+
+@settings(max_examples=400, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(st.text(max_size=300), st.lists(_PIECES, max_size=80).map("".join)))
+def test_parser_raises_only_memlens_errors(query):
+    try:
+        parsed = parse(query)
+    except MemlensError as exc:
+        assert "\n" not in str(exc) and len(str(exc)) < 1000  # one line, bounded
+        return
+    assert isinstance(parsed.text, str)
+    for values in parsed.filters().values():
+        assert values and all(isinstance(v, str) and v for v in values)
+
+
+@settings(max_examples=25, deadline=None, database=None)
+@given(st.integers(min_value=MAX_QUERY_CHARS - 50, max_value=MAX_QUERY_CHARS * 3), st.sampled_from(["a", "=", '"', "x=", " "]))
+def test_parser_bounds_long_input(n, piece):
+    query = (piece * n)[:n]
+    if n > MAX_QUERY_CHARS:
+        with pytest.raises(QueryError, match="limit is"):
+            parse(query)
+    else:
+        try:
+            parse(query)
+        except MemlensError as exc:
+            assert len(str(exc)) < 1000  # a huge token is shortened in the message
