@@ -55,7 +55,7 @@ DESCRIPTIONS = {
     "memory_wings": "List wings (projects) with their rooms and entry counts, to choose active_wing or a wing for memory_add.",
     "task_complete": "Record that a task finished (success or failure) with its intent; it appears in working memory and resolves its blocker.",
     "task_block": "Mark a task blocked with the reason; it stays in working memory until task_unblock or task_complete.",
-    "task_unblock": "Resolve the active blocker of a task.",
+    "task_unblock": "Resolve the active blocker of a task (when the reason it was blocked no longer holds).",
     "working_memory": "Recent completed tasks and active blockers: {tasks, blockers, markdown}.",
 }
 

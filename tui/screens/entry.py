@@ -28,6 +28,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, Select, Static, TextArea
 from textual.worker import Worker, WorkerState
 
+from memlens.attribution import describe as describe_client
 from memlens.errors import MemlensError
 from memlens.models import KINDS, STATUSES, TYPES, Entry, parse_ts
 
@@ -108,6 +109,9 @@ def audit_history(rows: list[dict[str, Any]], now: datetime) -> RenderableType:
         action = row["action"]
         head = Text.assemble((f"#{row['seq']} ", "bold"), (action, ACTION_STYLE.get(action, "")), "  ",
                              (_when(row["ts"], now), "dim"))
+        client = describe_client((row.get("detail") or {}).get("client"))
+        if client:
+            head.append_text(Text.assemble("  by ", (client, "cyan")))
         if parts:
             parts.append(Text(""))
         parts.append(head)
