@@ -107,8 +107,14 @@ def _serve_stdio(store: str | None, read_only: bool) -> int:
     finally:
         text_out.close()
         wire.wait_flushed()
-        engine.close()
+        _close(engine)
     return 0
+
+
+def _close(engine: Any) -> None:
+    if not engine.close():
+        sys.stderr.flush()
+        os._exit(0)  # the model loader is stuck in native code: don't let interpreter shutdown abort on it
 
 
 def _serve_http(store: str | None, host: str, port: int, read_only: bool) -> int:
@@ -143,5 +149,5 @@ def _serve_http(store: str | None, host: str, port: int, read_only: bool) -> int
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
-        engine.close()
+        _close(engine)
     return 0

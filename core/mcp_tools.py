@@ -44,11 +44,14 @@ class Engine:
         self.store_ready = threading.Event()
         self.model_ready = threading.Event()
         self.timings: dict[str, float] = {}
+        self._closing = threading.Event()
+        self._thread: threading.Thread | None = None
         if memory is not None:
             self.store_ready.set()
 
     def start(self, warm: bool = True) -> None:
-        threading.Thread(target=self._warm, args=(warm,), name="memlens-warm", daemon=True).start()
+        self._thread = threading.Thread(target=self._warm, args=(warm,), name="memlens-warm", daemon=True)
+        self._thread.start()
 
     def _warm(self, warm: bool) -> None:
         t0 = time.perf_counter()
@@ -66,7 +69,7 @@ class Engine:
             self.model_ready.set()
             print(f"memlens mcp: store {self._mem.path} open, model ready in {self.timings['model_ms'] / 1000:.1f} s",
                   file=sys.stderr, flush=True)
-            if warm:
+            if warm and not self._closing.is_set():
                 self._mem.warm_index()
         except BaseException as exc:  # reported by every tool call, the server keeps serving
             self._error = exc
@@ -88,9 +91,19 @@ class Engine:
             raise MemlensError(f"the memory engine failed to start: {self._error}")
         return self._mem, (time.perf_counter() - t0) * 1000
 
-    def close(self) -> None:
+    def close(self, timeout: float = 60.0) -> bool:
+        """Let a model load in progress finish (native code must not be torn down mid-load), then close.
+
+        False when the loader is still busy after ``timeout``: the caller should then exit hard.
+        """
+        self._closing.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                return False
         if self._mem is not None:
             self._mem.close()
+        return True
 
 
 def client_of(ctx: Context | None) -> dict[str, str] | None:

@@ -109,12 +109,12 @@ def audit_history(rows: list[dict[str, Any]], now: datetime) -> RenderableType:
         action = row["action"]
         head = Text.assemble((f"#{row['seq']} ", "bold"), (action, ACTION_STYLE.get(action, "")), "  ",
                              (_when(row["ts"], now), "dim"))
-        client = describe_client((row.get("detail") or {}).get("client"))
-        if client:
-            head.append_text(Text.assemble("  by ", (client, "cyan")))
         if parts:
             parts.append(Text(""))
         parts.append(head)
+        client = describe_client((row.get("detail") or {}).get("client"))
+        if client:  # written by an agent through the MCP server (or another attributed client)
+            parts.append(Text.assemble(("  by ", "dim"), (client, "cyan")))
         before, after = row.get("before") or {}, row.get("after") or {}
         if action == "update":
             changed = [k for k in after if k not in HIDDEN_DIFF and before.get(k) != after.get(k)]
