@@ -26,8 +26,13 @@ DEFAULT_PORT = 8765
 
 def build(engine: Any, *, read_only: bool = False) -> Any:
     """The MCPServer with memlens' tools (only the read tools when ``read_only``)."""
+    import mcp.server.mcpserver.server as sdk_server
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+
+    # The SDK would set up logging through rich (a UI toolkit the engine never loads, and boxed
+    # multi-line tracebacks in a client's server log): plain one-line records on stderr instead.
+    sdk_server.configure_logging = _plain_logging  # type: ignore[assignment]
 
     from . import __version__
     from .mcp_meta import INSTRUCTIONS, SERVER_NAME
@@ -47,6 +52,12 @@ def build(engine: Any, *, read_only: bool = False) -> Any:
     server = MemlensMCPServer(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
     register(server, engine, read_only=read_only)
     return server
+
+
+def _plain_logging(level: str = "WARNING") -> None:
+    import logging
+
+    logging.basicConfig(level=level, stream=sys.stderr, format="memlens mcp: %(levelname)s %(name)s: %(message)s")
 
 
 def one_line_error(tool: str, exc: Exception) -> str:

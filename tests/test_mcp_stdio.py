@@ -33,7 +33,9 @@ def crash(self):
     raise RuntimeError("a bug inside the engine")
 memlens.store.Memory.wing_counts = crash
 from memlens.cli import main
-sys.exit(main(sys.argv[1:]))
+code = main(sys.argv[1:])
+print("ui modules:", sorted({m.split('.')[0] for m in sys.modules} & {"rich", "textual"}), file=sys.stderr)
+sys.exit(code)
 """
 
 
@@ -133,3 +135,4 @@ def test_stdout_stays_pure_json_rpc(store):
         assert f"stray print at {tag}" in err and f"stray fd-1 write at {tag}" in err
         assert f"a dependency warns at {tag}" in err and f"a dependency logs at {tag}" in err
     assert "stray print in a crashing tool" in err and "a bug inside the engine" in err
+    assert "ui modules: []" in err  # the server, like the engine, loads no UI toolkit
