@@ -16,7 +16,6 @@ protected, and ``initialize`` answered, before that import.
 
 from __future__ import annotations
 
-import io
 import os
 import sys
 from typing import Any
@@ -92,34 +91,64 @@ def _serve_stdio(store: str | None, read_only: bool) -> int:
     wire.start()  # initialize is answered from here on; the heavy imports follow
 
     import anyio
-    from mcp.server.stdio import stdio_server
 
     from .mcp_tools import Engine
 
-    engine = Engine(store)
+    engine = Engine(store, read_only=read_only)
     server = build(engine, read_only=read_only)
     engine.start()
-    sdk_in, sdk_out = wire.sdk_streams()
-    text_out = io.TextIOWrapper(sdk_out, encoding="utf-8")
     mode = "read-only, " if read_only else ""
     print(f"memlens mcp: serving {store or 'the default store'} over stdio ({mode}pid {os.getpid()})", file=sys.stderr,
           flush=True)
-
-    async def main() -> None:
-        stdin = anyio.wrap_file(io.TextIOWrapper(sdk_in, encoding="utf-8", errors="replace"))
-        async with stdio_server(stdin=stdin, stdout=anyio.wrap_file(text_out)) as (read, write):
-            low = server._lowlevel_server  # the SDK's own run_stdio_async does the same with its default streams
-            await low.run(read, write, low.create_initialization_options())
-
     try:
-        anyio.run(main)
+        anyio.run(_serve_wire, server, wire)
     except KeyboardInterrupt:
         pass
     finally:
-        text_out.close()
-        wire.wait_flushed()
         _close(engine)
     return 0
+
+
+async def _serve_wire(server: Any, wire: Any) -> None:
+    """The SDK server on the wire's lines: what the SDK's ``stdio_server`` does, minus its extra thread hops."""
+    import asyncio
+    import math
+
+    import anyio
+    import mcp_types as types
+    from mcp.shared.message import SessionMessage
+
+    loop = asyncio.get_running_loop()
+    read_send, read_recv = anyio.create_memory_object_stream[Any](math.inf)
+    write_send, write_recv = anyio.create_memory_object_stream[Any](0)
+
+    def deliver(line: bytes | None) -> None:  # on the reader thread
+        if line is None:
+            item: Any = None
+        else:
+            try:
+                item = SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+            except Exception as exc:  # answered by the session as an invalid message
+                item = exc
+        try:
+            loop.call_soon_threadsafe(read_send.close if item is None else read_send.send_nowait, *(() if item is None else (item,)))
+        except RuntimeError:
+            pass  # the loop has ended: the session is over
+
+    async def write_out() -> None:
+        async with write_recv:
+            async for message in write_recv:
+                data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                wire.write(data.encode("utf-8") + b"\n")
+
+    wire.attach(deliver)
+    low = server._lowlevel_server  # the SDK's own run_stdio_async drives it the same way
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(write_out)
+        try:
+            await low.run(read_recv, write_send, low.create_initialization_options())
+        finally:
+            await write_send.aclose()
 
 
 def _close(engine: Any) -> None:
@@ -136,7 +165,7 @@ def _serve_http(store: str | None, host: str, port: int, read_only: bool) -> int
     from .errors import MemlensError
     from .mcp_tools import Engine
 
-    engine = Engine(store)
+    engine = Engine(store, read_only=read_only)
     server = build(engine, read_only=read_only)
     app = server.streamable_http_app(host=host)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

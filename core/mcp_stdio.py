@@ -15,8 +15,10 @@ long before the model loads.
    answer to that id is dropped here (and compared: a difference is logged).
    ``MEMLENS_MCP_EARLY_INIT=0`` turns this off.
 
-Lines reach the SDK through pipes, so the SDK's own ``stdio_server`` reads and
-writes them with its usual framing.
+The server (``memlens.mcp_server``) attaches a ``deliver`` callback that parses
+each line into the SDK's message type and hands it to the event loop, and
+writes the SDK's answers with ``Wire.write``: one thread hop per message each
+way, as few as the SDK's own stdio transport (which cannot answer early).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import json
 import os
 import sys
 import threading
-from typing import Any, BinaryIO
+from collections.abc import Callable
+from typing import Any
 
 from .mcp_meta import initialize_result
 
@@ -51,8 +54,11 @@ class Wire:
         self.early_id: Any = None
         self.early_answer: dict[str, Any] | None = None
         self.mismatch: str | None = None
+        self._pending_early = early
         self._out_lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
+        self._in_lock = threading.Lock()
+        self._buffered: list[bytes | None] = []  # lines read before the server attached
+        self._deliver: Callable[[bytes | None], None] | None = None
 
     def protect(self) -> None:
         sys.stdout.flush()
@@ -63,45 +69,54 @@ class Wire:
         os.dup2(null, 0)
         os.close(null)
         sys.stdout = sys.stderr
-        self.sdk_in_r, self.sdk_in_w = os.pipe()
-        self.sdk_out_r, self.sdk_out_w = os.pipe()
 
     def start(self) -> None:
-        for target, name in ((self._pump_in, "memlens-wire-in"), (self._pump_out, "memlens-wire-out")):
-            t = threading.Thread(target=target, name=name, daemon=True)
-            t.start()
-            self._threads.append(t)
+        threading.Thread(target=self._read, name="memlens-wire-in", daemon=True).start()
 
-    # -- what the SDK reads and writes ---------------------------------------------------------
+    def attach(self, deliver: Callable[[bytes | None], None]) -> None:
+        """From now on hand every line (``None`` at end of input) to ``deliver``, the buffered ones first."""
+        with self._in_lock:
+            for line in self._buffered:
+                deliver(line)
+            self._buffered.clear()
+            self._deliver = deliver
 
-    def sdk_streams(self) -> tuple[BinaryIO, BinaryIO]:
-        """Binary files for the SDK's stdio_server: its stdin and its stdout."""
-        return os.fdopen(self.sdk_in_r, "rb"), os.fdopen(self.sdk_out_w, "wb")
+    def write(self, line: bytes) -> None:
+        """One outgoing message (a JSON line); the SDK's own answer to an early-answered initialize is dropped."""
+        if self._pending_early and self.early_id is not None and self._is_early_reply(line):
+            self._pending_early = False
+            return
+        self._send(line)
 
-    def wait_flushed(self, timeout: float = 5.0) -> None:
-        """After the SDK closed its stdout: let the last messages reach the client."""
-        self._threads[1].join(timeout)
-
-    # -- pumps -------------------------------------------------------------------------------
+    # -- internals -----------------------------------------------------------------------------
 
     def _send(self, line: bytes) -> None:
         with self._out_lock:
             _write_all(self.wire_out, line)
 
-    def _pump_in(self) -> None:
+    def _hand(self, line: bytes | None) -> None:
+        with self._in_lock:
+            if self._deliver is None:
+                self._buffered.append(line)
+            else:
+                self._deliver(line)
+
+    def _read(self) -> None:
         first = True
         try:
             with open(self.wire_in, "rb", closefd=False) as src:
                 for line in src:
-                    if first and line.strip():
+                    if not line.strip():
+                        continue
+                    if first:
                         first = False
                         if self.early:
                             self._answer_early(line)
-                    _write_all(self.sdk_in_w, line)
+                    self._hand(line)
         except OSError as exc:
             print(f"memlens mcp: stdin: {exc}", file=sys.stderr, flush=True)
         finally:
-            os.close(self.sdk_in_w)  # EOF for the SDK: the session ends
+            self._hand(None)  # end of input: the session ends
 
     def _answer_early(self, line: bytes) -> None:
         try:
@@ -121,15 +136,6 @@ class Wire:
         self.early_id = rid
         reply = {"jsonrpc": "2.0", "id": rid, "result": self.early_answer}
         self._send(json.dumps(reply, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
-
-    def _pump_out(self) -> None:
-        pending = self.early
-        with open(self.sdk_out_r, "rb") as src:
-            for line in src:
-                if pending and self.early_id is not None and self._is_early_reply(line):
-                    pending = False
-                    continue
-                self._send(line)
 
     def _is_early_reply(self, line: bytes) -> bool:
         try:

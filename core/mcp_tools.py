@@ -37,8 +37,9 @@ ENGINE_WAIT_S = 120.0  # a call that arrives while the store or model loads wait
 class Engine:
     """One ``Memory`` for the server process, opened and warmed in a background thread."""
 
-    def __init__(self, store: str | None = None, *, memory: Any = None) -> None:
+    def __init__(self, store: str | None = None, *, memory: Any = None, read_only: bool = False) -> None:
         self.store = store
+        self.read_only = read_only
         self._mem = memory
         self._error: BaseException | None = None
         self.store_ready = threading.Event()
@@ -57,9 +58,13 @@ class Engine:
         t0 = time.perf_counter()
         try:
             if self._mem is None:
+                from .config import load_settings
                 from .store import Memory
 
-                self._mem = Memory.open(self.store)
+                settings = load_settings()
+                if self.read_only:  # write nothing at all, not even the retrieval metrics
+                    settings.audit.level = "writes"
+                self._mem = Memory.open(self.store, settings=settings)
             self.timings["store_ms"] = (time.perf_counter() - t0) * 1000
             self.store_ready.set()
             if warm:
