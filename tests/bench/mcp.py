@@ -17,8 +17,11 @@ On a temp copy of the demo memory (167 entries, real model):
   (with a 50 ms pause at each switch: ONNX Runtime's threads spin briefly after a
   run, and on 2 cores they would slow the other process down). Two
   cases: one repeated query (a retrieval-cache hit after the first call, so the
-  protocol cost dominates) and distinct queries (cache misses). Target: p50 over
-  stdio minus p50 in process under 2 ms.
+  protocol cost dominates) and distinct queries (cache misses, where the model's
+  run dominates and a loaded 2-core machine adds noise of its own). Target: the
+  overhead under 2 ms, taken as the median of the per-query differences (stdio
+  minus in process, same query in the same block); the difference of the two
+  p50s is reported beside it.
 
     python -m tests.bench.mcp [--quick]
 
@@ -140,7 +143,9 @@ def round_trips(store: Path, mem: Any, calls: int) -> dict[str, Any]:
                     same += [x["id"] for x in r["results"]] == local_ids
                 time.sleep(0.05)
             loc, rem = summary(local[5:]), summary(remote[5:])
+            paired = sorted((r - lo) * 1000 for r, lo in zip(remote[5:], local[5:]))  # same query, same block
             out[case] = {"in_process": loc, "stdio": rem, "overhead_p50_ms": round(rem["p50_ms"] - loc["p50_ms"], 3),
+                         "overhead_paired_median_ms": round(paired[len(paired) // 2], 3),
                          "same_results": f"{same}/{len(queries)}"}
             log(f"[{NAME}] {case}: in process p50 {loc['p50_ms']} ms, over stdio p50 {rem['p50_ms']} ms")
         return out
@@ -218,7 +223,8 @@ def render_table(res: dict[str, Any]) -> str:
         rows.append(f"| `memory_search` round trip, {label} | {r['stdio']['p50_ms']:.2f} ms | {r['stdio']['p95_ms']:.2f} ms | | |")
         rows.append(f"| same search in process (`mem.search`) | {r['in_process']['p50_ms']:.2f} ms | "
                     f"{r['in_process']['p95_ms']:.2f} ms | | |")
-        rows.append(f"| protocol overhead (p50 difference) | {r['overhead_p50_ms']:.2f} ms | | < {TARGET_OVERHEAD_MS:g} ms "
+        rows.append(f"| protocol overhead: median of per-query differences (p50 difference) | {r['overhead_paired_median_ms']:.2f} ms "
+                    f"({r['overhead_p50_ms']:.2f} ms) | | < {TARGET_OVERHEAD_MS:g} ms "
                     f"| {'met' if t['overhead_' + case]['met'] else '**missed**'} |")
     w = res["results"]["wings"]
     rows.append(f"| `memory_wings` round trip, {w['entries']:,} entries in 10 wings x 6 rooms | {w['stdio']['p50_ms']:.1f} ms "
@@ -267,8 +273,8 @@ def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
         res["targets"] = {
             "initialize": {"limit_ms": TARGET_INIT_P50_MS, "measured": st["initialize"]["p50_ms"],
                            "met": st["initialize"]["p50_ms"] < TARGET_INIT_P50_MS},
-            **{f"overhead_{c}": {"limit_ms": TARGET_OVERHEAD_MS, "measured": rt[c]["overhead_p50_ms"],
-                                 "met": rt[c]["overhead_p50_ms"] < TARGET_OVERHEAD_MS} for c in rt},
+            **{f"overhead_{c}": {"limit_ms": TARGET_OVERHEAD_MS, "measured": rt[c]["overhead_paired_median_ms"],
+                                 "met": rt[c]["overhead_paired_median_ms"] < TARGET_OVERHEAD_MS} for c in rt},
         }
         res["duration_s"] = round(time.perf_counter() - t0, 1)
         if write and not quick:

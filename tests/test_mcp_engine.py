@@ -1,0 +1,76 @@
+"""The MCP server's engine handle and tool plumbing, in process (no subprocess, hashing embedder)."""
+
+from __future__ import annotations
+
+import threading
+import typing
+
+import pytest
+
+from memlens import vocab
+from memlens.errors import MemlensError
+
+
+def test_tool_vocabularies_match_the_data_model():
+    from memlens import mcp_tools
+
+    assert typing.get_args(mcp_tools.TypeName) == vocab.TYPES
+    assert typing.get_args(mcp_tools.KindName) == vocab.KINDS
+    assert typing.get_args(mcp_tools.StatusName) == vocab.STATUSES
+    assert set(mcp_tools.READ_TOOLS) | set(mcp_tools.WRITE_TOOLS) == set(__import__("memlens.mcp_meta").mcp_meta.DESCRIPTIONS)
+
+
+def test_a_call_that_needs_the_model_waits_for_it(mem):
+    from memlens.mcp_tools import Engine
+
+    engine = Engine(memory=mem)
+    order: list[str] = []
+    got: dict = {}
+
+    def call():
+        got["mem"], got["waited_ms"] = engine.memory(need_model=True)
+        order.append("call returned")
+
+    t = threading.Thread(target=call)
+    t.start()
+    assert engine.memory(need_model=False)[0] is mem  # the store is ready: no wait
+    t.join(0.3)
+    assert t.is_alive() and not order  # still waiting for the model
+    order.append("model ready")
+    engine.model_ready.set()
+    t.join(10)
+    assert order == ["model ready", "call returned"]
+    assert got["mem"] is mem and got["waited_ms"] > 0
+
+
+def test_an_engine_that_failed_to_start_answers_every_call_with_one_line(tmp_path):
+    from memlens.mcp_tools import Engine
+
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    engine = Engine(str(folder))
+    engine.start(warm=False)
+    with pytest.raises(MemlensError) as err:
+        engine.memory()
+    assert "directory" in str(err.value) and "\n" not in str(err.value)
+    assert engine.close()
+
+
+def test_argument_errors_become_one_line():
+    from mcp.server.mcpserver.exceptions import ToolError
+    from pydantic import BaseModel, Field, ValidationError
+
+    from memlens.mcp_server import one_line_error
+
+    class Args(BaseModel):
+        text: str
+        k: int = Field(1, ge=1)
+
+    try:
+        Args.model_validate({"k": 0})
+    except ValidationError as exc:
+        err = ToolError("Error executing tool memory_add: multi\nline")
+        err.__cause__ = exc
+        assert one_line_error("memory_add", err) == "memory_add: argument 'text' is required (and 1 more)"
+    plain = ToolError("Error executing tool memory_get: no entry with id 'x'\n  in s.db")
+    assert one_line_error("memory_get", plain) == "memory_get: no entry with id 'x' in s.db"
