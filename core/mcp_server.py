@@ -38,7 +38,7 @@ def build(engine: Any, *, read_only: bool = False) -> Any:
     from .mcp_tools import register
 
     class MemlensMCPServer(MCPServer):
-        """Tool errors as one line: ``memory_add: argument 'wing': Field required``."""
+        """Tool errors as one line: ``memory_add: argument 'wing' is required``."""
 
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
             try:
@@ -123,15 +123,15 @@ async def _serve_wire(server: Any, wire: Any) -> None:
     write_send, write_recv = anyio.create_memory_object_stream[Any](0)
 
     def deliver(line: bytes | None) -> None:  # on the reader thread
-        if line is None:
-            item: Any = None
-        else:
-            try:
-                item = SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
-            except Exception as exc:  # answered by the session as an invalid message
-                item = exc
         try:
-            loop.call_soon_threadsafe(read_send.close if item is None else read_send.send_nowait, *(() if item is None else (item,)))
+            if line is None:
+                loop.call_soon_threadsafe(read_send.close)  # end of input ends the session
+                return
+            try:
+                item: Any = SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+            except Exception as exc:  # the session answers an invalid message and goes on
+                item = exc
+            loop.call_soon_threadsafe(read_send.send_nowait, item)
         except RuntimeError:
             pass  # the loop has ended: the session is over
 
