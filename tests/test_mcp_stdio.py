@@ -39,6 +39,27 @@ sys.exit(code)
 """
 
 
+# no heavy module may load until the test opens the gate: initialize must be answered before that
+GATED = """
+import os, sys, time
+GATE = sys.argv.pop(1)
+HEAVY = {"mcp", "mcp_types", "anyio", "pydantic", "numpy", "onnxruntime", "torch", "sentence_transformers", "sqlite_vec"}
+
+class Gate:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in HEAVY:
+            print(f"gate: {name} waits", file=sys.stderr, flush=True)
+            while not os.path.exists(GATE):
+                time.sleep(0.01)
+            sys.meta_path.remove(self)
+        return None
+
+sys.meta_path.insert(0, Gate())
+from memlens.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 @pytest.fixture
 def store(demo_store, tmp_path, real_embedder):
     path = tmp_path / "raw.db"
@@ -136,3 +157,19 @@ def test_stdout_stays_pure_json_rpc(store):
         assert f"a dependency warns at {tag}" in err and f"a dependency logs at {tag}" in err
     assert "stray print in a crashing tool" in err and "a bug inside the engine" in err
     assert "ui modules: []" in err  # the server, like the engine, loads no UI toolkit
+
+
+@pytest.mark.model
+def test_initialize_is_answered_before_any_heavy_import(store, tmp_path):
+    gate = tmp_path / "gate"
+    c = RawClient([sys.executable, "-c", GATED, str(gate), "--store", str(store), "mcp"])
+    try:
+        init = c.initialize()  # answered while the SDK, pydantic and the model are held back
+        assert init["result"]["serverInfo"]["name"] == "memlens"
+        assert not gate.exists()
+        gate.touch()
+        assert {t["name"] for t in c.request("tools/list")["result"]["tools"]} >= {"memory_search"}
+    finally:
+        gate.touch()
+        assert c.close() == 0
+    assert b"gate: " in b"".join(c.err.seen)  # the gate did hold a heavy import back
