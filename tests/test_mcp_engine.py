@@ -74,3 +74,20 @@ def test_argument_errors_become_one_line():
         assert one_line_error("memory_add", err) == "memory_add: argument 'text' is required (and 1 more)"
     plain = ToolError("Error executing tool memory_get: no entry with id 'x'\n  in s.db")
     assert one_line_error("memory_get", plain) == "memory_get: no entry with id 'x' in s.db"
+
+
+def test_bad_server_options_are_one_line_errors(tmp_path):
+    import socket
+
+    from .conftest import run_cli
+
+    out = run_cli("--store", str(tmp_path / "s.db"), "mcp", "--port", "70000", timeout=60)
+    assert out.returncode == 2 and out.stderr.strip() == "memlens: error: --port must be 0..65535, got 70000"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        out = run_cli("--store", str(tmp_path / "s.db"), "mcp", "--transport", "http", "--port", str(port), timeout=60)
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0
+    assert out.stderr.startswith(f"memlens: error: cannot listen on 127.0.0.1:{port}")
+    assert not (tmp_path / "s.db").exists()  # refused before the store was touched
