@@ -41,7 +41,8 @@ class Engine:
         self.store = store
         self.read_only = read_only
         self._mem = memory
-        self._error: BaseException | None = None
+        self._error: BaseException | None = None  # the store could not be opened
+        self._model_error: BaseException | None = None  # the store is open, the model could not be loaded
         self.store_ready = threading.Event()
         self.model_ready = threading.Event()
         self.timings: dict[str, float] = {}
@@ -66,22 +67,31 @@ class Engine:
                     settings.audit.level = "writes"
                 self._mem = Memory.open(self.store, settings=settings)
             self.timings["store_ms"] = (time.perf_counter() - t0) * 1000
+        except BaseException as exc:  # every tool call reports it; the server keeps serving
+            self._error = exc
+            print(f"memlens mcp: error: {exc}", file=sys.stderr, flush=True)
+            self.model_ready.set()
+            return
+        finally:
             self.store_ready.set()
+        try:
             if warm:
                 self._mem.embedder.load()
                 self._mem.check_model()
             self.timings["model_ms"] = (time.perf_counter() - t0) * 1000
-            self.model_ready.set()
             print(f"memlens mcp: store {self._mem.path} open, model ready in {self.timings['model_ms'] / 1000:.1f} s",
                   file=sys.stderr, flush=True)
-            if warm and not self._closing.is_set():
-                self._mem.warm_index()
-        except BaseException as exc:  # reported by every tool call, the server keeps serving
-            self._error = exc
+        except BaseException as exc:  # the tools that need the model report it; the others work
+            self._model_error = exc
             print(f"memlens mcp: error: {exc}", file=sys.stderr, flush=True)
+            return
         finally:
-            self.store_ready.set()
             self.model_ready.set()
+        if warm and not self._closing.is_set():
+            try:
+                self._mem.warm_index()
+            except Exception as exc:  # searches fall back to sqlite-vec
+                print(f"memlens mcp: warning: in-process vector index not loaded: {exc}", file=sys.stderr, flush=True)
 
     def memory(self, need_model: bool = False) -> tuple[Any, float]:
         """The Memory (waiting for the store, or also the model), and how long this call waited in ms."""
@@ -90,10 +100,11 @@ class Engine:
         if not event.wait(ENGINE_WAIT_S):
             what = "the embedding model is still loading" if need_model else "the store is still opening"
             raise MemlensError(f"{what}; try again in a moment")
-        if self._error is not None:
-            if isinstance(self._error, MemlensError):
-                raise MemlensError(str(self._error))
-            raise MemlensError(f"the memory engine failed to start: {self._error}")
+        for error in (self._error, self._model_error if need_model else None):
+            if isinstance(error, MemlensError):
+                raise MemlensError(str(error))
+            if error is not None:
+                raise MemlensError(f"the memory engine failed to start: {error}")
         return self._mem, (time.perf_counter() - t0) * 1000
 
     def close(self, timeout: float = 60.0) -> bool:

@@ -91,3 +91,24 @@ def test_bad_server_options_are_one_line_errors(tmp_path):
     assert out.returncode == 2 and out.stderr.strip().count("\n") == 0
     assert out.stderr.startswith(f"memlens: error: cannot listen on 127.0.0.1:{port}")
     assert not (tmp_path / "s.db").exists()  # refused before the store was touched
+
+
+@pytest.mark.model
+def test_without_the_model_the_store_tools_still_work(demo_store, tmp_path, monkeypatch):
+    import shutil
+
+    from memlens.mcp_tools import Engine
+
+    path = tmp_path / "demo.db"
+    shutil.copy(demo_store, path)
+    monkeypatch.setenv("MEMLENS_EMBEDDING__MODEL", str(tmp_path / "no-model"))
+    engine = Engine(str(path))
+    engine.start()
+    try:
+        mem, _ = engine.memory()
+        assert mem.get("lc-arch-001").type.value == "invariant"
+        with pytest.raises(MemlensError, match="model") as err:
+            engine.memory(need_model=True)
+        assert "\n" not in str(err.value)
+    finally:
+        assert engine.close()
