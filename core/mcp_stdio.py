@@ -55,6 +55,7 @@ class Wire:
         self.early_answer: dict[str, Any] | None = None
         self.mismatch: str | None = None
         self._pending_early = early
+        self.closed = False
         self._out_lock = threading.Lock()
         self._in_lock = threading.Lock()
         self._buffered: list[bytes | None] = []  # lines read before the server attached
@@ -92,7 +93,13 @@ class Wire:
 
     def _send(self, line: bytes) -> None:
         with self._out_lock:
-            _write_all(self.wire_out, line)
+            if self.closed:
+                return
+            try:
+                _write_all(self.wire_out, line)
+            except OSError as exc:  # the client is gone: drop the rest; its stdin's end stops the session
+                self.closed = True
+                print(f"memlens mcp: stdout: {exc}", file=sys.stderr, flush=True)
 
     def _hand(self, line: bytes | None) -> None:
         with self._in_lock:
