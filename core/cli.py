@@ -118,6 +118,13 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("demo", help="load the demo memory into an empty store and run a demo search")
     _store_arg(s)
     cli_tasks.register(sub)  # task complete|block|unblock, tasks [import-state]
+
+    s = sub.add_parser("mcp", help="serve this store to agents over the Model Context Protocol")
+    _store_arg(s)
+    s.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="stdio (default) or streamable HTTP")
+    s.add_argument("--host", default="127.0.0.1", help="HTTP: address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8765, help="HTTP: port (default 8765; 0 picks a free one)")
+    s.add_argument("--read-only", action="store_true", help="serve only the tools that read")
     return p
 
 
@@ -359,6 +366,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    if not 0 <= args.port <= 65535:
+        raise MemlensError(f"--port must be 0..65535, got {args.port}")
+    from .mcp_server import serve  # imports no SDK yet: the stdio wire is protected first
+
+    return serve(args.store, transport=args.transport, host=args.host, port=args.port, read_only=args.read_only)
+
+
 def cmd_tui(args: argparse.Namespace) -> int:
     try:
         from memlens.tui.app import run_app
@@ -381,6 +396,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": cmd_demo,
     "task": cli_tasks.cmd_task,
     "tasks": cli_tasks.cmd_tasks,
+    "mcp": cmd_mcp,
 }
 
 

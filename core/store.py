@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import db
+from . import attribution, db
 from .config import Settings, load_settings
 from .errors import MemlensError, NotFoundError, StoreError, ValidationError
 from .limits import MAX_LIST, check_int, entry_text_limit, printable
@@ -331,6 +331,24 @@ class Memory:
             self._bump(conn, {before.wing}, seq)
         return before
 
+    def add_unique(self, text: str, *, wing: str, **fields: Any) -> tuple[Entry, bool, list[dict[str, Any]]]:
+        """Add unless the wing holds the same content: ``(entry, created, similar)`` (see ``memlens.writes``)."""
+        from .writes import add_unique
+
+        return add_unique(self, text, wing=wing, **fields)
+
+    def update_checked(self, entry_id: str, expected_updated_at: Any = None, **changes: Any) -> Entry:
+        """``update`` refused (StaleUpdateError) when the entry changed after ``expected_updated_at``."""
+        from .writes import update_checked
+
+        return update_checked(self, entry_id, expected_updated_at, **changes)
+
+    def wing_counts(self) -> list[dict[str, Any]]:
+        """Wings with entry counts and rooms, from one aggregate query."""
+        from .writes import wing_counts
+
+        return wing_counts(self)
+
     # -- helpers for writers ---------------------------------------------------------------
 
     @staticmethod
@@ -412,6 +430,7 @@ class Memory:
         detail: dict[str, Any] | None = None,
     ) -> int:
         dumps = lambda v: None if v is None else json.dumps(v, ensure_ascii=False)  # noqa: E731
+        detail = attribution.stamp(detail)  # which client made the write, when one is acting (MCP)
         cur = conn.execute(
             "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
             (format_ts(utcnow()), action, entry_id, wing, dumps(before), dumps(after), dumps(printable(detail))),

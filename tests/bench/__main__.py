@@ -1,6 +1,6 @@
 """``python -m tests.bench [--quick] [--only NAME]`` (``make bench`` runs it without flags).
 
-Runs the suites in order: ``foundation``, ``retrieval``, ``tasks``, ``tui``, ``limits``. NAME
+Runs the suites in order: ``foundation``, ``retrieval``, ``tasks``, ``tui``, ``limits``, ``mcp``. NAME
 is one suite or one part of the foundation suite (``foundation.search``,
 ``foundation.embed``, ``foundation.import``, ``foundation.cold``). Only a full
 run of a whole suite writes ``tests/bench/results/<suite>.json`` and its README
@@ -10,11 +10,12 @@ table; quick and partial runs write their JSON to the temp directory.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from .common import setup_environment
 
-SUITES = ("foundation", "retrieval", "tasks", "tui", "limits")
+SUITES = ("foundation", "retrieval", "tasks", "tui", "limits", "mcp")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,22 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     for suite, parts in selected.items():
         if suite == "foundation":
             foundation.run(quick=args.quick, parts=parts)
-        elif suite == "retrieval":
-            from . import retrieval
-
-            retrieval.run(quick=args.quick)
-        elif suite == "tasks":
-            from . import tasks
-
-            tasks.run(quick=args.quick)
-        elif suite == "tui":
-            from . import tui
-
-            tui.run(quick=args.quick)
-        elif suite == "limits":
-            from . import limits
-
-            limits.run(quick=args.quick)
+        else:  # every other suite is a module of this package with run(quick=...)
+            importlib.import_module(f".{suite}", __package__).run(quick=args.quick)
     return 0
 
 

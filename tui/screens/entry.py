@@ -28,6 +28,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, Select, Static, TextArea
 from textual.worker import Worker, WorkerState
 
+from memlens.attribution import describe as describe_client
 from memlens.errors import MemlensError
 from memlens.models import KINDS, STATUSES, TYPES, Entry, parse_ts
 
@@ -111,6 +112,9 @@ def audit_history(rows: list[dict[str, Any]], now: datetime) -> RenderableType:
         if parts:
             parts.append(Text(""))
         parts.append(head)
+        client = describe_client((row.get("detail") or {}).get("client"))
+        if client:  # written by an agent through the MCP server (or another attributed client)
+            parts.append(Text.assemble(("  by ", "dim"), (client, "cyan")))
         before, after = row.get("before") or {}, row.get("after") or {}
         if action == "update":
             changed = [k for k in after if k not in HIDDEN_DIFF and before.get(k) != after.get(k)]

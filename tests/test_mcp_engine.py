@@ -1,0 +1,114 @@
+"""The MCP server's engine handle and tool plumbing, in process (no subprocess, hashing embedder)."""
+
+from __future__ import annotations
+
+import threading
+import typing
+
+import pytest
+
+from memlens import vocab
+from memlens.errors import MemlensError
+
+
+def test_tool_vocabularies_match_the_data_model():
+    from memlens import mcp_tools
+
+    assert typing.get_args(mcp_tools.TypeName) == vocab.TYPES
+    assert typing.get_args(mcp_tools.KindName) == vocab.KINDS
+    assert typing.get_args(mcp_tools.StatusName) == vocab.STATUSES
+    assert set(mcp_tools.READ_TOOLS) | set(mcp_tools.WRITE_TOOLS) == set(__import__("memlens.mcp_meta").mcp_meta.DESCRIPTIONS)
+
+
+def test_a_call_that_needs_the_model_waits_for_it(mem):
+    from memlens.mcp_tools import Engine
+
+    engine = Engine(memory=mem)
+    order: list[str] = []
+    got: dict = {}
+
+    def call():
+        got["mem"], got["waited_ms"] = engine.memory(need_model=True)
+        order.append("call returned")
+
+    t = threading.Thread(target=call)
+    t.start()
+    assert engine.memory(need_model=False)[0] is mem  # the store is ready: no wait
+    t.join(0.3)
+    assert t.is_alive() and not order  # still waiting for the model
+    order.append("model ready")
+    engine.model_ready.set()
+    t.join(10)
+    assert order == ["model ready", "call returned"]
+    assert got["mem"] is mem and got["waited_ms"] > 0
+
+
+def test_an_engine_that_failed_to_start_answers_every_call_with_one_line(tmp_path):
+    from memlens.mcp_tools import Engine
+
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    engine = Engine(str(folder))
+    engine.start(warm=False)
+    with pytest.raises(MemlensError) as err:
+        engine.memory()
+    assert "directory" in str(err.value) and "\n" not in str(err.value)
+    assert engine.close()
+
+
+def test_argument_errors_become_one_line():
+    from mcp.server.mcpserver.exceptions import ToolError
+    from pydantic import BaseModel, Field, ValidationError
+
+    from memlens.mcp_server import one_line_error
+
+    class Args(BaseModel):
+        text: str
+        k: int = Field(1, ge=1)
+
+    try:
+        Args.model_validate({"k": 0})
+    except ValidationError as exc:
+        err = ToolError("Error executing tool memory_add: multi\nline")
+        err.__cause__ = exc
+        assert one_line_error("memory_add", err) == "memory_add: argument 'text' is required (and 1 more)"
+    plain = ToolError("Error executing tool memory_get: no entry with id 'x'\n  in s.db")
+    assert one_line_error("memory_get", plain) == "memory_get: no entry with id 'x' in s.db"
+
+
+def test_bad_server_options_are_one_line_errors(tmp_path):
+    import socket
+
+    from .conftest import run_cli
+
+    out = run_cli("--store", str(tmp_path / "s.db"), "mcp", "--port", "70000", timeout=60)
+    assert out.returncode == 2 and out.stderr.strip() == "memlens: error: --port must be 0..65535, got 70000"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        out = run_cli("--store", str(tmp_path / "s.db"), "mcp", "--transport", "http", "--port", str(port), timeout=60)
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0
+    assert out.stderr.startswith(f"memlens: error: cannot listen on 127.0.0.1:{port}")
+    assert not (tmp_path / "s.db").exists()  # refused before the store was touched
+
+
+@pytest.mark.model
+def test_without_the_model_the_store_tools_still_work(demo_store, tmp_path, monkeypatch):
+    import shutil
+
+    from memlens.mcp_tools import Engine
+
+    path = tmp_path / "demo.db"
+    shutil.copy(demo_store, path)
+    monkeypatch.setenv("MEMLENS_EMBEDDING__MODEL", str(tmp_path / "no-model"))
+    engine = Engine(str(path))
+    engine.start()
+    try:
+        mem, _ = engine.memory()
+        assert mem.get("lc-arch-001").type.value == "invariant"
+        with pytest.raises(MemlensError, match="model") as err:
+            engine.memory(need_model=True)
+        assert "\n" not in str(err.value)
+    finally:
+        assert engine.close()

@@ -1,0 +1,121 @@
+"""Writes for concurrent writers: add_unique, update_checked, wing_counts, and client attribution in the audit."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from memlens import attribution
+from memlens.errors import ValidationError
+from memlens.writes import StaleUpdateError
+
+from .conftest import snapshot_store
+
+
+def test_add_unique_stores_the_same_content_once_per_wing(mem):
+    e1, created1, _ = mem.add_unique("Use UTC timestamps everywhere.", wing="proj", type="decision")
+    e2, created2, _ = mem.add_unique("Use UTC timestamps everywhere.", wing="proj", type="decision")
+    assert (created1, created2) == (True, False)
+    assert e2.id == e1.id and mem.count() == 1
+    assert [r["action"] for r in mem.audit(e1.id)] == ["add"]
+    # another wing, or other text, is other content
+    e3, created3, _ = mem.add_unique("Use UTC timestamps everywhere.", wing="other")
+    e4, created4, _ = mem.add_unique("Use local time in the UI.", wing="proj")
+    assert created3 and created4 and len({e1.id, e3.id, e4.id}) == 3
+    assert mem.count() == 3
+
+
+def test_add_unique_refuses_bad_input_and_writes_nothing(mem):
+    mem.add("x", wing="w")
+    before = snapshot_store(mem.path)
+    with pytest.raises(ValidationError):
+        mem.add_unique("text", wing="bad wing!")
+    with pytest.raises(ValidationError):
+        mem.add_unique("text", wing="w", overrides="no-such-entry")
+    assert snapshot_store(mem.path) == before
+
+
+def test_add_unique_under_concurrent_threads_creates_one(mem):
+    results, barrier = [], threading.Barrier(6)
+
+    def worker():
+        barrier.wait(10)
+        results.append(mem.add_unique("One fact, six writers.", wing="race")[1])
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(results) == [False] * 5 + [True]
+    assert sum(1 for _ in mem.entries("race")) == 1
+
+
+@pytest.mark.model
+def test_add_unique_reports_near_duplicates(real_mem):
+    first, _, _ = real_mem.add_unique("Callbacks must never block the executor.", wing="ros")
+    real_mem.add_unique("The build uses colcon.", wing="ros")
+    real_mem.add_unique("Callbacks must never block the executor.", wing="elsewhere")
+    e, created, similar = real_mem.add_unique("Callbacks should never block the executor thread.", wing="ros")
+    assert created
+    assert [s["id"] for s in similar] == [first.id]  # same wing only, unrelated text not listed
+    assert 0.8 <= similar[0]["similarity"] < 1.0
+    _, created, similar = real_mem.add_unique("Callbacks must never block the executor.", wing="ros")
+    assert not created and [s["id"] for s in similar] == [e.id]  # the stored entry itself is not its own duplicate
+
+
+def test_update_checked_refuses_a_stale_update(mem):
+    e = mem.add("Original text.", wing="w")
+    read_at = e.to_record()["updated_at"]
+    other = mem.update(e.id, salience=0.9)  # someone else edits meanwhile
+    before = snapshot_store(mem.path)
+    with pytest.raises(StaleUpdateError, match="changed"):
+        mem.update_checked(e.id, read_at, text="My edit.")
+    assert snapshot_store(mem.path) == before
+    fresh = mem.update_checked(e.id, other.to_record()["updated_at"], text="My edit.")
+    assert fresh.text == "My edit." and fresh.salience == 0.9
+    assert mem.audit(e.id)[0]["detail"]["reembedded"] is True
+    with pytest.raises(ValidationError, match="ISO-8601"):
+        mem.update_checked(e.id, "yesterday", text="x")
+    assert mem.update_checked(e.id, None, room="r").room == "r"  # no guard: a plain update
+
+
+def test_wing_counts_match_the_entries(mem):
+    for i in range(7):
+        mem.add(f"fact {i}", wing="a" if i % 3 else "b", room="" if i % 2 else f"r{i % 4}")
+    got = {w["wing"]: w for w in mem.wing_counts()}
+    for wing in ("a", "b"):
+        entries = list(mem.entries(wing))
+        assert got[wing]["entries"] == len(entries)
+        rooms: dict[str, int] = {}
+        for e in entries:
+            rooms[e.room] = rooms.get(e.room, 0) + 1
+        assert got[wing]["rooms"] == rooms
+    assert set(got) == set(mem.wings())
+
+
+def test_acting_client_is_recorded_in_every_audit_row(mem):
+    plain = mem.add("written by a script", wing="w")
+    client = attribution.client_record("claude-code", "2.1.0", via="mcp")
+    with attribution.acting_as(client):
+        e = mem.add("written by an agent", wing="w")
+        mem.update(e.id, text="edited by an agent")
+        mem.tasks.block("t1", "waiting")
+        mem.delete(e.id)
+    mem.update(plain.id, salience=0.7)
+    rows = {(r["action"], r["entry_id"]): r for r in mem.audit(limit=50)}
+    for key in (("add", e.id), ("update", e.id), ("task.block", "t1"), ("delete", e.id)):
+        assert rows[key]["detail"]["client"] == {"name": "claude-code", "version": "2.1.0", "via": "mcp"}, key
+    assert rows[("update", e.id)]["detail"]["reembedded"] is True  # other detail kept
+    assert rows[("add", plain.id)]["detail"] is None
+    assert "client" not in rows[("update", plain.id)]["detail"]
+    assert attribution.current() is None
+
+
+def test_client_record_is_cleaned():
+    assert attribution.client_record(None) is None and attribution.client_record("  ") is None
+    rec = attribution.client_record("  my\nagent ", "x" * 500)
+    assert rec == {"name": "my agent", "version": "x" * attribution.MAX_LEN}
+    assert attribution.describe({"name": "cursor", "version": "1.0", "via": "mcp"}) == "cursor 1.0 (mcp)"
+    assert attribution.describe(None) == ""
