@@ -54,10 +54,14 @@ def utcnow() -> datetime:
 
 
 def format_ts(ts: datetime) -> str:
-    """ISO-8601 UTC with a Z; microseconds only when present, so round trips are exact."""
+    """ISO-8601 UTC with a Z; microseconds only when present, so round trips are exact.
+
+    The year is always four digits (``strftime("%Y")`` writes year 1 as "1" on glibc,
+    which would neither sort nor parse back).
+    """
     ts = ts.astimezone(timezone.utc)
-    fmt = "%Y-%m-%dT%H:%M:%S.%fZ" if ts.microsecond else "%Y-%m-%dT%H:%M:%SZ"
-    return ts.strftime(fmt)
+    frac = f".{ts.microsecond:06d}" if ts.microsecond else ""
+    return f"{ts.year:04d}-{ts.month:02d}-{ts.day:02d}T{ts.hour:02d}:{ts.minute:02d}:{ts.second:02d}{frac}Z"
 
 
 def parse_ts(value: Any) -> datetime:
@@ -77,7 +81,61 @@ def parse_ts(value: Any) -> datetime:
         raise ValueError("expected an ISO-8601 timestamp string")
     if ts.tzinfo is None:
         ts = ts.replace(tzinfo=timezone.utc)
-    return ts.astimezone(timezone.utc)
+    try:
+        return ts.astimezone(timezone.utc)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+14:00 is before year 1 in UTC
+        raise ValueError("timestamp is out of range once converted to UTC (years 1-9999)") from None
+
+
+MAX_META_DEPTH = 32  # nesting levels of ``meta`` (JSON objects and arrays)
+_INT64 = (-(2**63), 2**63 - 1)  # SQLite's JSON functions read larger integers as approximate floats
+
+
+def _unicode_problem(v: str) -> str | None:
+    if "\x00" in v:
+        return "must not contain NUL bytes"
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains an unpaired surrogate (not valid Unicode text)"
+    return None
+
+
+def check_json_value(value: Any, depth: int = 0) -> Any:
+    """A JSON-safe copy of ``meta``-like data, or ValueError naming the problem.
+
+    Refused: nesting deeper than MAX_META_DEPTH, NaN and infinities (JSON has
+    none), integers beyond 64 bits, unpaired surrogates and NUL bytes in
+    strings, and anything that is not a JSON type. Tuples become lists.
+    """
+    if depth > MAX_META_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_META_DEPTH} levels")
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if not _INT64[0] <= value <= _INT64[1]:
+            raise ValueError("has an integer outside the 64-bit range")
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError("has NaN or an infinity (not valid JSON)")
+        return value
+    if isinstance(value, str):
+        problem = _unicode_problem(value)
+        if problem:
+            raise ValueError(f"has a string that {problem.replace('must not contain', 'contains')}")
+        return value
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ValueError(f"has a non-text key {k!r}")
+            check_json_value(k, depth + 1)
+            out[k] = check_json_value(v, depth + 1)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [check_json_value(v, depth + 1) for v in value]
+    raise ValueError(f"has a value of type {type(value).__name__}, which JSON cannot hold")
 
 
 def content_hash(text: str) -> str:
@@ -107,7 +165,7 @@ class Entry(BaseModel):
     @field_validator("id")
     @classmethod
     def _id(cls, v: str) -> str:
-        if not ID_RE.match(v):
+        if not ID_RE.fullmatch(v):  # match() would let a trailing newline through
             raise ValueError("must be 1-128 characters of letters, digits, _ . : -")
         return v
 
@@ -135,6 +193,19 @@ class Entry(BaseModel):
         if "\x00" in v:
             raise ValueError("must not contain NUL bytes")
         return v
+
+    @field_validator("title", "text", "key", "overrides")
+    @classmethod
+    def _valid_unicode(cls, v: str | None) -> str | None:
+        problem = _unicode_problem(v) if isinstance(v, str) else None
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @field_validator("meta")
+    @classmethod
+    def _meta(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return check_json_value(v, 1)  # type: ignore[no-any-return]
 
     @field_validator("key", "overrides")
     @classmethod

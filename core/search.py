@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import policy
+from . import policy, staging
 from .cache import cache_key
 from .errors import QueryError
 from .models import GLOBAL_WING, format_ts, utcnow
@@ -99,8 +99,10 @@ class _Plan:
         self.weights = RetrievalWeights.from_dict(s.retrieval.weights).merge(p.weights).merge(weights)
         self.limit = min(self.k, p.cap) if p.cap else self.k
 
-    def filters(self, prefix: str = "") -> tuple[list[str], list[Any]]:
-        where: list[str] = []
+    def filters(self, prefix: str = "", visible: bool = True) -> tuple[list[str], list[Any]]:
+        """SQL conditions (and their arguments) of the scope; ``visible``: and no row of an import in progress
+        (entries only: vec0 has no such column)."""
+        where: list[str] = [staging.visible(prefix.rstrip("."))] if visible else []
         args: list[Any] = []
         for col, values in (("wing", self.scope), ("room", self.rooms), ("kind", self.kinds), ("type", self.parsed.types),
                             ("status", self.statuses)):
@@ -291,10 +293,12 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
             gens = mem.generations()  # one read for both generators: the blocks and the scope set they check
             hits = vindex.knn(mem, qvec, plan.scope, plan.index_filters(), n_cand, gens)
         else:
-            # With a partition key, `wing IN (...)` yields up to k rows per wing; merged here.
-            sql = "SELECT rowid, distance FROM entries_vec WHERE embedding MATCH ? AND k = ?"
-            rows = conn.execute(sql + "".join(" AND " + w for w in where), [blob, n_cand, *args]).fetchall()
-            hits = sorted(((r, 1.0 - float(d)) for r, d in rows), key=lambda h: -h[1])
+            hits = _knn(mem, plan, blob, n_cand)
+            if hits is None:  # an import in progress has rows in the scope: rank the visible vectors here
+                vindex = mem.__dict__.setdefault("_staged_vindex", _new_vindex())
+                trace.notes.append("an import in progress has rows in this scope: vectors ranked in process, without them")
+                gens = mem.generations()
+                hits = vindex.knn(mem, qvec, plan.scope, plan.index_filters(), n_cand, gens)
         trace.fusion["vector_index"] = "memory" if vindex is not None else "sqlite-vec"
         for i, (rowid, sim) in enumerate(hits[:n_cand]):
             sims[rowid] = sim
@@ -325,7 +329,7 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
     extra: list[int] = []
     active_in_scope = plan.active_wing and (plan.scope is None or plan.active_wing in plan.scope)
     if plan.profile.mandatory_invariants and active_in_scope and plan.kinds != []:
-        sql = "SELECT rowid FROM entries WHERE wing = ? AND type = 'invariant' AND status = 'active'"
+        sql = f"SELECT rowid FROM entries WHERE wing = ? AND type = 'invariant' AND status = 'active' AND {staging.visible()}"
         margs: list[Any] = [plan.active_wing]
         if plan.rooms:
             c, v = _in("room", plan.rooms)
@@ -345,10 +349,10 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
         cols = "rowid, wing, room, kind, type, status"
         for i in range(0, len(ids), 400):
             chunk = ids[i : i + 400]
-            q = f"SELECT {cols} FROM entries WHERE overrides IN ({','.join('?' * len(chunk))})"
+            q = f"SELECT {cols} FROM entries WHERE overrides IN ({','.join('?' * len(chunk))}) AND {staging.visible()}"
             extra += [r[0] for r in conn.execute(q, chunk) if r[0] not in pool and in_scope(r)]
         for key in keys:
-            extra += [r[0] for r in conn.execute(f"SELECT {cols} FROM entries WHERE key = ?", (key,))
+            extra += [r[0] for r in conn.execute(f"SELECT {cols} FROM entries WHERE key = ? AND {staging.visible()}", (key,))
                       if r[0] not in pool and in_scope(r)]
     _load(mem, list(dict.fromkeys(extra)), pool)
     trace.candidates["pulled_in"] = len(set(extra))
@@ -376,6 +380,32 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
     trace.candidates["pool"] = len(pool)
     lat["score"] += _ms(t)  # loading the candidates, their vectors and policy pull-ins is scoring's input
     return list(pool.values()), vectors, qvec
+
+
+def _new_vindex() -> Any:
+    from .vindex import VectorIndex
+
+    return VectorIndex()
+
+
+def _knn(mem: Memory, plan: _Plan, blob: bytes, n_cand: int) -> list[tuple[int, float]] | None:
+    """vec0 KNN inside the scope, as (rowid, cosine similarity) best first; None when an import in progress has
+    staged rows in the scope (the KNN would rank them and lose visible rows). One read snapshot for both."""
+    conn = mem.conn
+    where, args = plan.filters(visible=False)
+    own = not conn.in_transaction
+    if own:
+        conn.execute("BEGIN")
+    try:
+        if staging.staged(conn, plan.scope):
+            return None
+        # With a partition key, `wing IN (...)` yields up to k rows per wing; merged here.
+        sql = "SELECT rowid, distance FROM entries_vec WHERE embedding MATCH ? AND k = ?"
+        rows = conn.execute(sql + "".join(" AND " + w for w in where), [blob, n_cand, *args]).fetchall()
+    finally:
+        if own:
+            conn.execute("COMMIT")
+    return sorted(((r, 1.0 - float(d)) for r, d in rows), key=lambda h: -h[1])
 
 
 def lexical(mem: Memory, plan: _Plan, text: str, n: int, gens: dict[str, int] | None = None) -> list[tuple[int, float]]:
@@ -411,7 +441,8 @@ def lexical(mem: Memory, plan: _Plan, text: str, n: int, gens: dict[str, int] | 
 def _load(mem: Memory, rowids: list[int], pool: dict[int, Candidate]) -> None:
     for i in range(0, len(rowids), 400):
         chunk = rowids[i : i + 400]
-        rows = mem.conn.execute(f"{_SELECT} WHERE rowid IN ({','.join('?' * len(chunk))})", chunk).fetchall()
+        rows = mem.conn.execute(f"{_SELECT} WHERE rowid IN ({','.join('?' * len(chunk))}) AND {staging.visible()}",
+                                chunk).fetchall()
         by_rowid = {r[0]: r for r in rows}
         for rowid in chunk:
             r = by_rowid.get(rowid)
@@ -470,7 +501,7 @@ def _session_centroids(mem: Memory, pool: list[Candidate], vectors: dict[int, np
     for sid in sessions:
         rows = mem.conn.execute(
             "SELECT v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid "
-            "WHERE e.kind = 'turn' AND json_extract(e.meta, '$.session_id') = ?",
+            f"WHERE e.kind = 'turn' AND json_extract(e.meta, '$.session_id') = ? AND {staging.visible('e')}",
             (sid,),
         ).fetchall()
         if rows:
@@ -490,7 +521,7 @@ def _merge_recent_turns(mem: Memory, plan: _Plan, pool: list[Candidate], trace: 
     from .store import row_to_entry
 
     session = row_to_entry(latest[2:]).meta.get("session_id")
-    sql = f"{_SELECT} WHERE kind = 'turn' AND json_extract(meta, '$.session_id') = ?"
+    sql = f"{_SELECT} WHERE kind = 'turn' AND json_extract(meta, '$.session_id') = ? AND {staging.visible()}"
     rargs: list[Any] = [session]
     if plan.scope is not None:
         c, v = _in("wing", plan.scope)

@@ -1,0 +1,231 @@
+"""Imports that never block other writers for long, and leave nothing behind.
+
+An import writes its entries in many short transactions, as *staged* rows:
+each carries the id of a row of ``imports``, the table of imports still in
+progress. Every read of entries (and of the audit log) keeps only rows whose
+``import_id`` is NULL or names no pending import (``visible()``), so no
+reader ever sees part of an import. The import is published by one short
+transaction that deletes its ``imports`` row and bumps the wing generations:
+every staged row becomes visible at once, whatever the import's size.
+
+A vec0 KNN cannot take the anti-join inside the index, so a search whose
+scope holds staged rows ranks vectors itself (``memlens.search``); otherwise
+the KNN statement filters staged rows out as well.
+
+Between two staging transactions the importer pauses a little longer than
+SQLite's busy handler sleeps between two tries (100 ms), so a writer waiting
+for the lock gets it at the next pause: no write waits longer than about one
+staging batch plus that pause.
+
+An import killed before it published (SIGKILL, power loss) leaves invisible
+rows. Its ``imports`` row names the owner (host, pid and the process's start
+time) and a heartbeat; the next import removes the rows of every import
+whose owner is gone or whose heartbeat is older than ``STALE_S``. Its
+scratch files live in ``<TMPDIR>/memlens-import-<pid>-*/``, which the next
+import removes once that pid is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from . import db
+from .errors import MemlensError
+
+SCRATCH_PREFIX = "memlens-import-"
+BATCH_S = 0.25  # a staging transaction holds the write lock about this long
+PAUSE_S = 0.11  # then lets waiting writers in (SQLite's busy handler retries every 100 ms at most)
+STALE_S = 600  # an import that has not written for this long is abandoned
+DELETE_BATCH = 500
+
+
+def visible(alias: str = "") -> str:
+    """SQL condition: the entries (or audit) row belongs to no import in progress."""
+    p = f"{alias}." if alias else ""
+    return f"({p}import_id IS NULL OR {p}import_id NOT IN (SELECT id FROM imports))"
+
+
+def staged(conn: Any, wings: list[str] | None) -> bool:
+    """Whether an import in progress has staged rows in ``wings`` (None: anywhere)."""
+    if wings is None:
+        return conn.execute("SELECT 1 FROM imports LIMIT 1").fetchone() is not None
+    if not wings:
+        return False
+    q = (f"SELECT 1 FROM entries WHERE import_id IN (SELECT id FROM imports) "
+         f"AND wing IN ({','.join('?' * len(wings))}) LIMIT 1")
+    return conn.execute(q, wings).fetchone() is not None
+
+
+# -- owners ------------------------------------------------------------------------------
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time in clock ticks since boot (Linux), to tell a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def owner() -> str:
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}:{_start_time(pid)}"
+
+
+def _owner_gone(value: str) -> bool:
+    parts = value.rsplit(":", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return True
+    host, pid, started = parts[0], int(parts[1]), parts[2]
+    if host != socket.gethostname():
+        return False  # cannot tell from here; the heartbeat decides
+    return not _alive(pid) or (bool(started) and _start_time(pid) != started)
+
+
+# -- the write protocol ------------------------------------------------------------------
+
+
+def begin(conn: Any, path: Path, source: str) -> int:
+    """Register an import in progress; returns its id (never reused: AUTOINCREMENT)."""
+    now = _now()
+    with db.transaction(conn, path):
+        cur = conn.execute(
+            "INSERT INTO imports(owner, started_at, heartbeat, source) VALUES (?, ?, ?, ?)", (owner(), now, now, source)
+        )
+        return int(cur.lastrowid)
+
+
+def check_owned(conn: Any, import_id: int, shown: Path | str) -> None:
+    """Inside a staging transaction: the import is still ours (not abandoned and cleaned up by another process)."""
+    row = conn.execute("SELECT owner FROM imports WHERE id = ?", (import_id,)).fetchone()
+    if row is None or row[0] != owner():
+        raise MemlensError(f"{shown}: the import was abandoned (no write for {STALE_S} s) and removed; nothing was written")
+    conn.execute("UPDATE imports SET heartbeat = ? WHERE id = ?", (_now(), import_id))
+
+
+def pause() -> None:
+    time.sleep(PAUSE_S)
+
+
+def discard(conn: Any, path: Path, import_id: int) -> None:
+    """Remove an unpublished import's rows in short transactions, then its ``imports`` row (last: until then
+    the remaining rows stay invisible)."""
+    while True:
+        with db.transaction(conn, path):
+            if conn.execute("SELECT 1 FROM imports WHERE id = ?", (import_id,)).fetchone() is None:
+                return  # published (its rows are entries now) or already removed
+            rowids = [r for (r,) in conn.execute(
+                "SELECT rowid FROM entries WHERE import_id = ? LIMIT ?", (import_id, DELETE_BATCH))]
+            if rowids:
+                conn.executemany("DELETE FROM entries_vec WHERE rowid = ?", [(r,) for r in rowids])
+                conn.execute(f"DELETE FROM entries WHERE rowid IN ({','.join('?' * len(rowids))})", rowids)
+            else:
+                conn.execute(
+                    "DELETE FROM audit WHERE seq IN (SELECT seq FROM audit WHERE import_id = ? LIMIT ?)",
+                    (import_id, DELETE_BATCH * 20),
+                )
+                if conn.execute("SELECT 1 FROM audit WHERE import_id = ? LIMIT 1", (import_id,)).fetchone() is None:
+                    conn.execute("DELETE FROM imports WHERE id = ?", (import_id,))
+                    return
+        pause()
+
+
+def sweep(conn: Any, path: Path) -> int:
+    """Remove the rows of every import whose owner is gone (or silent for ``STALE_S``); returns how many."""
+    swept = 0
+    cutoff = time.time() - STALE_S
+    for import_id, who, beat in conn.execute("SELECT id, owner, heartbeat FROM imports").fetchall():
+        try:
+            silent = float(beat) < cutoff
+        except ValueError:
+            silent = True
+        if who != "abandoned" and not silent and not _owner_gone(who):
+            continue
+        with db.transaction(conn, path):  # claim it: its importer, if it ever resumes, finds it gone
+            conn.execute("UPDATE imports SET owner = 'abandoned' WHERE id = ?", (import_id,))
+        discard(conn, path, import_id)
+        swept += 1
+    return swept
+
+
+def _now() -> str:
+    return f"{time.time():.3f}"
+
+
+# -- scratch files -----------------------------------------------------------------------
+
+
+def _scratch_root() -> Path:
+    return Path(tempfile.gettempdir())
+
+
+def sweep_scratch() -> int:
+    """Remove scratch directories of imports whose process is gone; returns how many."""
+    removed = 0
+    try:
+        candidates = list(_scratch_root().glob(SCRATCH_PREFIX + "*"))
+    except OSError:
+        return 0
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    for d in candidates:
+        pid = d.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or not d.is_dir() or (uid is not None and d.stat().st_uid != uid):
+                continue
+        except OSError:
+            continue
+        if _alive(int(pid)):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed += not d.exists()
+    return removed
+
+
+@contextmanager
+def scratch() -> Iterator[Path]:
+    """A private scratch directory, removed on exit (and by the next import if this process is killed)."""
+    sweep_scratch()
+    d = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@contextmanager
+def terminate_as_exit() -> Iterator[None]:
+    """While importing from the CLI: SIGTERM unwinds like Ctrl-C (scratch files and staged rows are removed)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
