@@ -25,7 +25,6 @@ import base64
 import hashlib
 import json
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,7 +32,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from . import db, staging
+from . import staging
 from .errors import MemlensError, ValidationError
 from .models import Entry, content_hash
 
@@ -288,82 +287,15 @@ def _import(
         raise MemlensError(f"{shown} changed while it was being imported; nothing was written")
 
     # 3. staged rows in short transactions, 4. published at once
-    _write(mem, shown, path, vecs, h1.digest(), outside, total, progress)
-    return {"imported": total, "embedded": embedded, "reused_vectors": total - embedded}
+    h3 = hashlib.sha256()
+    rows = ((row, n, parse_line(shown, n, text, model_id, dim)[0]) for row, (n, text) in enumerate(_lines(path, h3)))
 
-
-def _write(mem: Memory, shown: Path, path: Path, vecs: np.ndarray, digest: bytes, outside: dict[str, int], total: int,
-           progress: Callable[[str, int, int], None]) -> None:
-    conn = mem.conn
-    import_id = staging.begin(conn, mem.path, str(shown))
-    try:
-        h3 = hashlib.sha256()
-        wings: set[str] = set()
-        seq = 0
-        lines = enumerate(_lines(path, h3))
-        done = False
-        written = 0
-        while not done:
-            with db.transaction(conn, mem.path):
-                staging.check_owned(conn, import_id, shown)
-                until = time.monotonic() + staging.BATCH_S
-                batch: list[tuple[int, int, Entry]] = []
-                while time.monotonic() < until:
-                    item = next(lines, None)
-                    if item is None:
-                        done = True
-                        break
-                    row, (n, text) = item
-                    written = row + 1
-                    entry, _ = parse_line(shown, n, text, mem.model_id, mem.dim)
-                    batch.append((row, n, entry))
-                    if len(batch) == 64:
-                        seq = _stage(mem, conn, shown, import_id, batch, vecs, wings) or seq
-                        batch = []
-                seq = _stage(mem, conn, shown, import_id, batch, vecs, wings) or seq
-            progress("writing", written, total)
-            if not done:
-                staging.pause()
-        if h3.digest() != digest:
+    def unchanged() -> None:
+        if h3.digest() != h1.digest():
             raise MemlensError(f"{shown} changed while it was being imported; nothing was written")
-        with db.transaction(conn, mem.path):  # publish: one short transaction, whatever the size
-            staging.check_owned(conn, import_id, shown)
-            if outside:
-                found = {r[0] for r in conn.execute(
-                    f"SELECT id FROM entries WHERE id IN ({','.join('?' * len(outside))}) AND {staging.visible()}",
-                    list(outside))}
-                for target, n in outside.items():
-                    if target not in found:
-                        raise ValidationError(
-                            f"{shown}: line {n}: field 'overrides': entry {target!r} was deleted while importing; "
-                            "nothing was written")
-            conn.execute("DELETE FROM imports WHERE id = ?", (import_id,))
-            mem._bump(conn, wings, seq)
-    except BaseException:
-        try:
-            staging.discard(conn, mem.path, import_id)
-        except BaseException:  # interrupted again, or the store is gone: the next import removes the rows
-            pass
-        raise
 
-
-def _stage(mem: Memory, conn: Any, shown: Path, import_id: int, batch: list[tuple[int, int, Entry]], vecs: np.ndarray,
-           wings: set[str]) -> int:
-    """Insert one batch as staged rows (inside the caller's transaction); returns the last audit seq."""
-    if not batch:
-        return 0
-    ids = [e.id for _, _, e in batch]
-    taken = conn.execute(f"SELECT id FROM entries WHERE id IN ({','.join('?' * len(ids))}) LIMIT 1", ids).fetchone()
-    if taken:
-        n = next(n for _, n, e in batch if e.id == taken[0])
-        raise ValidationError(f"{shown}: line {n}: field 'id': {taken[0]!r} was added to the store while importing; "
-                              "nothing was written")
-    seq = 0
-    for row, _, entry in batch:
-        mem._insert(conn, entry, vecs[row].tobytes(), import_id)
-        seq = mem._audit(conn, "import", entry.id, entry.wing, None, entry.to_record(), {"file": str(shown)}, import_id)
-        wings.add(entry.wing)
-    return seq
+    staging.write(mem, shown, rows, vecs, outside, unchanged, lambda done: progress("writing", done, total))
+    return {"imported": total, "embedded": embedded, "reused_vectors": total - embedded}
 
 
 def export(mem: Memory, out: IO[str], *, wing: str | None = None, with_vectors: bool = False) -> int:
