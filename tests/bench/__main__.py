@@ -1,6 +1,6 @@
 """``python -m tests.bench [--quick] [--only NAME]`` (``make bench`` runs it without flags).
 
-Runs the suites in order: ``foundation``, ``retrieval``, ``tasks``, ``tui``. NAME
+Runs the suites in order: ``foundation``, ``retrieval``, ``tasks``, ``tui``, ``imports``. NAME
 is one suite or one part of the foundation suite (``foundation.search``,
 ``foundation.embed``, ``foundation.import``, ``foundation.cold``). Only a full
 run of a whole suite writes ``tests/bench/results/<suite>.json`` and its README
@@ -14,7 +14,7 @@ import sys
 
 from .common import setup_environment
 
-SUITES = ("foundation", "retrieval", "tasks", "tui")
+SUITES = ("foundation", "retrieval", "tasks", "tui", "imports")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
             from . import tui
 
             tui.run(quick=args.quick)
+        elif suite == "imports":
+            from . import imports
+
+            imports.run(quick=args.quick)
     return 0
 
 
