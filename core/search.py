@@ -99,10 +99,9 @@ class _Plan:
         self.weights = RetrievalWeights.from_dict(s.retrieval.weights).merge(p.weights).merge(weights)
         self.limit = min(self.k, p.cap) if p.cap else self.k
 
-    def filters(self, prefix: str = "", visible: bool = True) -> tuple[list[str], list[Any]]:
-        """SQL conditions (and their arguments) of the scope; ``visible``: and no row of an import in progress
-        (entries only: vec0 has no such column)."""
-        where: list[str] = [staging.visible(prefix.rstrip("."))] if visible else []
+    def filters(self, prefix: str = "") -> tuple[list[str], list[Any]]:
+        """SQL conditions (and their arguments) of the scope, for the entries table or vec0's metadata columns."""
+        where: list[str] = []
         args: list[Any] = []
         for col, values in (("wing", self.scope), ("room", self.rooms), ("kind", self.kinds), ("type", self.parsed.types),
                             ("status", self.statuses)):
@@ -111,6 +110,11 @@ class _Plan:
                 where.append(clause)
                 args.extend(vals)
         return where, args
+
+    def entry_filters(self, prefix: str = "") -> tuple[list[str], list[Any]]:
+        """``filters()`` on the entries table, and no row of an import in progress (``memlens.staging``)."""
+        where, args = self.filters(prefix)
+        return [staging.visible(prefix.rstrip(".")), *where], args
 
     def index_filters(self) -> dict[str, list[str]]:
         """The filters other than the wing, as the in-process index applies them."""
@@ -266,7 +270,7 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
     conn = mem.conn
     s = mem.settings
     text = plan.parsed.text
-    where, args = plan.filters()
+    where, args = plan.entry_filters()
     n_cand = max(s.search.candidates, plan.k * 3)
     sims: dict[int, float] = {}
     vec_rank: dict[int, int] = {}
@@ -392,7 +396,7 @@ def _knn(mem: Memory, plan: _Plan, blob: bytes, n_cand: int) -> list[tuple[int, 
     """vec0 KNN inside the scope, as (rowid, cosine similarity) best first; None when an import in progress has
     staged rows in the scope (the KNN would rank them and lose visible rows). One read snapshot for both."""
     conn = mem.conn
-    where, args = plan.filters(visible=False)
+    where, args = plan.filters()
     own = not conn.in_transaction
     if own:
         conn.execute("BEGIN")
@@ -429,7 +433,7 @@ def lexical(mem: Memory, plan: _Plan, text: str, n: int, gens: dict[str, int] | 
         sql = ("SELECT rowid, bm25(entries_fts, 2.0, 1.0) AS s FROM entries_fts "
                "WHERE entries_fts MATCH ? AND memlens_in_scope(rowid) ORDER BY s, rowid LIMIT ?")
         return conn.execute(sql, [fq, n]).fetchall()
-    ewhere, eargs = plan.filters("e.")
+    ewhere, eargs = plan.entry_filters("e.")
     sql = (
         "SELECT e.rowid, bm25(entries_fts, 2.0, 1.0) AS s FROM entries_fts "
         "JOIN entries e ON e.rowid = entries_fts.rowid WHERE entries_fts MATCH ?"
@@ -513,7 +517,7 @@ def _session_centroids(mem: Memory, pool: list[Candidate], vectors: dict[int, np
 def _merge_recent_turns(mem: Memory, plan: _Plan, pool: list[Candidate], trace: Trace, now: datetime) -> list[Candidate]:
     """Seed 003 conversation: semantic hits then the session's latest turns, first occurrence wins."""
     semantic = sorted(pool, key=lambda c: -c.score)
-    where, args = plan.filters()
+    where, args = plan.entry_filters()
     sql = f"{_SELECT}" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY created_at DESC, rowid DESC LIMIT 1"
     latest = mem.conn.execute(sql, args).fetchone()
     if latest is None:
@@ -548,7 +552,7 @@ def _merge_recent_turns(mem: Memory, plan: _Plan, pool: list[Candidate], trace: 
 
 def _personal_fallback(mem: Memory, plan: _Plan, trace: Trace, scored: dict[str, Candidate]) -> list[Candidate]:
     """Seed 003 personal: nothing passed, so expose the stored personal facts with score 1.0."""
-    where, args = plan.filters()
+    where, args = plan.entry_filters()
     sql = f"{_SELECT}" + (" WHERE " + " AND ".join(where) if where else "")
     sql += " ORDER BY salience DESC, updated_at DESC LIMIT ?"
     out = []
