@@ -303,6 +303,8 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
                 trace.notes.append("an import in progress has rows in this scope: vectors ranked in process, without them")
                 gens = mem.generations()
                 hits = vindex.knn(mem, qvec, plan.scope, plan.index_filters(), n_cand, gens)
+            else:
+                mem.__dict__.pop("_staged_vindex", None)  # that copy of the vectors was for the import's duration
         trace.fusion["vector_index"] = "memory" if vindex is not None else "sqlite-vec"
         for i, (rowid, sim) in enumerate(hits[:n_cand]):
             sims[rowid] = sim

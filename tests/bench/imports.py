@@ -5,8 +5,9 @@ One temp store; a JSONL file of N entries that carry their vectors (the
 processes run at once:
 
 * the **importer** imports the file (``Memory.import_jsonl``), timing the
-  whole import and the final publishing step (from its last staging batch to
-  the end);
+  whole import and the final publishing step (from the commit of its last
+  staging transaction until ``import_jsonl`` returns: the publishing
+  transaction and removing the scratch files);
 * the **writer** adds one entry a second with ``Memory.add`` (the store's
   default busy timeout of 5 s) and times each call; after each add it also
   counts the entries it can see, which must be its own adds only until the
@@ -55,7 +56,7 @@ def progress(stage, done, total):
 with Memory.open(sys.argv[1], embedder=HashEmbedder()) as mem:
     t = time.perf_counter()
     report = mem.import_jsonl(sys.argv[2], progress=progress)
-    end = time.perf_counter()
+    end = time.perf_counter()  # before closing the store (its final WAL checkpoint is not the import's)
 print(json.dumps({"report": report, "seconds": end - t, "publish_s": end - marks.get("writing", end),
                   "staging_s": marks.get("writing", end) - marks.get("embedding", marks.get("validated", t))}))
 """
