@@ -1,6 +1,7 @@
 """Hostile import lines and values: one line-numbered refusal each, the store unchanged."""
 
 import base64
+import io
 import json
 from datetime import timedelta, timezone
 
@@ -117,22 +118,30 @@ def test_byte_order_mark_on_the_first_line_is_accepted(mem, tmp_path):
     assert mem.import_jsonl(path)["imported"] == 1
 
 
-def test_a_pipe_is_read_once_and_imported(mem, tmp_path):
+def test_a_pipe_is_read_once_and_imported(tmp_path, settings):
+    """A FIFO (or ``<(cmd)``) can be read only once: it is spooled like stdin, not read again (which would block)."""
     import os
     import threading
 
+    from .conftest import run_cli
+
+    store = tmp_path / "s.db"
+    with Memory.open(store, settings=settings, embedder=HashEmbedder()):
+        pass
     fifo = tmp_path / "in.fifo"
     os.mkfifo(fifo)
+    v = HashEmbedder().embed(["through a pipe"])[0]
+    line = json.dumps({"id": "p1", "wing": "w", "text": "through a pipe", "model": "hash-bow-384", "vector": _b64(v)})
 
     def feed() -> None:
         with fifo.open("w") as fh:
-            fh.write('{"id": "p1", "wing": "w", "text": "through a pipe"}\n')
+            fh.write(line + "\n")
 
-    t = threading.Thread(target=feed, daemon=True)
-    t.start()
-    assert mem.import_jsonl(fifo)["imported"] == 1
-    t.join(timeout=10)
-    assert mem.get("p1").text == "through a pipe"
+    threading.Thread(target=feed, daemon=True).start()
+    done = run_cli("--store", str(store), "import", str(fifo), timeout=60)
+    assert done.returncode == 0, done.stderr
+    with Memory.open(store, settings=settings, embedder=HashEmbedder()) as mem:
+        assert mem.get("p1").text == "through a pipe"
 
 
 @pytest.mark.parametrize(
@@ -198,7 +207,14 @@ _field_values = {
                         st.lists(st.floats(width=32), min_size=384, max_size=384).map(_b64)),
     "surprise": _json,
 }
-_records = st.fixed_dictionaries({}, optional=_field_values).map(lambda r: {"wing": "w", "text": "base", **r})
+_field_values["created_at"] = st.one_of(_stamps, st.sampled_from(["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"]),
+                                        _txt(25), _json)
+_field_values["text"] = st.one_of(st.text(_chars, min_size=1, max_size=30), _json)
+# one field drawn freely on an otherwise valid record (reaches the deep checks), or many at once
+_one_field = st.sampled_from(sorted(_field_values)).flatmap(
+    lambda k: _field_values[k].map(lambda v: {"wing": "w", "text": "base", k: v}))
+_records = st.one_of(_one_field,
+                     st.fixed_dictionaries({}, optional=_field_values).map(lambda r: {"wing": "w", "text": "base", **r}))
 _lines = st.one_of(
     _records.map(lambda r: json.dumps(r, allow_nan=True).encode()),
     _txt(60).map(lambda t: t.encode("utf-8", "surrogatepass")),
@@ -218,7 +234,11 @@ def test_generated_lines_give_clean_errors_only(mem, store_path, tmp_path, lines
     except MemlensError as exc:
         assert "\n" not in str(exc)
         assert snapshot_store(store_path) == before
-    else:  # imported: remove it again so the next example starts from the same store
+    else:  # imported: what is stored exports as strict JSON that imports back; then remove it again
+        buf = io.StringIO()
+        mem.export_jsonl(buf, with_vectors=True)
+        for line in buf.getvalue().splitlines():
+            parse_line(path, 1, line, "hash-bow-384", 384)
         for e in list(mem.entries()):
             mem.delete(e.id)
 
