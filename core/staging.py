@@ -70,6 +70,27 @@ def staged(conn: Any, wings: list[str] | None) -> bool:
     return conn.execute(q, wings).fetchone() is not None
 
 
+def visible_count(conn: Any) -> int:
+    """Visible entries: all of them less the staged ones (counted through the staged-rows index; one statement)."""
+    q = ("SELECT (SELECT count(*) FROM entries) - "
+         "(SELECT count(*) FROM entries WHERE import_id IN (SELECT id FROM imports))")
+    return int(conn.execute(q).fetchone()[0])
+
+
+def visible_groups(conn: Any, col: str, where: str = "", args: tuple[Any, ...] = ()) -> list[tuple[Any, int]]:
+    """(value of ``col``, visible entries) for the values with any, in order; ``where`` narrows (without WHERE).
+
+    All rows grouped (by an index where there is one) less the staged rows grouped: much faster than
+    testing every row, and one statement, so one snapshot.
+    """
+    cond = f" WHERE {where}" if where else ""
+    staged_cond = " AND " + where if where else ""
+    q = (f"SELECT v, sum(n) FROM (SELECT {col} AS v, count(*) AS n FROM entries{cond} GROUP BY {col} UNION ALL "
+         f"SELECT {col}, -count(*) FROM entries WHERE import_id IN (SELECT id FROM imports){staged_cond} GROUP BY {col}) "
+         "GROUP BY v HAVING sum(n) > 0 ORDER BY v")
+    return [(v, int(n)) for v, n in conn.execute(q, (*args, *args))]
+
+
 # -- owners ------------------------------------------------------------------------------
 
 

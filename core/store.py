@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import db
-from .staging import visible
+from .staging import visible, visible_count, visible_groups
 from .config import Settings, load_settings
 from .errors import MemlensError, NotFoundError, StoreError, ValidationError
 from .models import EDITABLE_FIELDS, Entry, EntryType, Kind, Status, content_hash, format_ts, parse_ts, utcnow
@@ -191,33 +191,32 @@ class Memory:
             yield row_to_entry(row)
 
     def count(self) -> int:
-        return int(self.conn.execute(f"SELECT count(*) FROM entries WHERE {visible()}").fetchone()[0])
+        return visible_count(self.conn)
 
     def _write_stamp(self) -> tuple[int, int]:
         """Changes whenever any process writes an entry: every write bumps a wing generation."""
         row = self.conn.execute("SELECT coalesce(sum(generation), 0), count(*) FROM wings").fetchone()
         return int(row[0]), int(row[1])
 
-    def _distinct(self, sql: str, args: tuple[Any, ...]) -> list[str]:
+    def _distinct(self, col: str, where: str, args: tuple[Any, ...]) -> list[str]:
         # DISTINCT over a large table costs milliseconds; searches ask on every call, so cache it
         # until the next write (seen through the tiny wings table, so other processes count too)
         stamp = self._write_stamp()
-        key = (sql, args)
+        key = (f"{col}|{where}", args)
         with self._distinct_lock:
             hit = self._distinct_cache.get(key)
             if hit is not None and hit[0] == stamp:
                 return list(hit[1])
-        values = [r[0] for r in self.conn.execute(sql, args)]
+        values = [v for v, _ in visible_groups(self.conn, col, where, args)]
         with self._distinct_lock:
             self._distinct_cache[key] = (stamp, values)
         return list(values)
 
     def wings(self) -> list[str]:
-        return self._distinct(f"SELECT DISTINCT wing FROM entries WHERE {visible()} ORDER BY wing", ())
+        return self._distinct("wing", "", ())
 
     def rooms(self, wing: str | None = None) -> list[str]:
-        sql = f"SELECT DISTINCT room FROM entries WHERE room != '' AND {visible()}" + (" AND wing = ?" if wing else "") + " ORDER BY room"
-        return self._distinct(sql, (wing,) if wing else ())
+        return self._distinct("room", "room != ''" + (" AND wing = ?" if wing else ""), (wing,) if wing else ())
 
     def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
         rows = self.conn.execute("SELECT wing, generation FROM wings").fetchall()
@@ -582,8 +581,7 @@ class Memory:
         conn = self.conn
         per: dict[str, dict[str, int]] = {}
         for col in ("wing", "kind", "type", "status"):
-            per[col] = dict(conn.execute(
-                f"SELECT {col}, count(*) FROM entries WHERE {visible()} GROUP BY {col} ORDER BY {col}").fetchall())
+            per[col] = dict(visible_groups(conn, col))
         size = sum(p.stat().st_size for p in (self.path, Path(f"{self.path}-wal")) if p.exists())
         return {
             "store": str(self.path),
@@ -596,7 +594,9 @@ class Memory:
             "model": self.model_id,
             "dim": self.dim,
             "schema_version": db.schema_version(conn),
-            "audit_rows": int(conn.execute(f"SELECT count(*) FROM audit WHERE {visible()}").fetchone()[0]),
+            "audit_rows": int(conn.execute(
+                "SELECT (SELECT count(*) FROM audit) - (SELECT count(*) FROM audit WHERE import_id IN (SELECT id FROM imports))"
+            ).fetchone()[0]),
             "read_only": self.read_only,
         }
 
