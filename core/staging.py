@@ -278,7 +278,11 @@ def _scratch_root() -> Path:
 
 
 def sweep_scratch() -> int:
-    """Remove scratch directories of imports whose process is gone; returns how many."""
+    """Remove scratch files of imports whose process is gone; returns how many.
+
+    Ours are ``memlens-import-<pid>-*`` directories. Earlier versions named theirs (and the spooled stdin)
+    ``memlens-import-<random>``: those go once a day old.
+    """
     removed = 0
     try:
         candidates = list(_scratch_root().glob(SCRATCH_PREFIX + "*"))
@@ -286,16 +290,23 @@ def sweep_scratch() -> int:
         return 0
     uid = os.getuid() if hasattr(os, "getuid") else None
     for d in candidates:
-        pid = d.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        pid, sep, _ = d.name[len(SCRATCH_PREFIX):].partition("-")
         try:
-            if not pid.isdigit() or not d.is_dir() or (uid is not None and d.stat().st_uid != uid):
+            st = d.lstat()
+            if uid is not None and st.st_uid != uid:
                 continue
+            if pid.isdigit() and sep and d.is_dir():
+                if _alive(int(pid)):
+                    continue
+            elif time.time() - st.st_mtime < 86400:
+                continue
+            if d.is_dir() and not d.is_symlink():
+                shutil.rmtree(d, ignore_errors=True)
+            else:
+                d.unlink()
         except OSError:
             continue
-        if _alive(int(pid)):
-            continue
-        shutil.rmtree(d, ignore_errors=True)
-        removed += not d.exists()
+        removed += not os.path.lexists(d)
     return removed
 
 

@@ -206,3 +206,26 @@ def test_sigterm_during_a_cli_import_removes_scratch_files_and_staged_rows(tmp_p
     assert _scratch_dirs(tmpdir) == []
     assert _raw_counts(store) == {"entries": 1, "vec": 1, "fts": 1, "staged": 0, "imports": 0, "staged_audit": 0}
     assert _visible(store, settings) == {"keep"}
+
+
+def test_scratch_sweep_keeps_live_and_recent_files_and_removes_the_rest(tmp_path, monkeypatch):
+    import tempfile
+
+    from memlens import staging
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          timeout=60).stdout.strip()
+    (tmp_path / f"memlens-import-{dead}-abc").mkdir()
+    (tmp_path / f"memlens-import-{dead}-abc" / "vectors.npy").write_bytes(b"x" * 1000)
+    (tmp_path / f"memlens-import-{os.getpid()}-live").mkdir()  # this process: alive
+    old_dir, old_spool, recent = tmp_path / "memlens-import-k2j3h4", tmp_path / "memlens-import-x1y2.jsonl", tmp_path / "memlens-import-q9w8"
+    old_dir.mkdir()
+    old_spool.write_text("{}")
+    recent.mkdir()
+    day_ago = time.time() - 2 * 86400
+    os.utime(old_dir, (day_ago, day_ago))
+    os.utime(old_spool, (day_ago, day_ago))
+    (tmp_path / "unrelated").mkdir()
+    assert staging.sweep_scratch() == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"memlens-import-{os.getpid()}-live", "memlens-import-q9w8", "unrelated"])
