@@ -156,22 +156,34 @@ def run(quick: bool = False) -> dict[str, Any]:
         res["duration_s"] = round(time.perf_counter() - t_start, 1)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    table = render_table(res)
+    if not quick:
+        ensure_readme_block(NAME, "tui")
     w = res["writer"]
-    table = "\n".join([
+    target = f"longest add {w['wait']['max_ms']:.0f} ms (target under {TARGET_MAX_WAIT_S * 1000:.0f} ms), failures {w['failures']}"
+    publish(NAME, res, table, official=not quick, target_lines=[target])
+    return res
+
+
+def render_table(res: dict[str, Any]) -> str:
+    n, w, m = res["entries"], res["writer"], res["machine"]
+    met = "met" if w["wait"]["max_ms"] < TARGET_MAX_WAIT_S * 1000 and not w["failures"] else "missed"
+    return "\n".join([
         f"Import of {n:,} entries with their vectors beside a writer adding one entry a second "
-        f"({res['machine']['cpu_model']}, {res['machine']['cores_usable']} cores):",
+        f"({m['cpu_model']}, {m['cores_usable']} cores):",
         "",
         "| import | rate | publish step | writer adds | longest add | add p50 | add p95 | failed adds | partial import seen |",
         "|---|---|---|---|---|---|---|---|---|",
         f"| {res['import']['seconds']} s | {res['import']['entries_per_s']:,.0f}/s | {res['import']['publish_ms']} ms | "
         f"{w['adds']} | {w['wait']['max_ms']:.0f} ms | {w['wait']['p50_ms']:.0f} ms | {w['wait']['p95_ms']:.0f} ms | "
         f"{w['failures']} | {w['partial_import_seen']} |",
+        "",
+        f"`python -m tests.bench.imports`: target longest add under {TARGET_MAX_WAIT_S * 1000:.0f} ms with no failed add: "
+        f"{met}. *publish step*: from the commit of the last staging transaction until `import_jsonl` returns (the "
+        "one transaction that makes every row visible, and removing the scratch files). *partial import seen*: "
+        f"how many of the writer's {w['counts_seen']} entry counts, taken after each add, showed part of the import "
+        f"(each must be its own adds, or those and all {n:,} entries). {m['date']}.",
     ])
-    if not quick:
-        ensure_readme_block(NAME, "tui")
-    target = f"longest add {w['wait']['max_ms']:.0f} ms (target under {TARGET_MAX_WAIT_S * 1000:.0f} ms), failures {w['failures']}"
-    publish(NAME, res, table, official=not quick, target_lines=[target])
-    return res
 
 
 def main(argv: list[str] | None = None) -> int:
