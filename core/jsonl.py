@@ -317,6 +317,13 @@ def export(mem: Memory, out: IO[str], *, wing: str | None = None, with_vectors: 
         if with_vectors:
             rec["model"] = model
             rec["vector"] = base64.b64encode(row[14]).decode("ascii")
-        out.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        try:
+            line = json.dumps(rec, ensure_ascii=False, allow_nan=False)
+        except ValueError:  # stored by an earlier version, which accepted NaN in meta
+            raise MemlensError(
+                f"entry {rec['id']!r} holds NaN or an infinity in 'meta', which JSON cannot hold; "
+                f"change it (memlens update / Memory.update) and export again"
+            ) from None
+        out.write(line + "\n")
         n += 1
     return n

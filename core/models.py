@@ -64,6 +64,9 @@ def format_ts(ts: datetime) -> str:
     return f"{ts.year:04d}-{ts.month:02d}-{ts.day:02d}T{ts.hour:02d}:{ts.minute:02d}:{ts.second:02d}{frac}Z"
 
 
+_SHORT_YEAR = re.compile(r"^(\d{1,3})(-\d\d-\d\dT.*)$")
+
+
 def parse_ts(value: Any) -> datetime:
     if isinstance(value, str) and len(value) in (20, 27) and value[-1] == "Z" and value[10] == "T":
         # the store's own format (format_ts), the common case: fromisoformat reads "Z" only from 3.11
@@ -76,6 +79,9 @@ def parse_ts(value: Any) -> datetime:
         text = value.strip()
         if text.endswith(("Z", "z")):
             text = text[:-1] + "+00:00"
+        legacy = _SHORT_YEAR.match(text)  # earlier versions stored years before 1000 unpadded ("1-01-01T…")
+        if legacy:
+            text = f"{int(legacy[1]):04d}{legacy[2]}"
         ts = datetime.fromisoformat(text)
     else:
         raise ValueError("expected an ISO-8601 timestamp string")

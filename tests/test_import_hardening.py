@@ -252,3 +252,14 @@ def test_parse_line_raises_only_validation_errors(text):
         parse_line(Path("f.jsonl"), 7, text, "hash-bow-384", 384)
     except ValidationError as exc:
         assert str(exc).startswith("f.jsonl: line 7: ")
+
+
+def test_rows_written_by_earlier_versions_still_read_and_export_cleanly(mem, store_path):
+    """Earlier versions stored year 1 as "1-01-01T…" and accepted NaN in meta: reading works, export refuses in one line."""
+    mem.add("legacy entry", wing="w", id="legacy")
+    mem.conn.execute("UPDATE entries SET created_at = '1-01-01T00:00:00Z', meta = '{\"x\": NaN}' WHERE id = 'legacy'")
+    e = mem.get("legacy")
+    assert e.created_at.year == 1 and e.to_record()["created_at"] == "0001-01-01T00:00:00Z"
+    assert [r.entry.id for r in mem.search("legacy entry", active_wing="w").results] == ["legacy"]
+    with pytest.raises(MemlensError, match="entry 'legacy' holds NaN or an infinity in 'meta'"):
+        mem.export_jsonl(io.StringIO())
