@@ -9,8 +9,10 @@ transaction that deletes its ``imports`` row and bumps the wing generations:
 every staged row becomes visible at once, whatever the import's size.
 
 A vec0 KNN cannot take the anti-join inside the index, so a search whose
-scope holds staged rows ranks vectors itself (``memlens.search``); otherwise
-the KNN statement filters staged rows out as well.
+scope holds staged rows ranks the visible vectors itself (``memlens.search``);
+the check and the KNN share one read snapshot, so the KNN never meets a staged
+row. Counts and distinct values take all rows less the staged ones, through
+the index on ``import_id``.
 
 Between two staging transactions the importer pauses a little longer than
 SQLite's busy handler sleeps between two tries (100 ms), so a writer waiting
