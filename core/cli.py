@@ -166,7 +166,9 @@ def cmd_import(args: argparse.Namespace) -> int:
         if interactive and total:
             print(f"\r{stage}: {done}/{total}", end="", file=sys.stderr, flush=True)
 
-    with _open(args, create=True) as mem:
+    from .staging import terminate_as_exit
+
+    with terminate_as_exit(), _open(args, create=True) as mem:  # SIGTERM unwinds: scratch files and staged rows go
         report = mem.import_jsonl(Path(args.file), progress=progress)
     if interactive:
         print(file=sys.stderr)

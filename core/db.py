@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 from .errors import StoreError, StoreLockedError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _driver_lock = threading.Lock()
 _driver: ModuleType | None = None
 
@@ -151,7 +151,25 @@ def _migration_3(dim: int) -> list[str]:
     return ["CREATE INDEX IF NOT EXISTS entries_overrides ON entries(overrides) WHERE overrides IS NOT NULL"]
 
 
-MIGRATIONS = {1: _migration_1, 2: _migration_2, 3: _migration_3}
+def _migration_4(dim: int) -> list[str]:
+    """Imports in progress (``memlens.staging``): their rows are written in short transactions but stay
+    invisible to every reader until one short transaction deletes the import's ``imports`` row."""
+    return [
+        """CREATE TABLE imports (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            owner TEXT NOT NULL,
+            started_at TEXT NOT NULL,
+            heartbeat TEXT NOT NULL,
+            source TEXT
+        )""",
+        "ALTER TABLE entries ADD COLUMN import_id INTEGER",
+        "ALTER TABLE audit ADD COLUMN import_id INTEGER",
+        "CREATE INDEX entries_import ON entries(import_id, wing) WHERE import_id IS NOT NULL",
+        "CREATE INDEX audit_import ON audit(import_id) WHERE import_id IS NOT NULL",
+    ]
+
+
+MIGRATIONS = {1: _migration_1, 2: _migration_2, 3: _migration_3, 4: _migration_4}
 
 
 def _secure_create(path: Path) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .search import fts_query
 from .vectors import clean, from_blob
+from .staging import visible
 
 if TYPE_CHECKING:
     from .store import Memory
@@ -67,7 +68,8 @@ def _never_a_candidate(mem: Memory, entry: Any, bundle: Any, kwargs: dict[str, A
     where = f"wing IN ({','.join('?' * len(wings))}) AND status IN ({','.join('?' * len(statuses))})"
     higher = 0
     rows = conn.execute(
-        f"SELECT v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid WHERE e.{where.replace(' AND ', ' AND e.')}",
+        f"SELECT v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid WHERE e.{where.replace(' AND ', ' AND e.')} "
+        f"AND {visible('e')}",
         [*wings, *statuses],
     )
     for (blob,) in rows:
@@ -77,7 +79,7 @@ def _never_a_candidate(mem: Memory, entry: Any, bundle: Any, kwargs: dict[str, A
     if fq:
         rows = conn.execute(
             "SELECT e.id FROM entries_fts JOIN entries e ON e.rowid = entries_fts.rowid WHERE entries_fts MATCH ? "
-            f"AND e.wing IN ({','.join('?' * len(wings))}) ORDER BY bm25(entries_fts, 2.0, 1.0)",
+            f"AND e.wing IN ({','.join('?' * len(wings))}) AND {visible('e')} ORDER BY bm25(entries_fts, 2.0, 1.0)",
             [fq, *wings],
         ).fetchall()
         ids = [r[0] for r in rows]

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from . import vocab
 from .ids import new_id
-from .limits import entry_field_problem, entry_text_problem, utf8_problem_in
+from .limits import entry_field_problem, entry_text_problem
 
 from .vocab import NAME_RE  # noqa: E402 (one definition, shared with the pydantic-free query parser)
 ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
@@ -55,10 +55,17 @@ def utcnow() -> datetime:
 
 
 def format_ts(ts: datetime) -> str:
-    """ISO-8601 UTC with a Z; microseconds only when present, so round trips are exact."""
+    """ISO-8601 UTC with a Z; microseconds only when present, so round trips are exact.
+
+    The year is always four digits (``strftime("%Y")`` writes year 1 as "1" on glibc,
+    which would neither sort nor parse back).
+    """
     ts = ts.astimezone(timezone.utc)
-    fmt = "%Y-%m-%dT%H:%M:%S.%fZ" if ts.microsecond else "%Y-%m-%dT%H:%M:%SZ"
-    return ts.strftime(fmt)
+    frac = f".{ts.microsecond:06d}" if ts.microsecond else ""
+    return f"{ts.year:04d}-{ts.month:02d}-{ts.day:02d}T{ts.hour:02d}:{ts.minute:02d}:{ts.second:02d}{frac}Z"
+
+
+_SHORT_YEAR = re.compile(r"^(\d{1,3})(-\d\d-\d\dT.*)$")
 
 
 def parse_ts(value: Any) -> datetime:
@@ -73,6 +80,9 @@ def parse_ts(value: Any) -> datetime:
         text = value.strip()
         if text.endswith(("Z", "z")):
             text = text[:-1] + "+00:00"
+        legacy = _SHORT_YEAR.match(text)  # earlier versions stored years before 1000 unpadded ("1-01-01T…")
+        if legacy:
+            text = f"{int(legacy[1]):04d}{legacy[2]}"
         ts = datetime.fromisoformat(text)
     else:
         raise ValueError("expected an ISO-8601 timestamp string")
@@ -80,8 +90,59 @@ def parse_ts(value: Any) -> datetime:
         ts = ts.replace(tzinfo=timezone.utc)
     try:
         return ts.astimezone(timezone.utc)
-    except OverflowError:  # e.g. 9999-12-31T23:59:59-14:00 is past year 9999 in UTC
-        raise ValueError("timestamp out of range (years 1 to 9999 in UTC)") from None
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+14:00 is before year 1 in UTC
+        raise ValueError("timestamp out of range once converted to UTC (years 1 to 9999)") from None
+
+
+MAX_META_DEPTH = 32  # nesting levels of ``meta`` (JSON objects and arrays)
+_INT64 = (-(2**63), 2**63 - 1)  # SQLite's JSON functions read larger integers as approximate floats
+
+
+def _unicode_problem(v: str) -> str | None:
+    if "\x00" in v:
+        return "must not contain NUL bytes"
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains an unpaired surrogate (not valid UTF-8)"
+    return None
+
+
+def check_json_value(value: Any, depth: int = 0) -> Any:
+    """A JSON-safe copy of ``meta``-like data, or ValueError naming the problem.
+
+    Refused: nesting deeper than MAX_META_DEPTH, NaN and infinities (JSON has
+    none), integers beyond 64 bits, unpaired surrogates and NUL bytes in
+    strings, and anything that is not a JSON type. Tuples become lists.
+    """
+    if depth > MAX_META_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_META_DEPTH} levels")
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if not _INT64[0] <= value <= _INT64[1]:
+            raise ValueError("has an integer outside the 64-bit range")
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError("has NaN or an infinity (not valid JSON)")
+        return value
+    if isinstance(value, str):
+        problem = _unicode_problem(value)
+        if problem:
+            raise ValueError(f"has a string that {problem.replace('must not contain', 'contains')}")
+        return value
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ValueError(f"has a non-text key {k!r}")
+            check_json_value(k, depth + 1)
+            out[k] = check_json_value(v, depth + 1)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [check_json_value(v, depth + 1) for v in value]
+    raise ValueError(f"has a value of type {type(value).__name__}, which JSON cannot hold")
 
 
 def content_hash(text: str) -> str:
@@ -111,7 +172,7 @@ class Entry(BaseModel):
     @field_validator("id")
     @classmethod
     def _id(cls, v: str) -> str:
-        if not ID_RE.match(v):
+        if not ID_RE.fullmatch(v):  # match() would let a trailing newline through
             raise ValueError("must be 1-128 characters of letters, digits, _ . : -")
         return v
 
@@ -142,18 +203,23 @@ class Entry(BaseModel):
             raise ValueError("must not contain NUL bytes")
         return v
 
+    @field_validator("title", "text", "key", "overrides")
+    @classmethod
+    def _valid_unicode(cls, v: str | None) -> str | None:
+        problem = _unicode_problem(v) if isinstance(v, str) else None
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @field_validator("meta")
+    @classmethod
+    def _meta(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return check_json_value(v, 1)  # type: ignore[no-any-return]
+
     @field_validator("key", "overrides")
     @classmethod
     def _blank_is_none(cls, v: str | None) -> str | None:
         return v.strip() or None if isinstance(v, str) else v
-
-    @field_validator("title", "text", "key", "overrides", "meta")
-    @classmethod
-    def _utf8(cls, v: Any) -> Any:
-        """A lone surrogate (text decoded from non-UTF-8 bytes) cannot be stored or printed."""
-        if why := utf8_problem_in(v):
-            raise ValueError(why)
-        return v
 
     @field_validator("title", "key", "meta")
     @classmethod

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import policy
+from . import policy, staging
 from .cache import cache_key
 from .errors import QueryError, ValidationError
 from .limits import MAX_QUERY_TERMS, check_budget, check_k, check_text, knn_rows
@@ -116,6 +116,7 @@ class _Plan:
         self.limit = min(self.k, p.cap) if p.cap else self.k
 
     def filters(self, prefix: str = "") -> tuple[list[str], list[Any]]:
+        """SQL conditions (and their arguments) of the scope, for the entries table or vec0's metadata columns."""
         where: list[str] = []
         args: list[Any] = []
         for col, values in (("wing", self.scope), ("room", self.rooms), ("kind", self.kinds), ("type", self.parsed.types),
@@ -125,6 +126,11 @@ class _Plan:
                 where.append(clause)
                 args.extend(vals)
         return where, args
+
+    def entry_filters(self, prefix: str = "") -> tuple[list[str], list[Any]]:
+        """``filters()`` on the entries table, and no row of an import in progress (``memlens.staging``)."""
+        where, args = self.filters(prefix)
+        return [staging.visible(prefix.rstrip(".")), *where], args
 
     def index_filters(self) -> dict[str, list[str]]:
         """The filters other than the wing, as the in-process index applies them."""
@@ -286,7 +292,7 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
     conn = mem.conn
     s = mem.settings
     text = plan.parsed.text
-    where, args = plan.filters()
+    where, args = plan.entry_filters()
     n_cand = knn_rows(plan.k, s.search.candidates)  # never past sqlite-vec's KNN limit
     sims: dict[int, float] = {}
     vec_rank: dict[int, int] = {}
@@ -317,7 +323,14 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
             gens = mem.generations()  # one read for both generators: the blocks and the scope set they check
             hits = vindex.knn(mem, qvec, plan.scope, plan.index_filters(), n_cand, gens)
         else:
-            hits = vec0_knn(conn, blob, n_cand, where, args)
+            hits = _knn(mem, plan, blob, n_cand)
+            if hits is None:  # an import in progress has rows in the scope: rank the visible vectors here
+                vindex = mem.__dict__.setdefault("_staged_vindex", _new_vindex())
+                trace.notes.append("an import in progress has rows in this scope: vectors ranked in process, without them")
+                gens = mem.generations()
+                hits = vindex.knn(mem, qvec, plan.scope, plan.index_filters(), n_cand, gens)
+            else:
+                mem.__dict__.pop("_staged_vindex", None)  # that copy of the vectors was for the import's duration
         trace.fusion["vector_index"] = "memory" if vindex is not None else "sqlite-vec"
         for i, (rowid, sim) in enumerate(hits[:n_cand]):
             sims[rowid] = sim
@@ -351,7 +364,7 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
     extra: list[int] = []
     active_in_scope = plan.active_wing and (plan.scope is None or plan.active_wing in plan.scope)
     if plan.profile.mandatory_invariants and active_in_scope and plan.kinds != []:
-        sql = "SELECT rowid FROM entries WHERE wing = ? AND type = 'invariant' AND status = 'active'"
+        sql = f"SELECT rowid FROM entries WHERE wing = ? AND type = 'invariant' AND status = 'active' AND {staging.visible()}"
         margs: list[Any] = [plan.active_wing]
         if plan.rooms:
             c, v = _in("room", plan.rooms)
@@ -371,10 +384,10 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
         cols = "rowid, wing, room, kind, type, status"
         for i in range(0, len(ids), 400):
             chunk = ids[i : i + 400]
-            q = f"SELECT {cols} FROM entries WHERE overrides IN ({','.join('?' * len(chunk))})"
+            q = f"SELECT {cols} FROM entries WHERE overrides IN ({','.join('?' * len(chunk))}) AND {staging.visible()}"
             extra += [r[0] for r in conn.execute(q, chunk) if r[0] not in pool and in_scope(r)]
         for key in keys:
-            extra += [r[0] for r in conn.execute(f"SELECT {cols} FROM entries WHERE key = ?", (key,))
+            extra += [r[0] for r in conn.execute(f"SELECT {cols} FROM entries WHERE key = ? AND {staging.visible()}", (key,))
                       if r[0] not in pool and in_scope(r)]
     _load(mem, list(dict.fromkeys(extra)), pool)
     trace.candidates["pulled_in"] = len(set(extra))
@@ -408,6 +421,29 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
     return list(pool.values()), vectors, qvec
 
 
+def _new_vindex() -> Any:
+    from .vindex import VectorIndex
+
+    return VectorIndex()
+
+
+def _knn(mem: Memory, plan: _Plan, blob: bytes, n_cand: int) -> list[tuple[int, float]] | None:
+    """vec0 KNN inside the scope, as (rowid, cosine similarity) best first; None when an import in progress has
+    staged rows in the scope (the KNN would rank them and lose visible rows). One read snapshot for both."""
+    conn = mem.conn
+    where, args = plan.filters()
+    own = not conn.in_transaction
+    if own:
+        conn.execute("BEGIN")
+    try:
+        if staging.staged(conn, plan.scope):
+            return None
+        return vec0_knn(conn, blob, n_cand, where, args)
+    finally:
+        if own:
+            conn.execute("COMMIT")
+
+
 def lexical(mem: Memory, plan: _Plan, text: str, n: int, gens: dict[str, int] | None = None) -> list[tuple[int, float]]:
     """The lexical generator: the ``n`` best FTS5 matches inside the scope, as (rowid, SQLite bm25).
 
@@ -429,7 +465,7 @@ def lexical(mem: Memory, plan: _Plan, text: str, n: int, gens: dict[str, int] | 
         sql = ("SELECT rowid, bm25(entries_fts, 2.0, 1.0) AS s FROM entries_fts "
                "WHERE entries_fts MATCH ? AND memlens_in_scope(rowid) ORDER BY s, rowid LIMIT ?")
         return conn.execute(sql, [fq, n]).fetchall()
-    ewhere, eargs = plan.filters("e.")
+    ewhere, eargs = plan.entry_filters("e.")
     sql = (
         "SELECT e.rowid, bm25(entries_fts, 2.0, 1.0) AS s FROM entries_fts "
         "JOIN entries e ON e.rowid = entries_fts.rowid WHERE entries_fts MATCH ?"
@@ -441,7 +477,8 @@ def lexical(mem: Memory, plan: _Plan, text: str, n: int, gens: dict[str, int] | 
 def _load(mem: Memory, rowids: list[int], pool: dict[int, Candidate]) -> None:
     for i in range(0, len(rowids), 400):
         chunk = rowids[i : i + 400]
-        rows = mem.conn.execute(f"{_SELECT} WHERE rowid IN ({','.join('?' * len(chunk))})", chunk).fetchall()
+        rows = mem.conn.execute(f"{_SELECT} WHERE rowid IN ({','.join('?' * len(chunk))}) AND {staging.visible()}",
+                                chunk).fetchall()
         by_rowid = {r[0]: r for r in rows}
         for rowid in chunk:
             r = by_rowid.get(rowid)
@@ -500,7 +537,7 @@ def _session_centroids(mem: Memory, pool: list[Candidate], vectors: dict[int, np
     for sid in sessions:
         rows = mem.conn.execute(
             "SELECT v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid "
-            "WHERE e.kind = 'turn' AND json_extract(e.meta, '$.session_id') = ?",
+            f"WHERE e.kind = 'turn' AND json_extract(e.meta, '$.session_id') = ? AND {staging.visible('e')}",
             (sid,),
         ).fetchall()
         if rows:
@@ -512,7 +549,7 @@ def _session_centroids(mem: Memory, pool: list[Candidate], vectors: dict[int, np
 def _merge_recent_turns(mem: Memory, plan: _Plan, pool: list[Candidate], trace: Trace, now: datetime) -> list[Candidate]:
     """Seed 003 conversation: semantic hits then the session's latest turns, first occurrence wins."""
     semantic = sorted(pool, key=lambda c: -c.score)
-    where, args = plan.filters()
+    where, args = plan.entry_filters()
     sql = f"{_SELECT}" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY created_at DESC, rowid DESC LIMIT 1"
     latest = mem.conn.execute(sql, args).fetchone()
     if latest is None:
@@ -520,7 +557,7 @@ def _merge_recent_turns(mem: Memory, plan: _Plan, pool: list[Candidate], trace: 
     from .store import row_to_entry
 
     session = row_to_entry(latest[2:]).meta.get("session_id")
-    sql = f"{_SELECT} WHERE kind = 'turn' AND json_extract(meta, '$.session_id') = ?"
+    sql = f"{_SELECT} WHERE kind = 'turn' AND json_extract(meta, '$.session_id') = ? AND {staging.visible()}"
     rargs: list[Any] = [session]
     if plan.scope is not None:
         c, v = _in("wing", plan.scope)
@@ -547,7 +584,7 @@ def _merge_recent_turns(mem: Memory, plan: _Plan, pool: list[Candidate], trace: 
 
 def _personal_fallback(mem: Memory, plan: _Plan, trace: Trace, scored: dict[str, Candidate]) -> list[Candidate]:
     """Seed 003 personal: nothing passed, so expose the stored personal facts with score 1.0."""
-    where, args = plan.filters()
+    where, args = plan.entry_filters()
     sql = f"{_SELECT}" + (" WHERE " + " AND ".join(where) if where else "")
     sql += " ORDER BY salience DESC, updated_at DESC LIMIT ?"
     out = []

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import attribution, db
+from .staging import visible, visible_count, visible_groups
 from .config import Settings, load_settings
 from .errors import MemlensError, NotFoundError, StoreError, ValidationError
 from .limits import MAX_LIST, check_int, entry_text_limit, printable
@@ -185,44 +186,43 @@ class Memory:
     # -- reads -------------------------------------------------------------------------------
 
     def get(self, entry_id: str) -> Entry:
-        row = self.conn.execute(f"SELECT {_COLUMNS} FROM entries WHERE id = ?", (entry_id,)).fetchone()
+        row = self.conn.execute(f"SELECT {_COLUMNS} FROM entries WHERE id = ? AND {visible()}", (entry_id,)).fetchone()
         if row is None:
             raise NotFoundError(f"no entry with id {entry_id!r} in {self.path}")
         return row_to_entry(row)
 
     def entries(self, wing: str | None = None) -> Iterator[Entry]:
-        sql = f"SELECT {_COLUMNS} FROM entries" + (" WHERE wing = ?" if wing else "") + " ORDER BY rowid"
+        sql = f"SELECT {_COLUMNS} FROM entries WHERE {visible()}" + (" AND wing = ?" if wing else "") + " ORDER BY rowid"
         for row in self.conn.execute(sql, (wing,) if wing else ()):
             yield row_to_entry(row)
 
     def count(self) -> int:
-        return int(self.conn.execute("SELECT count(*) FROM entries").fetchone()[0])
+        return visible_count(self.conn)
 
     def _write_stamp(self) -> tuple[int, int]:
         """Changes whenever any process writes an entry: every write bumps a wing generation."""
         row = self.conn.execute("SELECT coalesce(sum(generation), 0), count(*) FROM wings").fetchone()
         return int(row[0]), int(row[1])
 
-    def _distinct(self, sql: str, args: tuple[Any, ...]) -> list[str]:
+    def _distinct(self, col: str, where: str, args: tuple[Any, ...]) -> list[str]:
         # DISTINCT over a large table costs milliseconds; searches ask on every call, so cache it
         # until the next write (seen through the tiny wings table, so other processes count too)
         stamp = self._write_stamp()
-        key = (sql, args)
+        key = (f"{col}|{where}", args)
         with self._distinct_lock:
             hit = self._distinct_cache.get(key)
             if hit is not None and hit[0] == stamp:
                 return list(hit[1])
-        values = [r[0] for r in self.conn.execute(sql, args)]
+        values = [v for v, _ in visible_groups(self.conn, col, where, args)]
         with self._distinct_lock:
             self._distinct_cache[key] = (stamp, values)
         return list(values)
 
     def wings(self) -> list[str]:
-        return self._distinct("SELECT DISTINCT wing FROM entries ORDER BY wing", ())
+        return self._distinct("wing", "", ())
 
     def rooms(self, wing: str | None = None) -> list[str]:
-        sql = "SELECT DISTINCT room FROM entries WHERE room != ''" + (" AND wing = ?" if wing else "") + " ORDER BY room"
-        return self._distinct(sql, (wing,) if wing else ())
+        return self._distinct("room", "room != ''" + (" AND wing = ?" if wing else ""), (wing,) if wing else ())
 
     def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
         rows = self.conn.execute("SELECT wing, generation FROM wings").fetchall()
@@ -231,10 +231,10 @@ class Memory:
 
     def audit(self, entry_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         limit = check_int("limit", limit, 1, MAX_LIST)
-        sql = "SELECT seq, ts, action, entry_id, wing, before, after, detail FROM audit"
+        sql = f"SELECT seq, ts, action, entry_id, wing, before, after, detail FROM audit WHERE {visible()}"
         args: tuple[Any, ...] = ()
         if entry_id:
-            sql += " WHERE entry_id = ?"
+            sql += " AND entry_id = ?"
             args = (entry_id,)
         sql += " ORDER BY seq DESC LIMIT ?"
         out = []
@@ -255,7 +255,8 @@ class Memory:
 
     def vector(self, entry_id: str) -> np.ndarray:
         row = self.conn.execute(
-            "SELECT v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid WHERE e.id = ?", (entry_id,)
+            f"SELECT v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid WHERE e.id = ? AND {visible('e')}",
+            (entry_id,),
         ).fetchone()
         if row is None:
             raise NotFoundError(f"no entry with id {entry_id!r} in {self.path}")
@@ -270,8 +271,11 @@ class Memory:
         self._check_overrides([entry])
         vec = self._vectors_for([entry])[0]
         with db.transaction(self.conn, self.path) as conn:
-            if conn.execute("SELECT 1 FROM entries WHERE id = ?", (entry.id,)).fetchone():
-                raise ValidationError(f"an entry with id {entry.id!r} already exists")
+            row = conn.execute(f"SELECT {visible()} FROM entries WHERE id = ?", (entry.id,)).fetchone()
+            if row:
+                raise ValidationError(
+                    f"an entry with id {entry.id!r} already exists" if row[0] else f"an entry with id {entry.id!r} is being imported"
+                )
             self._insert(conn, entry, vec)
             seq = self._audit(conn, "add", entry.id, entry.wing, None, entry.to_record())
             self._bump(conn, {entry.wing}, seq)
@@ -294,7 +298,7 @@ class Memory:
         same_text = after.embed_text == before.embed_text
         vec = None if same_text else self._vectors_for([after])[0]
         with db.transaction(self.conn, self.path) as conn:
-            row = conn.execute("SELECT rowid, updated_at FROM entries WHERE id = ?", (entry_id,)).fetchone()
+            row = conn.execute(f"SELECT rowid, updated_at FROM entries WHERE id = ? AND {visible()}", (entry_id,)).fetchone()
             if row is None:
                 raise NotFoundError(f"entry {entry_id!r} was deleted meanwhile")
             rowid = row[0]
@@ -322,7 +326,7 @@ class Memory:
     def delete(self, entry_id: str) -> Entry:
         before = self.get(entry_id)
         with db.transaction(self.conn, self.path) as conn:
-            row = conn.execute("SELECT rowid FROM entries WHERE id = ?", (entry_id,)).fetchone()
+            row = conn.execute(f"SELECT rowid FROM entries WHERE id = ? AND {visible()}", (entry_id,)).fetchone()
             if row is None:
                 raise NotFoundError(f"no entry with id {entry_id!r} in {self.path}")
             conn.execute("DELETE FROM entries_vec WHERE rowid = ?", (row[0],))
@@ -364,7 +368,7 @@ class Memory:
         for e in entries:
             if not e.overrides or (also_known and e.overrides in also_known):
                 continue
-            row = self.conn.execute("SELECT wing FROM entries WHERE id = ?", (e.overrides,)).fetchone()
+            row = self.conn.execute(f"SELECT wing FROM entries WHERE id = ? AND {visible()}", (e.overrides,)).fetchone()
             if row is None:
                 raise ValidationError(f"overrides: no entry with id {e.overrides!r} to override")
 
@@ -393,11 +397,13 @@ class Memory:
                     out[i] = vec
         return out  # type: ignore[return-value]
 
-    def _insert(self, conn: Any, entry: Entry, vec: np.ndarray | bytes) -> int:
+    def _insert(self, conn: Any, entry: Entry, vec: np.ndarray | bytes, import_id: int | None = None) -> int:
         rec = entry.to_record()
         values = [rec[f] for f in Entry.model_fields if f != "meta"]
         values += [json.dumps(entry.meta, ensure_ascii=False, sort_keys=True), content_hash(entry.embed_text), self.model_id]
-        cur = conn.execute(f"INSERT INTO entries({_COLUMNS}, content_hash, model) VALUES ({', '.join('?' * 16)})", values)
+        cur = conn.execute(
+            f"INSERT INTO entries({_COLUMNS}, content_hash, model, import_id) VALUES ({', '.join('?' * 17)})", [*values, import_id]
+        )
         rowid = int(cur.lastrowid)
         self._insert_vec(conn, rowid, entry, vec if isinstance(vec, bytes) else vec_blob(vec))
         return rowid
@@ -428,12 +434,13 @@ class Memory:
         before: dict[str, Any] | None,
         after: dict[str, Any] | None,
         detail: dict[str, Any] | None = None,
+        import_id: int | None = None,
     ) -> int:
         dumps = lambda v: None if v is None else json.dumps(v, ensure_ascii=False)  # noqa: E731
         detail = attribution.stamp(detail)  # which client made the write, when one is acting (MCP)
         cur = conn.execute(
-            "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (format_ts(utcnow()), action, entry_id, wing, dumps(before), dumps(after), dumps(printable(detail))),
+            "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail, import_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (format_ts(utcnow()), action, entry_id, wing, dumps(before), dumps(after), dumps(printable(detail)), import_id),
         )
         return int(cur.lastrowid)
 
@@ -605,7 +612,7 @@ class Memory:
         conn = self.conn
         per: dict[str, dict[str, int]] = {}
         for col in ("wing", "kind", "type", "status"):
-            per[col] = dict(conn.execute(f"SELECT {col}, count(*) FROM entries GROUP BY {col} ORDER BY {col}").fetchall())
+            per[col] = dict(visible_groups(conn, col))
         size = sum(p.stat().st_size for p in (self.path, Path(f"{self.path}-wal")) if p.exists())
         return {
             "store": str(self.path),
@@ -618,7 +625,9 @@ class Memory:
             "model": self.model_id,
             "dim": self.dim,
             "schema_version": db.schema_version(conn),
-            "audit_rows": int(conn.execute("SELECT count(*) FROM audit").fetchone()[0]),
+            "audit_rows": int(conn.execute(
+                "SELECT (SELECT count(*) FROM audit) - (SELECT count(*) FROM audit WHERE import_id IN (SELECT id FROM imports))"
+            ).fetchone()[0]),
             "read_only": self.read_only,
         }
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .vectors import degenerate_rows
+from .staging import visible
 
 if TYPE_CHECKING:
     from .store import Memory
@@ -54,7 +55,7 @@ def _read_wing(mem: Memory, wing: str) -> tuple[int, list[tuple[Any, ...]], dict
         gen = conn.execute("SELECT generation FROM wings WHERE wing = ?", (wing,)).fetchone()
         meta = conn.execute(
             "SELECT e.rowid, e.room, e.kind, e.type, e.status, r.chunk_id, r.chunk_offset FROM entries e "
-            "JOIN entries_vec_rowids r ON r.rowid = e.rowid WHERE e.wing = ? ORDER BY e.rowid",
+            f"JOIN entries_vec_rowids r ON r.rowid = e.rowid WHERE e.wing = ? AND {visible('e')} ORDER BY e.rowid",
             (wing,),
         ).fetchall()
         chunk_ids = sorted({m[5] for m in meta})

@@ -160,12 +160,15 @@ class Lens:
     def entry_info(self, entry_id: str) -> dict[str, Any]:
         """Vector freshness (stored content hash and model vs the current text) and who overrides the entry."""
         from memlens.models import content_hash
+        from memlens.staging import visible
 
         def run() -> dict[str, Any]:
             entry = self.mem.get(entry_id)
             conn = self.mem.conn
-            stored_hash, model = conn.execute("SELECT content_hash, model FROM entries WHERE id = ?", (entry_id,)).fetchone()
-            by = [r[0] for r in conn.execute("SELECT id FROM entries WHERE overrides = ? ORDER BY id", (entry_id,))]
+            stored_hash, model = conn.execute(
+                f"SELECT content_hash, model FROM entries WHERE id = ? AND {visible()}", (entry_id,)).fetchone()
+            by = [r[0] for r in conn.execute(
+                f"SELECT id FROM entries WHERE overrides = ? AND {visible()} ORDER BY id", (entry_id,))]
             return {"entry": entry, "content_hash": stored_hash, "model": model, "store_model": self.mem.model_id,
                     "fresh": stored_hash == content_hash(entry.embed_text) and model == self.mem.model_id,
                     "overridden_by": by}
@@ -174,12 +177,14 @@ class Lens:
 
     def find(self, text: str, limit: int = 20) -> list[Entry]:
         """Entries whose id or title contains ``text`` (for "why not?" pickers)."""
+        from memlens.staging import visible
         from memlens.store import _COLUMNS, row_to_entry
 
         def run() -> list[Entry]:
             like = f"%{text}%"
             rows = self.mem.conn.execute(
-                f"SELECT {_COLUMNS} FROM entries WHERE id LIKE ? OR title LIKE ? ORDER BY id LIMIT ?", (like, like, limit)
+                f"SELECT {_COLUMNS} FROM entries WHERE (id LIKE ? OR title LIKE ?) AND {visible()} ORDER BY id LIMIT ?",
+                (like, like, limit),
             ).fetchall()
             return [row_to_entry(r) for r in rows]
 
@@ -198,7 +203,9 @@ class Lens:
         """Entry ids, task ids, actively blocked task ids and profile names (assistant-shell completion)."""
 
         def run() -> dict[str, list[str]]:
-            ids = [r[0] for r in self.mem.conn.execute("SELECT id FROM entries ORDER BY id")]
+            from memlens.staging import visible
+
+            ids = [r[0] for r in self.mem.conn.execute(f"SELECT id FROM entries WHERE {visible()} ORDER BY id")]
             blocked = sorted({b.task_id for b in self.mem.tasks.blockers()})
             tasks = sorted({t.task_id for t in self.mem.tasks.all()} | {b.task_id for b in self.mem.tasks.blockers(False)})
             return {"entry_ids": ids, "task_ids": tasks, "blocked_ids": blocked, "profiles": list(self.mem.profiles)}
