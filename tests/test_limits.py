@@ -306,7 +306,7 @@ def test_api_refuses_non_utf8_text(mem):
 def test_import_refuses_lone_surrogates_from_json_escapes(mem, tmp_path):
     src = tmp_path / "esc.jsonl"
     src.write_text('{"id": "a1", "wing": "w", "text": "ok"}\n{"id": "a2", "wing": "w", "text": "caf\\udce9"}\n')
-    with pytest.raises(ValidationError, match="line 2: field 'text': contains an unpaired surrogate \(not valid UTF-8\)"):
+    with pytest.raises(ValidationError, match=r"line 2: field 'text': contains an unpaired surrogate \(not valid UTF-8\)"):
         mem.import_jsonl(src)
     assert mem.count() == 0
 
