@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import cli_tasks
+from . import cli_check, cli_tasks
 from .errors import MemlensError
 
 PROG = "memlens"
@@ -117,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("demo", help="load the demo memory into an empty store and run a demo search")
     _store_arg(s)
     cli_tasks.register(sub)  # task complete|block|unblock, tasks [import-state]
+    cli_check.register(sub)  # check, salvage
     return p
 
 
@@ -172,8 +173,18 @@ def cmd_export(args: argparse.Namespace) -> int:
     with _open(args) as mem:
         if args.wing and args.wing not in mem.wings():
             raise MemlensError(f"unknown wing {args.wing!r} (known wings: {', '.join(mem.wings()) or 'none yet'})")
-        mem.export_jsonl(sys.stdout, wing=args.wing, with_vectors=args.with_vectors)
-    return 0
+        skipped: list[str] = []
+
+        def skip(entry_id: str, problem: str) -> None:  # a damaged row: say so, export the rest, exit 1
+            from .rows import damaged_note
+
+            skipped.append(entry_id)
+            print(f"{PROG}: warning: {damaged_note(entry_id, problem)}", file=sys.stderr)
+
+        mem.export_jsonl(sys.stdout, wing=args.wing, with_vectors=args.with_vectors, on_skip=skip)
+    if skipped:
+        print(f"{PROG}: {len(skipped)} damaged entries were left out of the export", file=sys.stderr)
+    return 1 if skipped else 0
 
 
 def format_results(bundle: Any) -> str:
@@ -398,6 +409,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": cmd_demo,
     "task": cli_tasks.cmd_task,
     "tasks": cli_tasks.cmd_tasks,
+    "check": cli_check.cmd_check,
+    "salvage": cli_check.cmd_salvage,
 }
 
 

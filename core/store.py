@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import db
+from . import corruption, db, retention
 from .config import Settings, load_settings
-from .errors import MemlensError, NotFoundError, StoreError, ValidationError
+from .errors import CorruptRowError, MemlensError, NotFoundError, StoreError, ValidationError
 from .models import EDITABLE_FIELDS, Entry, EntryType, Kind, Status, content_hash, format_ts, parse_ts, utcnow
+from .rows import HINT as ROW_HINT
+from .rows import row_problem
 
 if TYPE_CHECKING:
     from .embed import Embedder
@@ -31,8 +33,12 @@ def row_to_entry(row: tuple[Any, ...]) -> Entry:
 
     Rows were validated on the way in, so this only converts types
     (``model_construct``): a search builds ~100 of these, and full validation
-    was a tenth of the pipeline at 100k entries.
+    was a tenth of the pipeline at 100k entries. A row changed behind the
+    engine's back (a hand edit, damage) raises CorruptRowError, in one line.
     """
+    problem = row_problem(row)
+    if problem is not None:
+        raise CorruptRowError(f"stored entry {row[0]!r} is damaged: {problem}; {ROW_HINT}")
     (id_, wing, room, kind, type_, status, title, text, key, salience, overrides, created, updated, meta) = row
     return Entry.model_construct(
         id=id_, wing=wing, room=room, kind=Kind(kind), type=EntryType(type_), status=Status(status), title=title,
@@ -232,18 +238,12 @@ class Memory:
         sql += " ORDER BY seq DESC LIMIT ?"
         out = []
         for seq, ts, action, eid, wing, before, after, detail in self.conn.execute(sql, args + (limit,)):
-            out.append(
-                {
-                    "seq": seq,
-                    "ts": ts,
-                    "action": action,
-                    "entry_id": eid,
-                    "wing": wing,
-                    "before": json.loads(before) if before else None,
-                    "after": json.loads(after) if after else None,
-                    "detail": json.loads(detail) if detail else None,
-                }
-            )
+            row = {"seq": seq, "ts": ts, "action": action, "entry_id": eid, "wing": wing}
+            for name, value in (("before", before), ("after", after), ("detail", detail)):
+                row[name] = _json_object(value) if value else None
+                if value and row[name] is None:  # a hand-edited value: say so rather than fail the history
+                    row.setdefault("damaged", []).append(name)
+            out.append(row)
         return out
 
     def vector(self, entry_id: str) -> np.ndarray:
@@ -424,10 +424,10 @@ class Memory:
 
         return import_file(self, Path(source), batch_size=batch_size, progress=progress)
 
-    def export_jsonl(self, out: Any, *, wing: str | None = None, with_vectors: bool = False) -> int:
+    def export_jsonl(self, out: Any, *, wing: str | None = None, with_vectors: bool = False, on_skip: Any = None) -> int:
         from .jsonl import export
 
-        return export(self, out, wing=wing, with_vectors=with_vectors)
+        return export(self, out, wing=wing, with_vectors=with_vectors, on_skip=on_skip)
 
     # -- search ------------------------------------------------------------------------------
 
@@ -516,7 +516,7 @@ class Memory:
 
         Never fails a retrieval: a read-only or busy store just skips the row.
         """
-        if self.settings.audit.level != "reads":
+        if self.settings.audit.level != "reads" or corruption.seen(self.path):
             return
         import hashlib
 
@@ -538,23 +538,33 @@ class Memory:
             "degraded": bool(t.degraded),
         }
         conn = self.conn
+        audit = self.settings.audit
         try:
             # a search must never wait for a writer: give up on the log row after 50 ms
             conn.execute("PRAGMA busy_timeout = 50")
-            conn.execute(
+            cur = conn.execute(
                 "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail) VALUES (?, 'retrieval', NULL, ?, NULL, NULL, ?)",
                 (format_ts(utcnow()), t.active_wing, json.dumps(metrics, ensure_ascii=False)),
             )
+            if retention.due(int(cur.lastrowid), not self.__dict__.get("_pruned")):
+                self.__dict__["_pruned"] = True
+                retention.prune_retrievals(conn, audit.retrieval_max_rows, audit.retrieval_max_age_days)
         except Exception:
             pass
         finally:
             conn.execute(f"PRAGMA busy_timeout = {int(self.settings.storage.busy_timeout_ms)}")
 
     def retrievals(self, limit: int = 1000) -> list[dict[str, Any]]:
+        """The newest logged retrievals; a row whose metrics do not decode (a hand edit) is left out."""
         rows = self.conn.execute(
             "SELECT seq, ts, detail FROM audit WHERE action = 'retrieval' ORDER BY seq DESC LIMIT ?", (limit,)
         ).fetchall()
-        return [{"seq": seq, "ts": ts, **json.loads(detail)} for seq, ts, detail in rows]
+        out = []
+        for seq, ts, detail in rows:
+            metrics = _json_object(detail)
+            if metrics is not None and isinstance(metrics.get("latency_ms", {}), dict):
+                out.append({"seq": seq, "ts": ts, **metrics})
+        return out
 
     # -- working memory ----------------------------------------------------------------------
 
@@ -595,6 +605,15 @@ class Memory:
     def read_only(self) -> bool:
         """True for a store in a read-only directory: opened as it is on disk, every write refused."""
         return db.is_read_only(self.conn)
+
+
+def _json_object(text: Any) -> dict[str, Any] | None:
+    """A JSON object stored as text, or None if it is not one."""
+    try:
+        value = json.loads(text)
+    except (ValueError, TypeError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def describe_validation(exc: Any) -> str:
