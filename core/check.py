@@ -28,7 +28,7 @@ import numpy as np
 
 from . import db
 from .errors import StoreError
-from .rows import row_problem
+from .rows import row_problem, ts_problem
 
 COLUMNS = "id, wing, room, kind, type, status, title, text, key, salience, overrides, created_at, updated_at, meta"
 CHUNK = 256
@@ -308,8 +308,9 @@ class Checker:
             for rowid, task_id, report, ts in rows:
                 if not _is_json_object(report):
                     self.add("working memory", f"{table}: validation_report is not a JSON object", rowid, str(task_id))
-                if not isinstance(ts, str):
-                    self.add("working memory", f"{table}: timestamp {ts!r} is not text", rowid, str(task_id))
+                bad = ts_problem(ts)
+                if bad:
+                    self.add("working memory", f"{table}: {bad}", rowid, str(task_id))
 
     def _same_rowids(self, area: str, found: set[int], where: str) -> None:
         have = set(self.rows)
