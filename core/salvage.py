@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .check import open_read_only, read_entries, safe
-from .errors import MemlensError, ValidationError
+from .errors import MemlensError, StoreError, ValidationError
 from .models import Entry
 from .rows import row_problem
 
@@ -40,7 +42,12 @@ def salvage(src: Path, dst: Path, *, settings: Any = None, embedder: Any = None,
         raise MemlensError(f"{dst} already exists; salvage writes a new store (choose a path that does not exist)")
     if src.exists() and dst.parent.exists() and os.path.realpath(src) == os.path.realpath(dst):
         raise MemlensError("the new store must be a different file")
+    tmp = None
     conn = open_read_only(src)
+    if safe(conn, "SELECT count(*) FROM sqlite_master")[1] is not None:
+        conn.close()  # the header itself is damaged: read a private copy with a repaired header instead
+        tmp = tempfile.mkdtemp(prefix="memlens-salvage-")
+        conn = _repaired_copy(src, Path(tmp) / "copy.db")
     try:
         say("reading entries")
         found = _read(conn)
@@ -52,6 +59,8 @@ def salvage(src: Path, dst: Path, *, settings: Any = None, embedder: Any = None,
         old_model = dict(meta or []).get("model")
     finally:
         conn.close()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     recovered = _from_audit(audit, found["ids"])
     say("writing the new store")
@@ -74,6 +83,28 @@ def salvage(src: Path, dst: Path, *, settings: Any = None, embedder: Any = None,
         "audit_rows_lost": lost_audit,
     })
     return report
+
+
+def _repaired_copy(src: Path, copy: Path) -> Any:
+    """A copy of ``src`` whose header's fixed fields (page size, format bytes) are set to what SQLite writes.
+
+    Tries each page size SQLite allows, the store's default first; the first
+    copy whose schema reads is used. Without one, the store cannot be salvaged.
+    """
+    shutil.copyfile(src, copy)
+    for size in (4096, 1024, 2048, 8192, 16384, 32768, 65536, 512):
+        with open(copy, "r+b") as f:
+            f.seek(16)
+            f.write((size if size < 65536 else 1).to_bytes(2, "big") + bytes([1, 1, 0, 64, 32, 32]))
+            f.seek(44)
+            f.write((4).to_bytes(4, "big"))  # schema format 4
+            f.seek(56)
+            f.write((1).to_bytes(4, "big"))  # UTF-8
+        conn = open_read_only(copy)
+        if safe(conn, "SELECT count(*) FROM entries")[1] is None:
+            return conn
+        conn.close()
+    raise StoreError(f"{src}: its header is damaged beyond repair; nothing can be salvaged")
 
 
 def _read(conn: Any) -> dict[str, Any]:
