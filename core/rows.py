@@ -16,6 +16,7 @@ from typing import Any
 from .models import KINDS, STATUSES, TYPES, parse_ts
 
 _KINDS, _TYPES, _STATUSES = frozenset(KINDS), frozenset(TYPES), frozenset(STATUSES)
+_fromiso = datetime.fromisoformat
 _TEXT_COLUMNS = ((0, "id"), (1, "wing"), (2, "room"), (6, "title"), (7, "text"))
 HINT = "`memlens check` lists such rows"
 
@@ -35,7 +36,30 @@ def ts_problem(value: Any) -> str | None:
 
 
 def row_problem(row: tuple[Any, ...]) -> str | None:
-    """What is wrong with an entry row selected as ``store._COLUMNS`` (None: it decodes)."""
+    """What is wrong with an entry row selected as ``store._COLUMNS`` (None: it decodes).
+
+    About 1 µs for a sound row: a search checks its ~100 candidates.
+    """
+    c, u, m, sal = row[11], row[12], row[13], row[9]
+    if (
+        row[3] in _KINDS and row[4] in _TYPES and row[5] in _STATUSES
+        and type(row[0]) is str and type(row[1]) is str and type(row[2]) is str and type(row[6]) is str
+        and type(row[7]) is str and (row[8] is None or type(row[8]) is str) and (row[10] is None or type(row[10]) is str)
+        and (type(sal) is float or type(sal) is int) and 0.0 <= sal <= 1.0
+        and type(c) is str and len(c) in (20, 27) and c[-1] == "Z" and type(u) is str and len(u) in (20, 27) and u[-1] == "Z"
+        and type(m) is str
+    ):
+        try:  # the common case: timestamps in the store's own format, meta a JSON object
+            _fromiso(c[:-1])
+            _fromiso(u[:-1])
+            if m == "{}" or type(json.loads(m)) is dict:
+                return None
+        except ValueError:
+            pass
+    return _slow_problem(row)
+
+
+def _slow_problem(row: tuple[Any, ...]) -> str | None:
     if row[3] not in _KINDS:
         return f"kind {row[3]!r} is not one of {', '.join(KINDS)}"
     if row[4] not in _TYPES:
