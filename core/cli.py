@@ -224,7 +224,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_context(args: argparse.Namespace) -> int:
     """Seed 004 §6: the agent keeps working when the store is unreachable; the context says so."""
     from .budget import render_context
-    from .errors import StoreError
+    from .errors import StoreCorruptError, StoreError
     from .fallback import fallback_bundle
 
     try:
@@ -234,10 +234,15 @@ def cmd_context(args: argparse.Namespace) -> int:
         print(f"{PROG}: warning: {exc}; falling back to the workspace", file=sys.stderr)
         text = render_context(None, bundle)  # type: ignore[arg-type]
     else:
-        with mem:
-            bundle = mem.search(args.query, active_wing=args.active_wing, wings=args.wings, k=args.k,
-                                profile=args.profile, budget=args.budget, workspace=args.workspace)
-            text = render_context(mem, bundle)
+        try:
+            with mem:
+                bundle = mem.search(args.query, active_wing=args.active_wing, wings=args.wings, k=args.k,
+                                    profile=args.profile, budget=args.budget, workspace=args.workspace)
+                text = render_context(mem, bundle)
+        except StoreCorruptError as exc:  # damage met while reading: as unreachable as a missing store
+            bundle = fallback_bundle(args.query, args.workspace, args.k or 10, f"store unavailable: {exc}")
+            print(f"{PROG}: warning: {exc}; falling back to the workspace", file=sys.stderr)
+            text = render_context(None, bundle)  # type: ignore[arg-type]
     if args.json:
         print(json.dumps({"context": text, **bundle.to_dict()}, ensure_ascii=False))
     else:

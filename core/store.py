@@ -72,6 +72,7 @@ class Memory:
         self._distinct_cache: dict[tuple[str, tuple[Any, ...]], tuple[tuple[int, int], list[str]]] = {}
         self._distinct_lock = threading.Lock()
         self._vindex: Any = None
+        self._pruned = False  # retrieval records pruned by this Memory yet (see memlens.retention)
         conn = self.conn  # opens, checks and migrates
         meta = dict(conn.execute("SELECT key, value FROM store_meta").fetchall()) if db.schema_version(conn) else {}
         self._meta = meta
@@ -259,6 +260,7 @@ class Memory:
     def add(self, text: str, *, wing: str, **fields: Any) -> Entry:
         """Add one entry; returns it with its id. Fields as in DESIGN.md's data model."""
         entry = self._validate({"text": text, "wing": wing, **fields})
+        self._check_writable()
         self._check_overrides([entry])
         vec = self._vectors_for([entry])[0]
         with db.transaction(self.conn, self.path) as conn:
@@ -274,6 +276,7 @@ class Memory:
         unknown = set(changes) - set(EDITABLE_FIELDS)
         if unknown:
             raise ValidationError(f"cannot edit {', '.join(sorted(unknown))}; editable: {', '.join(EDITABLE_FIELDS)}")
+        self._check_writable()
         before = self.get(entry_id)
         record = before.to_record()
         record.update({k: (v.value if hasattr(v, "value") else v) for k, v in changes.items()})
@@ -322,6 +325,11 @@ class Memory:
         return before
 
     # -- helpers for writers ---------------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        """Refuse a damaged store before embedding: every write transaction checks again (``db.transaction``)."""
+        corruption.refuse_writes(self.path)
+        corruption.verify_once(self.conn)
 
     @staticmethod
     def _validate(record: dict[str, Any]) -> Entry:
@@ -422,6 +430,7 @@ class Memory:
         """Import a JSONL file all-or-nothing (see ``memlens.jsonl``)."""
         from .jsonl import import_file
 
+        self._check_writable()
         return import_file(self, Path(source), batch_size=batch_size, progress=progress)
 
     def export_jsonl(self, out: Any, *, wing: str | None = None, with_vectors: bool = False, on_skip: Any = None) -> int:
@@ -546,8 +555,8 @@ class Memory:
                 "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail) VALUES (?, 'retrieval', NULL, ?, NULL, NULL, ?)",
                 (format_ts(utcnow()), t.active_wing, json.dumps(metrics, ensure_ascii=False)),
             )
-            if retention.due(int(cur.lastrowid), not self.__dict__.get("_pruned")):
-                self.__dict__["_pruned"] = True
+            if retention.due(int(cur.lastrowid), not self._pruned):
+                self._pruned = True
                 retention.prune_retrievals(conn, audit.retrieval_max_rows, audit.retrieval_max_age_days)
         except Exception:
             pass

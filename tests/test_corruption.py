@@ -276,3 +276,17 @@ def test_damaged_header_schema_version_is_corruption_not_a_crash(mem, store_path
 
     with pytest.raises(StoreCorruptError, match="schema version"):
         bounded(lambda: Memory.open(store_path, settings=mem.settings, embedder=mem._embedder))
+
+
+@pytest.mark.model
+def test_context_falls_back_to_the_workspace_when_the_store_is_damaged(demo_store, tmp_path):
+    """An agent keeps working: damage met mid-search is treated like an unreachable store."""
+    bad = damaged_copy(demo_store, tmp_path, "vec0 chunk table")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "README.md").write_text("Callbacks must never block the executor.\n")
+    p = run_cli("--store", str(bad), "context", "callbacks blocking", "--active-wing", "lifecore_ros2",
+                "--workspace", str(workspace), timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "is corrupt" in one_line_error(p) and "falling back" in p.stderr
+    assert "degraded" in p.stdout and "README.md" in p.stdout
