@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from . import db
+from . import corruption, db
 from .errors import StoreError
 from .rows import row_problem, ts_problem
 
@@ -62,6 +62,8 @@ def open_read_only(path: Path) -> Any:
         raise StoreError(f"store path is a directory: {path}")
     if not os.access(path, os.R_OK):
         raise StoreError(f"cannot read store {path}: permission denied")
+    if path.stat().st_size and not corruption.header_damaged(path):  # (a damaged header still shows it is SQLite)
+        raise StoreError(f"{path} is not a memlens store (not a SQLite database)")
     sq = db.driver()
     busy = any(Path(f"{path}{s}").exists() for s in ("-wal", "-journal"))
     uri = f"file:{quote(str(path.absolute()))}?{'mode=ro' if busy else 'immutable=1'}"

@@ -117,12 +117,14 @@ def classify(conn: Any, exc: BaseException) -> StoreCorruptError:
 
 
 def header_damaged(path: Path | str) -> bool:
-    """A file that starts like a SQLite database but that SQLite cannot read as one."""
+    """A file that SQLite cannot read but whose header still shows it is one: its magic string or
+    the fixed payload fractions (64, 32, 32) at bytes 21-23 that every SQLite database has."""
     try:
         with open(path, "rb") as f:
-            return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+            head = f.read(24)
     except OSError:
         return False
+    return head[:16] == SQLITE_MAGIC or head[21:24] == b"\x40\x20\x20"
 
 
 def connection_class(sq: ModuleType) -> type:

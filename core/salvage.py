@@ -94,6 +94,7 @@ def _repaired_copy(src: Path, copy: Path) -> Any:
     shutil.copyfile(src, copy)
     for size in (4096, 1024, 2048, 8192, 16384, 32768, 65536, 512):
         with open(copy, "r+b") as f:
+            f.write(b"SQLite format 3\x00")
             f.seek(16)
             f.write((size if size < 65536 else 1).to_bytes(2, "big") + bytes([1, 1, 0, 64, 32, 32]))
             f.seek(44)

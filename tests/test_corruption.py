@@ -290,3 +290,55 @@ def test_context_falls_back_to_the_workspace_when_the_store_is_damaged(demo_stor
     assert p.returncode == 0, p.stderr
     assert "is corrupt" in one_line_error(p) and "falling back" in p.stderr
     assert "degraded" in p.stdout and "README.md" in p.stdout
+
+
+def test_check_finds_indexes_out_of_step_with_the_entries(mem, store_path, tmp_path):
+    """Rows missing from the FTS5 index or the vector table, and filter columns that differ, are findings."""
+    from memlens.check import check_store
+    from memlens.salvage import salvage
+
+    entries = [mem.add(f"Rule {i}: callbacks must not block the executor.", wing=f"w{i % 3}") for i in range(30)]
+    assert bounded(lambda: check_store(store_path))["ok"]
+    conn = mem.conn
+    rowid = lambda e: conn.execute("SELECT rowid FROM entries WHERE id = ?", (e.id,)).fetchone()[0]  # noqa: E731
+    r1, r2, r3 = rowid(entries[1]), rowid(entries[2]), rowid(entries[3])
+    conn.execute("INSERT INTO entries_fts(entries_fts, rowid, title, text) SELECT 'delete', rowid, title, text FROM entries WHERE rowid = ?", (r1,))
+    conn.execute("DELETE FROM entries_vec WHERE rowid = ?", (r2,))
+    conn.execute("UPDATE entries_vec SET status = 'deprecated' WHERE rowid = ?", (r3,))
+    mem.close()
+
+    report = bounded(lambda: check_store(store_path))
+    assert not report["ok"]
+    lines = [(f["area"], f["rowid"], f["problem"]) for f in report["findings"]]
+    assert ("fts", r1, "entry is not in the FTS5 index") in lines
+    assert any(a == "fts" and "integrity-check" in p for a, _, p in lines)
+    assert ("vectors", r2, "entry is not in the vector table") in lines
+    assert any(a == "vectors" and r == r3 and "differ" in p for a, r, p in lines)
+    assert any(a == "vectors" and "per wing" in p for a, _, p in lines)
+
+    # salvage rebuilds the indexes through the normal write path: the new store checks clean
+    new = tmp_path / "new.db"
+    out = bounded(lambda: salvage(store_path, new, settings=mem.settings, embedder=mem._embedder))
+    assert out["saved"] == 30 and out["lost"] == 0 and out["embedded"] == 1
+    assert bounded(lambda: check_store(new))["ok"]
+
+
+def test_check_refuses_a_file_that_is_not_a_store(tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("not a database\n" * 100)
+    p = run_cli("--store", str(text), "check", timeout=60)
+    assert p.returncode == 2 and "not a memlens store" in one_line_error(p)
+
+
+def test_damaged_magic_is_corruption_and_salvage_repairs_the_header(mem, store_path, tmp_path):
+    for i in range(5):
+        mem.add(f"Rule {i}.", wing="w")
+    mem.close()
+    with open(store_path, "r+b") as f:
+        f.write(b"\x00" * 16)
+    p = run_cli("--store", str(store_path), "stats", timeout=60)
+    assert p.returncode == 2 and "is corrupt" in one_line_error(p)
+    from memlens.salvage import salvage
+
+    out = bounded(lambda: salvage(store_path, tmp_path / "new.db", settings=mem.settings, embedder=mem._embedder))
+    assert out["saved"] == 5 and out["lost"] == 0
