@@ -38,7 +38,8 @@ _classes: dict[int, tuple[type, type]] = {}
 
 
 def store_key(path: Path | str) -> str:
-    return os.path.realpath(path) if str(path) != ":memory:" else ""
+    """One key per store file, however its path was spelled ('' for none or an in-memory database)."""
+    return os.path.realpath(path) if str(path) not in ("", ":memory:") else ""
 
 
 def is_corruption(exc: BaseException) -> bool:

@@ -14,7 +14,6 @@ is removed, so nothing half-written is left behind.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -40,8 +39,6 @@ def salvage(src: Path, dst: Path, *, settings: Any = None, embedder: Any = None,
     say = progress or (lambda stage: None)
     if dst.exists() or Path(f"{dst}-wal").exists():
         raise MemlensError(f"{dst} already exists; salvage writes a new store (choose a path that does not exist)")
-    if src.exists() and dst.parent.exists() and os.path.realpath(src) == os.path.realpath(dst):
-        raise MemlensError("the new store must be a different file")
     tmp = None
     conn = open_read_only(src)
     if safe(conn, "SELECT count(*) FROM sqlite_master")[1] is not None:
