@@ -93,6 +93,9 @@ def rowid_bound(conn: Any) -> int:
     best = 0
     for sql in (
         "SELECT max(rowid) FROM entries",
+        # an index holds every rowid too, and may survive a damaged table (a covering scan reads only the index)
+        "SELECT max(rowid) FROM entries INDEXED BY entries_hash",
+        "SELECT max(rowid) FROM entries INDEXED BY entries_scope",
         "SELECT max(id) FROM entries_fts_docsize",
         "SELECT max(rowid) FROM entries_vec_rowids",
     ):

@@ -42,6 +42,10 @@ def salvage(src: Path, dst: Path, *, settings: Any = None, embedder: Any = None,
     tmp = None
     conn = open_read_only(src)
     if safe(conn, "SELECT count(*) FROM sqlite_master")[1] is not None:
+        # a schema that does not load (a table's root page past the end of a truncated file):
+        # SQLite then reads what it can of the rest (the connection stays read-only)
+        conn.execute("PRAGMA writable_schema = ON")
+    if safe(conn, "SELECT count(*) FROM sqlite_master")[1] is not None:
         conn.close()  # the header itself is damaged: read a private copy with a repaired header instead
         tmp = tempfile.mkdtemp(prefix="memlens-salvage-")
         conn = _repaired_copy(src, Path(tmp) / "copy.db")
@@ -99,6 +103,7 @@ def _repaired_copy(src: Path, copy: Path) -> Any:
             f.seek(56)
             f.write((1).to_bytes(4, "big"))  # UTF-8
         conn = open_read_only(copy)
+        conn.execute("PRAGMA writable_schema = ON")
         if safe(conn, "SELECT count(*) FROM entries")[1] is None:
             return conn
         conn.close()
@@ -140,8 +145,11 @@ def _read(conn: Any) -> dict[str, Any]:
 
 def _read_audit(conn: Any) -> tuple[list[tuple[Any, ...]], int]:
     """Readable audit rows in seq order, and how many could not be read or decoded."""
-    bound, _ = safe(conn, "SELECT max(seq) FROM audit")
-    top = int(bound[0][0] or 0) if bound else 0
+    top = 0
+    for sql in ("SELECT max(seq) FROM audit", "SELECT max(seq) FROM audit INDEXED BY audit_entry",
+                "SELECT max(seq) FROM audit INDEXED BY audit_action"):
+        bound, _ = safe(conn, sql)
+        top = max(top, int(bound[0][0] or 0) if bound else 0)
     out: list[tuple[Any, ...]] = []
     lost = 0
     cols = "seq, ts, action, entry_id, wing, before, after, detail"

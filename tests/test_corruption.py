@@ -342,3 +342,22 @@ def test_damaged_magic_is_corruption_and_salvage_repairs_the_header(mem, store_p
 
     out = bounded(lambda: salvage(store_path, tmp_path / "new.db", settings=mem.settings, embedder=mem._embedder))
     assert out["saved"] == 5 and out["lost"] == 0
+
+
+@pytest.mark.model
+def test_truncated_store_is_one_line_and_salvage_keeps_the_readable_part(demo_store, tmp_path):
+    bad = tmp_path / "bad.db"
+    shutil.copy(demo_store, bad)
+    with open(bad, "r+b") as f:
+        f.truncate(bad.stat().st_size * 2 // 5)
+    before = digest(bad)
+    for args in (("stats",), ("search", "callbacks"), ("add", "a rule", "--wing", "python")):
+        p = run_cli("--store", str(bad), *args, timeout=120)
+        assert p.returncode == 2 and "is corrupt" in one_line_error(p), args
+    new = tmp_path / "new.db"
+    p = run_cli("--store", str(bad), "salvage", str(new), "--json", timeout=300)
+    assert p.returncode == 1, p.stderr  # some entries are lost, and the exit code says so
+    out = json.loads(p.stdout)
+    assert out["saved"] > 0 and out["lost"] > 0
+    assert run_cli("--store", str(new), "check", timeout=180).returncode == 0
+    assert digest(bad) == before
