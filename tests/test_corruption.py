@@ -193,6 +193,10 @@ def test_writes_are_refused_once_damage_was_seen(demo_store, tmp_path, settings,
             bounded(lambda: mem.search("callbacks blocking", active_wing="lifecore_ros2", use_cache=False))
         with pytest.raises(StoreCorruptError, match="writes are refused"):
             bounded(lambda: mem.set_status("lc-arch-001", "deprecated"))
+        with pytest.raises(StoreCorruptError, match="writes are refused"):
+            bounded(lambda: mem.import_jsonl(Path(__file__).parent.parent / "data" / "demo.jsonl"))
+        with pytest.raises(StoreCorruptError, match="writes are refused"):
+            bounded(lambda: mem.tasks.complete("t-1", "ship it"))
     assert digest(bad) == before
 
 
