@@ -86,7 +86,7 @@ def verify_once(conn: Any) -> None:
     A damaged page is only noticed when a statement reads it, and an insert
     reads few pages, so without this a write would land in a damaged file.
     Checked table by table (the tables and indexes, not the free-page
-    accounting of a whole-file check): about 0.16 s at 100k entries, paid once
+    accounting of a whole-file check): 0.16 to 0.25 s at 100k entries, paid once
     per process and store. Raises StoreCorruptError (and refuses later writes).
     """
     label = getattr(conn, "store_label", "")
