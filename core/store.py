@@ -169,7 +169,13 @@ class Memory:
 
     @property
     def dim(self) -> int:
-        return int(self._meta.get("dim") or self.embedder.dim)
+        raw = self._meta.get("dim")
+        if not raw:
+            return self.embedder.dim
+        try:
+            return int(raw)
+        except (TypeError, ValueError):  # a hand edit: one line, not a traceback
+            raise CorruptRowError(f"store {self.path}: store_meta holds {raw!r} as the vector size; {ROW_HINT}") from None
 
     def check_model(self) -> None:
         """Refuse to mix vectors of two models in one store."""

@@ -365,3 +365,18 @@ def test_truncated_store_is_one_line_and_salvage_keeps_the_readable_part(demo_st
     assert out["saved"] > 0 and out["lost"] > 0
     assert run_cli("--store", str(new), "check", timeout=180).returncode == 0
     assert digest(bad) == before
+
+
+def test_hand_edited_store_meta_is_one_line(mem, store_path):
+    from memlens import Memory
+    from memlens.check import check_store
+    from memlens.errors import CorruptRowError
+
+    mem.add("Callbacks must not block.", wing="w")
+    mem.conn.execute("UPDATE store_meta SET value = 'abc' WHERE key = 'dim'")
+    mem.close()
+    with Memory.open(store_path, settings=mem.settings, embedder=mem._embedder) as m:
+        with pytest.raises(CorruptRowError, match="'abc' as the vector size"):
+            m.stats()
+    report = bounded(lambda: check_store(store_path))
+    assert any(f["area"] == "schema" and "dim = 'abc'" in f["problem"] for f in report["findings"])
