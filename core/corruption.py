@@ -48,7 +48,8 @@ def is_corruption(exc: BaseException) -> bool:
     if isinstance(code, int) and code & 0xFF == _SQLITE_CORRUPT:
         return True
     msg = str(exc)
-    return "malformed" in msg.lower() or bool(_VEC_DAMAGE.search(msg))
+    # not "malformed JSON" (json_extract of a hand-edited value) nor "malformed MATCH expression"
+    return "disk image is malformed" in msg or bool(_VEC_DAMAGE.search(msg))
 
 
 def hint(path: Path | str) -> str:

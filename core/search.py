@@ -483,7 +483,7 @@ def _session_centroids(mem: Memory, pool: list[Candidate], vectors: dict[int, np
     for sid in sessions:
         rows = mem.conn.execute(
             "SELECT v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid "
-            "WHERE e.kind = 'turn' AND json_extract(e.meta, '$.session_id') = ?",
+            "WHERE e.kind = 'turn' AND CASE WHEN json_valid(e.meta) THEN json_extract(e.meta, '$.session_id') END = ?",
             (sid,),
         ).fetchall()
         if rows:
@@ -503,7 +503,7 @@ def _merge_recent_turns(mem: Memory, plan: _Plan, pool: list[Candidate], trace: 
     from .store import row_to_entry
 
     session = row_to_entry(latest[2:]).meta.get("session_id")
-    sql = f"{_SELECT} WHERE kind = 'turn' AND json_extract(meta, '$.session_id') = ?"
+    sql = f"{_SELECT} WHERE kind = 'turn' AND CASE WHEN json_valid(meta) THEN json_extract(meta, '$.session_id') END = ?"
     rargs: list[Any] = [session]
     if plan.scope is not None:
         c, v = _in("wing", plan.scope)

@@ -380,3 +380,19 @@ def test_hand_edited_store_meta_is_one_line(mem, store_path):
             m.stats()
     report = bounded(lambda: check_store(store_path))
     assert any(f["area"] == "schema" and "dim = 'abc'" in f["problem"] for f in report["findings"])
+
+
+def test_hand_edited_turn_meta_does_not_break_the_conversation_profile(mem):
+    """The conversation profile reads meta in SQL (json_extract): a hand-edited turn is left out, nothing fails."""
+    from memlens import corruption
+
+    for i in range(4):
+        mem.add(f"we talked about callbacks blocking, turn {i}", wing="w", kind="turn", meta={"session_id": "s1"},
+                created_at=f"2026-01-02T03:04:0{i}Z")
+    mem.conn.execute("UPDATE entries SET meta = '{bad json' WHERE text LIKE '%turn 1'")
+    bundle = bounded(lambda: mem.search("callbacks blocking", active_wing="w", profile="conversation", use_cache=False))
+    texts = [r.entry.text for r in bundle.results]
+    assert texts and not any(t.endswith("turn 1") for t in texts)
+    assert any("is damaged" in n and "meta is not valid JSON" in n for n in bundle.trace.notes)
+    assert corruption.seen(mem.path) is None  # a bad value is not a damaged page: writes still work
+    mem.add("still writable", wing="w")
