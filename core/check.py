@@ -246,6 +246,11 @@ class Checker:
             copy = db.driver().connect(os.path.join(tmp, "copy.db"), isolation_level=None)
             try:
                 conn.backup(copy)
+            except Exception as exc:
+                copy.close()
+                self.add("fts", f"cannot copy the store to run FTS5's integrity-check: {' '.join(str(exc).split())}")
+                return
+            try:
                 copy.execute("INSERT INTO entries_fts(entries_fts, rank) VALUES ('integrity-check', 1)")
             except Exception as exc:
                 self.add("fts", f"FTS5 integrity-check: {' '.join(str(exc).split())} (the index does not match the entries)")
