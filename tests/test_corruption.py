@@ -396,3 +396,18 @@ def test_hand_edited_turn_meta_does_not_break_the_conversation_profile(mem):
     assert any("is damaged" in n and "meta is not valid JSON" in n for n in bundle.trace.notes)
     assert corruption.seen(mem.path) is None  # a bad value is not a damaged page: writes still work
     mem.add("still writable", wing="w")
+
+
+@pytest.mark.parametrize("edit", ["UPDATE entries_vec_rowids SET chunk_offset = 99999 WHERE rowid = 3",
+                                  "UPDATE entries_vec_vector_chunks00 SET vectors = zeroblob(10)"])
+def test_in_process_vector_index_reports_inconsistent_vector_tables(mem, edit):
+    """The in-process index reads sqlite-vec's tables itself: damage there is the same one line."""
+    from memlens.errors import StoreCorruptError
+
+    for i in range(5):
+        mem.add(f"Rule {i}: callbacks must not block.", wing="w")
+    mem.conn.execute(edit)
+    with pytest.raises(StoreCorruptError, match="is corrupt .*vectors of wing 'w'"):
+        bounded(mem.warm_index)
+    with pytest.raises(StoreCorruptError, match="writes are refused"):
+        bounded(lambda: mem.add("one more", wing="w"))
