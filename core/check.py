@@ -106,28 +106,42 @@ def rowid_bound(conn: Any) -> int:
 
 
 def read_entries(conn: Any) -> Iterator[tuple[int, tuple[Any, ...] | None, str | None]]:
-    """Every readable entry row as (rowid, row, None); an unreadable rowid as (rowid, None, error).
+    """Every readable entry row as (rowid, row, None); a rowid that cannot be read as (rowid, None, error)."""
+    return read_by_key(conn, "entries", "rowid", COLUMNS, rowid_bound(conn))
 
-    Reads rowid ranges; a range that fails is read again one rowid at a time,
-    so one damaged page costs the rows on it, not the rest of the table.
-    Rowids with no row at all (deleted entries) are not reported.
+
+def read_by_key(conn: Any, table: str, key: str, cols: str, top: int) -> Iterator[tuple[int, tuple[Any, ...] | None, str | None]]:
+    """The readable rows of ``table`` in ``key`` order up to ``top``, reading around damaged pages.
+
+    Reads ``CHUNK`` rows at a time from the last key read. Where that fails,
+    the next ``CHUNK`` keys are read one by one, so a damaged page costs the
+    rows on it, not the rest of the table. Stretches with nothing readable
+    are skipped in steps that double, so a bound read from a damaged page (a
+    huge ``top``) costs a few dozen steps, never a scan of every key up to it.
+    Keys with no row at all (deleted ones) are not reported.
     """
-    top = rowid_bound(conn)
-    lo = 1
+    scan = f"SELECT {key}, {cols} FROM {table} WHERE {key} >= ? ORDER BY {key} LIMIT {CHUNK}"
+    point = f"SELECT {key}, {cols} FROM {table} WHERE {key} = ?"
+    lo, gap = 1, CHUNK
     while lo <= top:
-        hi = lo + CHUNK
-        rows, err = safe(conn, f"SELECT rowid, {COLUMNS} FROM entries WHERE rowid >= ? AND rowid < ? ORDER BY rowid", (lo, hi))
-        if rows is not None:
+        rows, _ = safe(conn, scan, (lo,))
+        if rows:
             for r in rows:
                 yield int(r[0]), tuple(r[1:]), None
-        else:
-            for rowid in range(lo, hi):
-                one, err = safe(conn, f"SELECT rowid, {COLUMNS} FROM entries WHERE rowid = ?", (rowid,))
-                if one:
-                    yield rowid, tuple(one[0][1:]), None
-                elif err is not None:
-                    yield rowid, None, err
-        lo = hi
+            lo, gap = int(rows[-1][0]) + 1, CHUNK
+            continue
+        if rows is not None:  # nothing from lo on, as far as the table can tell: look further, ever faster
+            lo, gap = lo + gap, gap * 2
+            continue
+        found = False
+        for k in range(lo, min(lo + CHUNK, top + 1)):
+            one, err = safe(conn, point, (k,))
+            if one:
+                found = True
+                yield k, tuple(one[0][1:]), None
+            elif err is not None:
+                yield k, None, err
+        lo, gap = (lo + CHUNK, CHUNK) if found else (lo + gap, gap * 2)
 
 
 class Checker:

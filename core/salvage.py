@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .check import open_read_only, read_entries, safe
+from .check import open_read_only, read_by_key, read_entries, safe
 from .errors import MemlensError, StoreError, ValidationError
 from .models import Entry
 from .rows import row_problem
@@ -152,20 +152,12 @@ def _read_audit(conn: Any) -> tuple[list[tuple[Any, ...]], int]:
         top = max(top, int(bound[0][0] or 0) if bound else 0)
     out: list[tuple[Any, ...]] = []
     lost = 0
-    cols = "seq, ts, action, entry_id, wing, before, after, detail"
-    for lo in range(1, top + 1, 512):
-        rows, err = safe(conn, f"SELECT {cols} FROM audit WHERE seq >= ? AND seq < ? ORDER BY seq", (lo, lo + 512))
-        if rows is None:
-            rows = []
-            for seq in range(lo, min(lo + 512, top + 1)):
-                one, err = safe(conn, f"SELECT {cols} FROM audit WHERE seq = ?", (seq,))
-                rows += one or []
-                lost += err is not None
-        for r in rows:
-            if all(v is None or _json_object(v) is not None for v in r[5:8]) and isinstance(r[1], str):
-                out.append(tuple(r))
-            else:
-                lost += 1
+    for seq, row, _err in read_by_key(conn, "audit", "seq", "ts, action, entry_id, wing, before, after, detail", top):
+        r = None if row is None else (seq, *row)
+        if r is not None and all(v is None or _json_object(v) is not None for v in r[5:8]) and isinstance(r[1], str):
+            out.append(r)
+        else:
+            lost += 1
     return out, lost
 
 

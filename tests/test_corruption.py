@@ -411,3 +411,19 @@ def test_in_process_vector_index_reports_inconsistent_vector_tables(mem, edit):
         bounded(mem.warm_index)
     with pytest.raises(StoreCorruptError, match="writes are refused"):
         bounded(lambda: mem.add("one more", wing="w"))
+
+
+def test_a_huge_rowid_from_a_damaged_table_does_not_make_check_or_salvage_crawl(mem, store_path, tmp_path):
+    """Bounds read from damaged tables can be anything: reading around damage must not walk every key up to them."""
+    from memlens.check import check_store
+    from memlens.salvage import salvage
+
+    for i in range(20):
+        mem.add(f"Rule {i}: callbacks must not block.", wing="w")
+    mem.conn.execute("UPDATE entries_vec_rowids SET rowid = 4611686018427387904 WHERE rowid = 3")
+    mem.conn.execute("UPDATE audit SET seq = 4611686018427387904 WHERE seq = 5")
+    mem.close()
+    report = bounded(lambda: check_store(store_path), timeout=60)
+    assert not report["ok"]
+    out = bounded(lambda: salvage(store_path, tmp_path / "new.db", settings=mem.settings, embedder=mem._embedder), timeout=60)
+    assert out["saved"] == 20 and out["audit_rows"] == 20
