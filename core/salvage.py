@@ -1,8 +1,8 @@
 """``memlens salvage``: copy what is readable from a damaged store into a new one.
 
 The damaged store is only read (see ``check.open_read_only``). Entry rows are
-read by rowid ranges, then one by one where a range fails (``check.read_entries``);
-a row that reads but does not validate is lost like an unreadable one. Entries
+read in rowid order around damaged pages (``check.read_by_key``); a row that
+reads but does not validate is lost like an unreadable one. Entries
 the audit history says should exist but whose row was lost are rebuilt from
 their last audited version. Readable vectors of the same model are reused;
 the rest are embedded again. Readable audit rows (the write history), tasks
@@ -48,7 +48,11 @@ def salvage(src: Path, dst: Path, *, settings: Any = None, embedder: Any = None,
     if safe(conn, "SELECT count(*) FROM sqlite_master")[1] is not None:
         conn.close()  # the header itself is damaged: read a private copy with a repaired header instead
         tmp = tempfile.mkdtemp(prefix="memlens-salvage-")
-        conn = _repaired_copy(src, Path(tmp) / "copy.db")
+        try:
+            conn = _repaired_copy(src, Path(tmp) / "copy.db")
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     try:
         say("reading entries")
         found = _read(conn)

@@ -427,3 +427,15 @@ def test_a_huge_rowid_from_a_damaged_table_does_not_make_check_or_salvage_crawl(
     assert not report["ok"]
     out = bounded(lambda: salvage(store_path, tmp_path / "new.db", settings=mem.settings, embedder=mem._embedder), timeout=60)
     assert out["saved"] == 20 and out["audit_rows"] == 20
+
+
+def test_salvage_of_an_unrepairable_file_is_one_line_and_leaves_nothing(tmp_path):
+    import tempfile
+
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"SQLite format 3\x00" + bytes(random.Random(3).randrange(256) for _ in range(20000)))
+    before = set(Path(tempfile.gettempdir()).glob("memlens-salvage-*"))
+    p = run_cli("--store", str(bad), "salvage", str(tmp_path / "new.db"), timeout=60)
+    assert p.returncode == 2 and "nothing can be salvaged" in one_line_error(p)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["bad.db"]
+    assert set(Path(tempfile.gettempdir()).glob("memlens-salvage-*")) == before
