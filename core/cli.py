@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import cli_tasks
+from . import cli_check, cli_tasks
 from .cli_args import BUDGET_ARG, K_ARG, PROG, Parser, check_text_args, unit_float
 from .errors import MemlensError
 from .limits import MAX_BUDGET, MAX_K, check_query
@@ -125,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1", help="HTTP: address to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=8765, help="HTTP: port (default 8765; 0 picks a free one)")
     s.add_argument("--read-only", action="store_true", help="serve only the tools that read")
+    cli_check.register(sub)  # check, salvage
     return p
 
 
@@ -183,8 +184,18 @@ def cmd_export(args: argparse.Namespace) -> int:
     with _open(args) as mem:
         if args.wing and args.wing not in mem.wings():
             raise MemlensError(f"unknown wing {args.wing!r} (known wings: {', '.join(mem.wings()) or 'none yet'})")
-        mem.export_jsonl(sys.stdout, wing=args.wing, with_vectors=args.with_vectors)
-    return 0
+        skipped: list[str] = []
+
+        def skip(entry_id: str, problem: str) -> None:  # a damaged row: say so, export the rest, exit 1
+            from .rows import damaged_note
+
+            skipped.append(entry_id)
+            print(f"{PROG}: warning: {damaged_note(entry_id, problem)}", file=sys.stderr)
+
+        mem.export_jsonl(sys.stdout, wing=args.wing, with_vectors=args.with_vectors, on_skip=skip)
+    if skipped:
+        print(f"{PROG}: {len(skipped)} damaged entries were left out of the export", file=sys.stderr)
+    return 1 if skipped else 0
 
 
 def format_results(bundle: Any) -> str:
@@ -224,7 +235,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_context(args: argparse.Namespace) -> int:
     """Seed 004 §6: the agent keeps working when the store is unreachable; the context says so."""
     from .budget import render_context
-    from .errors import StoreError
+    from .errors import StoreCorruptError, StoreError
     from .fallback import fallback_bundle
 
     try:
@@ -234,10 +245,15 @@ def cmd_context(args: argparse.Namespace) -> int:
         print(f"{PROG}: warning: {exc}; falling back to the workspace", file=sys.stderr)
         text = render_context(None, bundle)  # type: ignore[arg-type]
     else:
-        with mem:
-            bundle = mem.search(args.query, active_wing=args.active_wing, wings=args.wings, k=args.k,
-                                profile=args.profile, budget=args.budget, workspace=args.workspace)
-            text = render_context(mem, bundle)
+        try:
+            with mem:
+                bundle = mem.search(args.query, active_wing=args.active_wing, wings=args.wings, k=args.k,
+                                    profile=args.profile, budget=args.budget, workspace=args.workspace)
+                text = render_context(mem, bundle)
+        except StoreCorruptError as exc:  # damage met while reading: as unreachable as a missing store
+            bundle = fallback_bundle(args.query, args.workspace, args.k or 10, f"store unavailable: {exc}")
+            print(f"{PROG}: warning: {exc}; falling back to the workspace", file=sys.stderr)
+            text = render_context(None, bundle)  # type: ignore[arg-type]
     if args.json:
         print(json.dumps({"context": text, **bundle.to_dict()}, ensure_ascii=False))
     else:
@@ -399,6 +415,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "task": cli_tasks.cmd_task,
     "tasks": cli_tasks.cmd_tasks,
     "mcp": cmd_mcp,
+    "check": cli_check.cmd_check,
+    "salvage": cli_check.cmd_salvage,
 }
 
 

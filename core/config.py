@@ -158,6 +158,8 @@ class RerankConfig(_Section):
 
 class AuditConfig(_Section):
     level: Literal["writes", "reads"] = Field("reads", description="'reads' also logs every retrieval's metrics")
+    retrieval_max_rows: int = Field(10_000, ge=1, le=100_000_000, description="retrieval records kept (newest); writes are always kept")
+    retrieval_max_age_days: float = Field(90.0, gt=0, le=36_500, description="retrieval records older than this are pruned")
 
 
 class WorkingMemoryConfig(_Section):

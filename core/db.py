@@ -18,7 +18,8 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import quote
 
-from .errors import StoreError, StoreLockedError
+from . import corruption
+from .errors import StoreCorruptError, StoreError, StoreLockedError
 
 SCHEMA_VERSION = 4
 _driver_lock = threading.Lock()
@@ -233,12 +234,17 @@ def connect(path: Path, *, busy_timeout_ms: int = 5000, mmap_size: int = 1 << 30
     if str(path) != ":memory:":
         check_store_path(path, create=create)
     try:
-        conn = sq.connect(str(path), isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000)
+        conn = sq.connect(str(path), isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000,
+                          factory=corruption.connection_class(sq))
     except sq.Error as exc:
         raise StoreError(f"cannot open store {path}: {exc}") from None
+    conn.store_label = str(path)
     try:
         # Reading the schema forces SQLite to read the header: a non-database fails here.
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except StoreCorruptError:
+        conn.close()
+        raise
     except sq.DatabaseError as exc:
         conn.close()
         if not _in_read_only_dir(exc, path):
@@ -261,6 +267,9 @@ def connect(path: Path, *, busy_timeout_ms: int = 5000, mmap_size: int = 1 << 30
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute(f"PRAGMA mmap_size = {int(mmap_size)}")
+    except StoreCorruptError:
+        conn.close()
+        raise
     except sq.DatabaseError as exc:
         conn.close()
         raise translate(exc, path) from None
@@ -301,7 +310,9 @@ def _open_immutable(sq: ModuleType, path: Path, busy_timeout_ms: int) -> Any:
         )
     uri = f"file:{quote(str(path.absolute()))}?immutable=1"
     try:
-        conn = sq.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000)
+        conn = sq.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000,
+                          factory=corruption.connection_class(sq))
+        conn.store_label = str(path)
         conn.execute("PRAGMA query_only = ON")  # also what ``is_read_only`` reports
     except sq.Error as exc:
         raise StoreError(f"cannot open store {path} read-only: {exc}") from None
@@ -319,7 +330,10 @@ def translate(exc: Exception, path: Path | str) -> StoreError:
     low = msg.lower()
     if "locked" in low or "busy" in low:
         return StoreLockedError(f"store {path} is locked by another writer (waited for the busy timeout); try again")
-    if "not a database" in low or "malformed" in low or "encrypted" in low:
+    if corruption.is_corruption(exc) or ("not a database" in low and corruption.header_damaged(path)):
+        corruption.mark(path, msg)
+        return corruption.corrupt_error(path, msg)
+    if "not a database" in low or "encrypted" in low:
         return StoreError(f"{path} is not a memlens store (not a valid SQLite database): {msg}")
     if "readonly" in low or "read-only" in low:
         return StoreError(f"store {path} is read-only: {msg}")
@@ -337,6 +351,8 @@ def schema_version(conn: Any) -> int:
 def migrate(conn: Any, path: Path | str, dim: int) -> None:
     """Bring the schema up to SCHEMA_VERSION; refuse foreign or newer databases."""
     version = schema_version(conn)
+    if version < 0:
+        raise corruption.corrupt_error(path, f"its header holds schema version {version}")
     if version > SCHEMA_VERSION:
         raise StoreError(f"{path} was written by a newer memlens (schema {version} > {SCHEMA_VERSION}); upgrade memlens")
     if version == SCHEMA_VERSION:
@@ -356,8 +372,13 @@ def migrate(conn: Any, path: Path | str, dim: int) -> None:
 
 @contextmanager
 def transaction(conn: Any, path: Path | str = "") -> Iterator[Any]:
-    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception (nothing half-written)."""
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception (nothing half-written).
+
+    Refused once this process has seen damage in the store (see ``memlens.corruption``).
+    """
     sq = driver()
+    corruption.refuse_writes(getattr(conn, "store_label", "") or path)
+    corruption.verify_once(conn)
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sq.Error as exc:
@@ -380,11 +401,11 @@ def transaction(conn: Any, path: Path | str = "") -> Iterator[Any]:
 def _rollback(conn: Any) -> None:
     """Roll back if a transaction is still open; never hide the error that led here.
 
-    SQLite may already have rolled back itself (an I/O error, a full disk):
+    SQLite may already have rolled back itself (an I/O error, a full disk, damaged pages):
     a second ROLLBACK would fail with "no transaction is active" instead.
     """
     try:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
-    except driver().Error:
+    except Exception:
         pass

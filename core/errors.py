@@ -17,6 +17,14 @@ class StoreLockedError(StoreError):
     """Another process holds the write lock longer than the busy timeout."""
 
 
+class StoreCorruptError(StoreError):
+    """SQLite, FTS5 or sqlite-vec found damaged pages; writes to that store are refused from then on."""
+
+
+class CorruptRowError(StoreError):
+    """A stored row cannot be decoded (a hand-edited or damaged column value)."""
+
+
 class ModelError(MemlensError):
     """The embedding model is missing, corrupted or cannot be loaded."""
 

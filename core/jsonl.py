@@ -299,8 +299,15 @@ def _import(
     return {"imported": total, "embedded": embedded, "reused_vectors": total - embedded}
 
 
-def export(mem: Memory, out: IO[str], *, wing: str | None = None, with_vectors: bool = False) -> int:
-    """Write entries as JSONL; returns the count."""
+def export(
+    mem: Memory, out: IO[str], *, wing: str | None = None, with_vectors: bool = False, on_skip: Any = None
+) -> int:
+    """Write entries as JSONL; returns the count.
+
+    A damaged row (a hand edit the data model rejects) is left out and reported
+    to ``on_skip(entry_id, problem)``; without ``on_skip`` it raises CorruptRowError.
+    """
+    from .rows import row_problem
     from .store import _COLUMNS, row_to_entry
 
     cols = ", ".join(f"e.{c.strip()}" for c in _COLUMNS.split(","))
@@ -314,6 +321,10 @@ def export(mem: Memory, out: IO[str], *, wing: str | None = None, with_vectors: 
     n = 0
     model = mem.model_id
     for row in mem.conn.execute(sql, args):
+        problem = row_problem(row[:14]) if on_skip is not None else None
+        if problem is not None:
+            on_skip(row[0], problem)
+            continue
         rec = row_to_entry(row[:14]).to_record()
         if with_vectors:
             rec["model"] = model

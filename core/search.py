@@ -31,6 +31,7 @@ from .models import GLOBAL_WING, format_ts, utcnow
 from .policy import Candidate
 from .profiles import Profile, route
 from .query import ParsedQuery, check_known, parse
+from .rows import damaged_note, row_problem
 from .scoring import RetrievalWeights, minmax, recency, recency_many
 from .trace import STAGES, Bundle, Components, Result, Trace
 from .vectors import clean, degenerate, from_blob, vec0_knn
@@ -358,7 +359,7 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
 
     t = time.perf_counter()
     pool: dict[int, Candidate] = {}
-    _load(mem, ordered, pool)
+    _load(mem, ordered, pool, trace)
     # pull in what policy must see even if the generators missed it
     mandatory: set[int] = set()
     extra: list[int] = []
@@ -389,7 +390,7 @@ def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -
         for key in keys:
             extra += [r[0] for r in conn.execute(f"SELECT {cols} FROM entries WHERE key = ? AND {staging.visible()}", (key,))
                       if r[0] not in pool and in_scope(r)]
-    _load(mem, list(dict.fromkeys(extra)), pool)
+    _load(mem, list(dict.fromkeys(extra)), pool, trace)
     trace.candidates["pulled_in"] = len(set(extra))
     vectors: dict[int, np.ndarray] = {}
     if pool and qvec is not None:
@@ -474,16 +475,28 @@ def lexical(mem: Memory, plan: _Plan, text: str, n: int, gens: dict[str, int] | 
     return conn.execute(sql, [fq, *eargs, n]).fetchall()
 
 
-def _load(mem: Memory, rowids: list[int], pool: dict[int, Candidate]) -> None:
+def _load(mem: Memory, rowids: list[int], pool: dict[int, Candidate], trace: Trace) -> None:
     for i in range(0, len(rowids), 400):
         chunk = rowids[i : i + 400]
         rows = mem.conn.execute(f"{_SELECT} WHERE rowid IN ({','.join('?' * len(chunk))}) AND {staging.visible()}",
                                 chunk).fetchall()
-        by_rowid = {r[0]: r for r in rows}
+        by_rowid = {r[0]: r for r in _sound(rows, trace)}
         for rowid in chunk:
             r = by_rowid.get(rowid)
             if r is not None and rowid not in pool:
                 pool[rowid] = Candidate(rowid=rowid, row=r[2:], content_hash=r[1])
+
+
+def _sound(rows: list[tuple[Any, ...]], trace: Trace) -> list[tuple[Any, ...]]:
+    """Rows of ``_SELECT`` that decode; a damaged one (a hand edit) is skipped with a note, not a crash."""
+    out = []
+    for r in rows:
+        problem = row_problem(r[2:])
+        if problem is None:
+            out.append(r)
+        else:
+            trace.notes.append(damaged_note(r[2], problem))
+    return out
 
 
 def _score(mem: Memory, plan: _Plan, pool: list[Candidate], vectors: dict[int, np.ndarray], qvec: np.ndarray | None,
@@ -537,7 +550,8 @@ def _session_centroids(mem: Memory, pool: list[Candidate], vectors: dict[int, np
     for sid in sessions:
         rows = mem.conn.execute(
             "SELECT v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid "
-            f"WHERE e.kind = 'turn' AND json_extract(e.meta, '$.session_id') = ? AND {staging.visible('e')}",
+            "WHERE e.kind = 'turn' AND CASE WHEN json_valid(e.meta) THEN json_extract(e.meta, '$.session_id') END = ? "
+            f"AND {staging.visible('e')}",
             (sid,),
         ).fetchall()
         if rows:
@@ -551,20 +565,21 @@ def _merge_recent_turns(mem: Memory, plan: _Plan, pool: list[Candidate], trace: 
     semantic = sorted(pool, key=lambda c: -c.score)
     where, args = plan.entry_filters()
     sql = f"{_SELECT}" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY created_at DESC, rowid DESC LIMIT 1"
-    latest = mem.conn.execute(sql, args).fetchone()
+    latest = next(iter(_sound(mem.conn.execute(sql, args).fetchmany(1), trace)), None)
     if latest is None:
         return semantic
     from .store import row_to_entry
 
     session = row_to_entry(latest[2:]).meta.get("session_id")
-    sql = f"{_SELECT} WHERE kind = 'turn' AND json_extract(meta, '$.session_id') = ? AND {staging.visible()}"
+    sql = (f"{_SELECT} WHERE kind = 'turn' AND CASE WHEN json_valid(meta) THEN json_extract(meta, '$.session_id') END = ?"
+           f" AND {staging.visible()}")
     rargs: list[Any] = [session]
     if plan.scope is not None:
         c, v = _in("wing", plan.scope)
         sql += " AND " + c
         rargs += v
     sql += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
-    rows = mem.conn.execute(sql, [*rargs, plan.profile.recent_turns]).fetchall()
+    rows = _sound(mem.conn.execute(sql, [*rargs, plan.profile.recent_turns]).fetchall(), trace)
     merged = list(semantic)
     ids = {c.id for c in merged}
     for r in reversed(rows):  # oldest of the recent first, as in a transcript
@@ -588,7 +603,7 @@ def _personal_fallback(mem: Memory, plan: _Plan, trace: Trace, scored: dict[str,
     sql = f"{_SELECT}" + (" WHERE " + " AND ".join(where) if where else "")
     sql += " ORDER BY salience DESC, updated_at DESC LIMIT ?"
     out = []
-    for r in mem.conn.execute(sql, [*args, plan.limit]).fetchall():
+    for r in _sound(mem.conn.execute(sql, [*args, plan.limit]).fetchall(), trace):
         c = Candidate(rowid=r[0], row=r[2:], content_hash=r[1], source="fallback")
         if c.id in scored:  # keep the measured components; only the score is the seed's synthetic 1.0
             c.comps = dataclasses.replace(scored[c.id].comps)

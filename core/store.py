@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import attribution, db
-from .staging import visible, visible_count, visible_groups
+from . import attribution, corruption, db, retention
 from .config import Settings, load_settings
-from .errors import MemlensError, NotFoundError, StoreError, ValidationError
+from .errors import CorruptRowError, MemlensError, NotFoundError, StoreError, ValidationError
 from .limits import MAX_LIST, check_int, entry_text_limit, printable
 from .models import EDITABLE_FIELDS, Entry, EntryType, Kind, Status, content_hash, format_ts, parse_ts, utcnow
+from .rows import HINT as ROW_HINT
+from .rows import row_problem
+from .staging import visible, visible_count, visible_groups
 from .vectors import degenerate
 
 if TYPE_CHECKING:
@@ -34,8 +36,12 @@ def row_to_entry(row: tuple[Any, ...]) -> Entry:
 
     Rows were validated on the way in, so this only converts types
     (``model_construct``): a search builds ~100 of these, and full validation
-    was a tenth of the pipeline at 100k entries.
+    was a tenth of the pipeline at 100k entries. A row changed behind the
+    engine's back (a hand edit, damage) raises CorruptRowError, in one line.
     """
+    problem = row_problem(row)
+    if problem is not None:
+        raise CorruptRowError(f"stored entry {row[0]!r} is damaged: {problem}; {ROW_HINT}")
     (id_, wing, room, kind, type_, status, title, text, key, salience, overrides, created, updated, meta) = row
     return Entry.model_construct(
         id=id_, wing=wing, room=room, kind=Kind(kind), type=EntryType(type_), status=Status(status), title=title,
@@ -70,6 +76,7 @@ class Memory:
         self._distinct_cache: dict[tuple[str, tuple[Any, ...]], tuple[tuple[int, int], list[str]]] = {}
         self._distinct_lock = threading.Lock()
         self._vindex: Any = None
+        self._pruned = False  # retrieval records pruned by this Memory yet (see memlens.retention)
         conn = self.conn  # opens, checks and migrates
         meta = dict(conn.execute("SELECT key, value FROM store_meta").fetchall()) if db.schema_version(conn) else {}
         self._meta = meta
@@ -169,7 +176,13 @@ class Memory:
 
     @property
     def dim(self) -> int:
-        return int(self._meta.get("dim") or self.embedder.dim)
+        raw = self._meta.get("dim")
+        if not raw:
+            return self.embedder.dim
+        try:
+            return int(raw)
+        except (TypeError, ValueError):  # a hand edit: one line, not a traceback
+            raise CorruptRowError(f"store {self.path}: store_meta holds {raw!r} as the vector size; {ROW_HINT}") from None
 
     def check_model(self) -> None:
         """Refuse to mix vectors of two models in one store."""
@@ -239,18 +252,12 @@ class Memory:
         sql += " ORDER BY seq DESC LIMIT ?"
         out = []
         for seq, ts, action, eid, wing, before, after, detail in self.conn.execute(sql, args + (limit,)):
-            out.append(
-                {
-                    "seq": seq,
-                    "ts": ts,
-                    "action": action,
-                    "entry_id": eid,
-                    "wing": wing,
-                    "before": json.loads(before) if before else None,
-                    "after": json.loads(after) if after else None,
-                    "detail": json.loads(detail) if detail else None,
-                }
-            )
+            row = {"seq": seq, "ts": ts, "action": action, "entry_id": eid, "wing": wing}
+            for name, value in (("before", before), ("after", after), ("detail", detail)):
+                row[name] = _json_object(value) if value else None
+                if value and row[name] is None:  # a hand-edited value: say so rather than fail the history
+                    row.setdefault("damaged", []).append(name)
+            out.append(row)
         return out
 
     def vector(self, entry_id: str) -> np.ndarray:
@@ -268,6 +275,7 @@ class Memory:
         """Add one entry; returns it with its id. Fields as in DESIGN.md's data model."""
         with entry_text_limit(self.settings.limits.max_entry_chars):
             entry = self._validate({"text": text, "wing": wing, **fields})
+        self._check_writable()
         self._check_overrides([entry])
         vec = self._vectors_for([entry])[0]
         with db.transaction(self.conn, self.path) as conn:
@@ -286,6 +294,7 @@ class Memory:
         unknown = set(changes) - set(EDITABLE_FIELDS)
         if unknown:
             raise ValidationError(f"cannot edit {', '.join(sorted(unknown))}; editable: {', '.join(EDITABLE_FIELDS)}")
+        self._check_writable()
         before = self.get(entry_id)
         record = before.to_record()
         record.update({k: (v.value if hasattr(v, "value") else v) for k, v in changes.items()})
@@ -354,6 +363,11 @@ class Memory:
         return wing_counts(self)
 
     # -- helpers for writers ---------------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        """Refuse a damaged store before embedding: every write transaction checks again (``db.transaction``)."""
+        corruption.refuse_writes(self.path)
+        corruption.verify_once(self.conn)
 
     @staticmethod
     def _validate(record: dict[str, Any]) -> Entry:
@@ -458,13 +472,14 @@ class Memory:
         """Import a JSONL file all-or-nothing (see ``memlens.jsonl``)."""
         from .jsonl import import_file
 
+        self._check_writable()
         with entry_text_limit(self.settings.limits.max_entry_chars):
             return import_file(self, Path(source), batch_size=batch_size, progress=progress)
 
-    def export_jsonl(self, out: Any, *, wing: str | None = None, with_vectors: bool = False) -> int:
+    def export_jsonl(self, out: Any, *, wing: str | None = None, with_vectors: bool = False, on_skip: Any = None) -> int:
         from .jsonl import export
 
-        return export(self, out, wing=wing, with_vectors=with_vectors)
+        return export(self, out, wing=wing, with_vectors=with_vectors, on_skip=on_skip)
 
     # -- search ------------------------------------------------------------------------------
 
@@ -553,7 +568,7 @@ class Memory:
 
         Never fails a retrieval: a read-only or busy store just skips the row.
         """
-        if self.settings.audit.level != "reads":
+        if self.settings.audit.level != "reads" or corruption.seen(self.path):
             return
         import hashlib
 
@@ -575,24 +590,34 @@ class Memory:
             "degraded": bool(t.degraded),
         }
         conn = self.conn
+        audit = self.settings.audit
         try:
             # a search must never wait for a writer: give up on the log row after 50 ms
             conn.execute("PRAGMA busy_timeout = 50")
-            conn.execute(
+            cur = conn.execute(
                 "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail) VALUES (?, 'retrieval', NULL, ?, NULL, NULL, ?)",
                 (format_ts(utcnow()), t.active_wing, json.dumps(metrics, ensure_ascii=False)),
             )
+            if retention.due(int(cur.lastrowid), not self._pruned):
+                self._pruned = True
+                retention.prune_retrievals(conn, audit.retrieval_max_rows, audit.retrieval_max_age_days)
         except Exception:
             pass
         finally:
             conn.execute(f"PRAGMA busy_timeout = {int(self.settings.storage.busy_timeout_ms)}")
 
     def retrievals(self, limit: int = 1000) -> list[dict[str, Any]]:
+        """The newest logged retrievals; a row whose metrics do not decode (a hand edit) is left out."""
         limit = check_int("limit", limit, 1, MAX_LIST)
         rows = self.conn.execute(
             "SELECT seq, ts, detail FROM audit WHERE action = 'retrieval' ORDER BY seq DESC LIMIT ?", (limit,)
         ).fetchall()
-        return [{"seq": seq, "ts": ts, **json.loads(detail)} for seq, ts, detail in rows]
+        out = []
+        for seq, ts, detail in rows:
+            metrics = _json_object(detail)
+            if metrics is not None and isinstance(metrics.get("latency_ms", {}), dict):
+                out.append({"seq": seq, "ts": ts, **metrics})
+        return out
 
     # -- working memory ----------------------------------------------------------------------
 
@@ -635,6 +660,15 @@ class Memory:
     def read_only(self) -> bool:
         """True for a store in a read-only directory: opened as it is on disk, every write refused."""
         return db.is_read_only(self.conn)
+
+
+def _json_object(text: Any) -> dict[str, Any] | None:
+    """A JSON object stored as text, or None if it is not one."""
+    try:
+        value = json.loads(text)
+    except (ValueError, TypeError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def describe_validation(exc: Any) -> str:

@@ -110,7 +110,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from . import db
-from .errors import NotFoundError, ValidationError
+from .errors import CorruptRowError, NotFoundError, ValidationError
 from .limits import MAX_LIST, check_int, utf8_problem_in
 from .models import ID_RE, format_ts, parse_ts, utcnow
 from .task_report import _OUTCOME_ALIASES, Outcome, _one_line, report_digest, summarize  # noqa: F401 (re-exported)
@@ -375,8 +375,30 @@ _TASK_COLS = "task_id, intent, summary, outcome, completed_at, requires_context,
 _BLOCKER_COLS = "task_id, reason, blocked_at, resolved_at, resolution"
 
 
+def _damaged(kind: str, row: tuple[Any, ...], exc: Exception) -> CorruptRowError:
+    """A stored task or blocker row that does not decode (a hand edit): one line, not a traceback."""
+    return CorruptRowError(f"stored {kind} {row[0]!r} is damaged ({' '.join(str(exc).split())[:120]}); `memlens check` lists such rows")
+
+
 def _row_to_task(row: tuple[Any, ...]) -> Task:
+    try:
+        return _decode_task(row)
+    except (ValueError, TypeError, AttributeError, IndexError) as exc:  # JSONDecodeError is a ValueError
+        raise _damaged("task", row, exc) from None
+
+
+def _row_to_blocker(row: tuple[Any, ...]) -> Blocker:
+    try:
+        return _decode_blocker(row)
+    except (ValueError, TypeError, AttributeError, IndexError) as exc:
+        raise _damaged("blocker of task", row, exc) from None
+
+
+def _decode_task(row: tuple[Any, ...]) -> Task:
     tid, intent, summary, outcome, completed_at, rc, report = row
+    report = json.loads(report) if report else {}
+    if not isinstance(report, dict):
+        raise ValueError("validation_report is not a JSON object")
     return Task.model_construct(
         task_id=tid,
         intent=intent,
@@ -384,11 +406,11 @@ def _row_to_task(row: tuple[Any, ...]) -> Task:
         outcome=Outcome(outcome),
         completed_at=_from_db_ts(completed_at),
         requires_context=bool(rc),
-        validation_report=json.loads(report) if report else {},
+        validation_report=report,
     )
 
 
-def _row_to_blocker(row: tuple[Any, ...]) -> Blocker:
+def _decode_blocker(row: tuple[Any, ...]) -> Blocker:
     tid, reason, blocked_at, resolved_at, resolution = row
     return Blocker.model_construct(
         task_id=tid,

@@ -64,12 +64,22 @@ def _read_wing(mem: Memory, wing: str) -> tuple[int, list[tuple[Any, ...]], dict
             part = chunk_ids[i : i + 200]
             q = f"SELECT rowid, vectors FROM entries_vec_vector_chunks00 WHERE rowid IN ({','.join('?' * len(part))})"
             for cid, blob in conn.execute(q, part):
-                if len(blob) % (dim * 4):
-                    raise ValueError(f"unexpected vector chunk size {len(blob)}")
+                if not isinstance(blob, bytes) or len(blob) % (dim * 4):
+                    raise _damaged(mem, wing, f"a vector chunk of {len(blob) if isinstance(blob, bytes) else blob!r} bytes")
                 chunks[cid] = np.frombuffer(blob, dtype="<f4").reshape(-1, dim)
     finally:
-        conn.execute("COMMIT")
+        if conn.in_transaction:  # (SQLite ends it by itself when it meets a damaged page)
+            conn.execute("COMMIT")
     return (gen[0] if gen else 0), meta, chunks
+
+
+def _damaged(mem: Memory, wing: str, what: str) -> Exception:
+    """sqlite-vec's tables do not hold together: the store is damaged (one line, later writes refused)."""
+    from . import corruption
+
+    detail = f"{what} in the vectors of wing {wing!r}"
+    corruption.mark(mem.path, detail)
+    return corruption.corrupt_error(mem.path, detail)
 
 
 class VectorIndex:
@@ -86,8 +96,11 @@ class VectorIndex:
         gen, meta, chunks = _read_wing(mem, wing)
         n = len(meta)
         matrix = np.empty((n, mem.dim), dtype=np.float32)
-        for i, m in enumerate(meta):
-            matrix[i] = chunks[m[5]][m[6]]
+        try:
+            for i, m in enumerate(meta):
+                matrix[i] = chunks[m[5]][m[6]]
+        except (KeyError, IndexError, TypeError):
+            raise _damaged(mem, wing, f"entry rowid {meta[i][0]} placed at chunk {meta[i][5]!r}, offset {meta[i][6]!r}") from None
         bad = degenerate_rows(matrix)  # no direction, no similarity: never a neighbour (core/vectors.py)
         matrix[bad] = 0.0
         usable = ~bad if bad.any() else None

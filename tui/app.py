@@ -233,6 +233,10 @@ def _check_store(path: Path) -> None:
         tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'").fetchone()[0]
     finally:
         conn.close()
+    if version < 0:  # a damaged header: the same one line as the engine gives
+        from memlens.corruption import corrupt_error
+
+        raise corrupt_error(path, f"its header holds schema version {version}")
     if version > db.SCHEMA_VERSION:
         raise StoreError(f"{path} was written by a newer memlens (schema {version} > {db.SCHEMA_VERSION}); upgrade memlens")
     if version == 0 and tables:
