@@ -133,7 +133,11 @@ def _open(args: argparse.Namespace, *, create: bool = False) -> Any:
     """The store for a command: only commands that write (add, import, demo, tui, task) create a missing one."""
     from .store import Memory
 
-    return Memory.open(args.store, create=create)
+    if create:  # a store this command creates goes again if the command fails (see memlens.newstore)
+        from .newstore import open_for_write
+
+        return open_for_write(args.store)
+    return Memory.open(args.store, create=False)
 
 
 def demo_file() -> Path:
