@@ -195,6 +195,9 @@ def test_knn_rows_never_exceed_sqlite_vec_limit(store_path, hash_embedder, index
         ({"query": "x", "profile": "nope"}, "line 2: unknown profile 'nope'"),
         pytest.param("[" * 100_000 + "]" * 100_000, "line 2: invalid JSON: nested too deeply", id="nested"),
         ([1, 2], "line 2: expected a JSON object"),
+        pytest.param('{"query": "x', "line 2: invalid JSON: Unterminated string starting at column 11", id="unterminated"),
+        pytest.param('{"query": "x",}', "line 2: invalid JSON: Expecting property name enclosed in double quotes at column",
+                     id="trailing-comma"),
     ],
 )
 def test_batch_lines_are_typed_and_fail_the_batch(demo_store, tmp_path, line, fragment):
