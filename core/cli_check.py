@@ -36,8 +36,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .check import Finding, check_store
     from .corruption import hint
 
+    from .staging import terminate_as_exit
+
     path = _store(args)
-    report = check_store(path, _progress)
+    with terminate_as_exit():  # SIGTERM unwinds like Ctrl-C: the private copy goes
+        report = check_store(path, _progress)
     if sys.stderr.isatty():
         print("\r\033[K", end="", file=sys.stderr)
     if args.json:

@@ -14,6 +14,7 @@ is removed, so nothing half-written is left behind.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -47,7 +48,10 @@ def salvage(src: Path, dst: Path, *, settings: Any = None, embedder: Any = None,
         conn.execute("PRAGMA writable_schema = ON")
     if safe(conn, "SELECT count(*) FROM sqlite_master")[1] is not None:
         conn.close()  # the header itself is damaged: read a private copy with a repaired header instead
-        tmp = tempfile.mkdtemp(prefix="memlens-salvage-")
+        from .staging import sweep_scratch
+
+        sweep_scratch()  # a killed salvage's copy goes here (or at the next import or check)
+        tmp = tempfile.mkdtemp(prefix=f"memlens-salvage-{os.getpid()}-")
         try:
             conn = _repaired_copy(src, Path(tmp) / "copy.db")
         except BaseException:
