@@ -55,6 +55,8 @@ def discard_if_unused(path: Path, folders: Sequence[Path] = ()) -> None:
     """Remove the store file at ``path`` (and its -wal, -shm, -journal) if it holds nothing,
     then those of ``folders`` (deepest first) that are empty."""
     real = Path(os.path.realpath(path))
+    if os.path.exists(f"{real}-wal"):  # SQLite removes it when the last connection closes: another process has it open
+        return
     if not real.is_file() or not _unused(real):
         return
     for suffix in ("", "-wal", "-shm", "-journal"):

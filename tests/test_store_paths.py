@@ -285,3 +285,17 @@ def test_an_interrupted_import_into_a_new_store_leaves_nothing(tmp_path, real_em
             proc.kill()
             proc.wait(timeout=30)
     assert not (tmp_path / "sub").exists()
+
+
+def test_a_new_store_another_process_has_open_is_not_removed(tmp_path, settings, hash_embedder):
+    from memlens.newstore import discard_if_unused
+
+    path = tmp_path / "shared.db"
+    with Memory.open(path, settings=settings, embedder=hash_embedder) as other:  # open, nothing written yet
+        discard_if_unused(path)
+        assert path.is_file()
+        other.add("written after the other command failed", wing="w")
+    discard_if_unused(path)  # not empty any more
+    assert path.is_file()
+    with Memory.open(path, settings=settings, embedder=hash_embedder, create=False) as m:
+        assert m.count() == 1
