@@ -296,6 +296,9 @@ class Checker:
                 elif not np.isfinite(np.frombuffer(blob, dtype="<f4")).all():
                     bad += 1
                     self.add("vectors", "vector holds NaN or infinite values", rowid)
+                elif not np.frombuffer(blob, dtype="<f4").any():
+                    bad += 1
+                    self.add("vectors", "vector is all zeros (no direction: search never finds the entry by meaning)", rowid)
         except Exception as exc:
             self.add("vectors", f"vectors cannot be read: {' '.join(str(exc).split())}")
         if size is not None:

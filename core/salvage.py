@@ -27,6 +27,7 @@ from .check import open_read_only, read_by_key, read_entries, safe
 from .errors import MemlensError, StoreError, ValidationError
 from .models import Entry
 from .rows import row_problem
+from .vectors import degenerate
 
 ENTRY_ACTIONS = ("add", "import", "update", "salvage")
 FIELDS = ("id", "wing", "room", "kind", "type", "status", "title", "text", "key", "salience", "overrides",
@@ -211,8 +212,8 @@ def _write(mem: Any, src: Path, found: dict[str, Any], recovered: list[dict[str,
     same_model = old_model == mem.model_id
     for rowid, rec in found["good"]:
         blob = found["vectors"].get(rowid) if same_model else None
-        if blob is not None and (len(blob) != dim * 4 or not np.isfinite(np.frombuffer(blob, dtype="<f4")).all()):
-            blob = None
+        if blob is not None and (len(blob) != dim * 4 or degenerate(np.frombuffer(blob, dtype="<f4"))):
+            blob = None  # embedded again
         entries.append((rec, blob, "entries"))
     for rec in recovered:
         entries.append((rec, None, "audit"))

@@ -467,3 +467,21 @@ def test_sigterm_during_salvage_leaves_no_half_made_store(mem, store_path, tmp_p
             proc.wait(timeout=30)
     assert proc.returncode == 130, err
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("new.db")) == []
+
+
+def test_check_reports_a_zero_vector_and_salvage_embeds_it_again(mem, store_path, tmp_path):
+    from memlens.check import check_store
+    from memlens.salvage import salvage
+
+    entries = [mem.add(f"Rule {i}: callbacks must not block.", wing="w") for i in range(3)]
+    conn = mem.conn
+    rowid = conn.execute("SELECT rowid FROM entries WHERE id = ?", (entries[1].id,)).fetchone()[0]
+    conn.execute("UPDATE entries_vec SET embedding = ? WHERE rowid = ?", (bytes(4 * mem.dim), rowid))
+    mem.close()
+    report = bounded(lambda: check_store(store_path))
+    assert not report["ok"]
+    assert [(f["area"], f["rowid"]) for f in report["findings"] if "all zeros" in f["problem"]] == [("vectors", rowid)]
+    new = tmp_path / "new.db"
+    out = bounded(lambda: salvage(store_path, new, settings=mem.settings, embedder=mem._embedder))
+    assert out["saved"] == 3 and out["embedded"] == 1
+    assert bounded(lambda: check_store(new))["ok"]
