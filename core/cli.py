@@ -6,6 +6,7 @@ User errors print one line on stderr and exit 2; tracebacks are for bugs only.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -443,6 +444,17 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_ERRNOS:
+            raise
+        # the output cannot be written (`export > file` on a full disk, /dev/full): one line, not a traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # what is still buffered goes nowhere at exit
+        print(f"{PROG}: error: cannot write the output: {exc.strerror}", file=sys.stderr)
+        return 2
+
+
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EIO, getattr(errno, "EDQUOT", errno.ENOSPC)}
 
 
 if __name__ == "__main__":
