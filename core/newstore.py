@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 _TABLES = ("entries", "audit", "tasks", "blockers", "imports")
 
@@ -25,7 +26,8 @@ def _unused(path: Path) -> bool:
     from .db import driver
 
     try:
-        conn = driver().connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
+        # no -wal (checked first): the file is all there is, and nobody else is writing it
+        conn = driver().connect(f"file:{quote(str(path))}?immutable=1", uri=True, timeout=1.0)
     except Exception:
         return False
     try:

@@ -299,3 +299,10 @@ def test_a_new_store_another_process_has_open_is_not_removed(tmp_path, settings,
     assert path.is_file()
     with Memory.open(path, settings=settings, embedder=hash_embedder, create=False) as m:
         assert m.count() == 1
+
+
+def test_a_refused_write_to_an_odd_file_name_leaves_nothing(tmp_path, real_embedder):
+    path = tmp_path / "a?b#c%20.db"  # characters a SQLite URI would read as a query, fragment or escape
+    proc = run_cli("--store", str(path), "add", "some text", "--wing", "bad wing!", timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert list(tmp_path.iterdir()) == []
