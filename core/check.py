@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -255,8 +253,9 @@ class Checker:
             self.add("fts", f"the FTS5 index cannot be read: {err}")
         else:
             self._same_rowids("fts", {int(r[0]) for r in rows}, "in the FTS5 index")
-        tmp = tempfile.mkdtemp(prefix="memlens-check-")
-        try:
+        from .staging import scratch
+
+        with scratch("memlens-check-") as tmp:  # removed however check ends (a killed one's, by the next run)
             copy = db.driver().connect(os.path.join(tmp, "copy.db"), isolation_level=None)
             try:
                 conn.backup(copy)
@@ -270,8 +269,6 @@ class Checker:
                 self.add("fts", f"FTS5 integrity-check: {' '.join(str(exc).split())} (the index does not match the entries)")
             finally:
                 copy.close()
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
 
     def vectors(self, conn: Any) -> None:
         rows, err = safe(conn, "SELECT rowid, wing, room, kind, type, status FROM entries_vec")
@@ -299,6 +296,9 @@ class Checker:
                 elif not np.isfinite(np.frombuffer(blob, dtype="<f4")).all():
                     bad += 1
                     self.add("vectors", "vector holds NaN or infinite values", rowid)
+                elif not np.frombuffer(blob, dtype="<f4").any():
+                    bad += 1
+                    self.add("vectors", "vector is all zeros (no direction: search never finds the entry by meaning)", rowid)
         except Exception as exc:
             self.add("vectors", f"vectors cannot be read: {' '.join(str(exc).split())}")
         if size is not None:

@@ -6,6 +6,7 @@ User errors print one line on stderr and exit 2; tracebacks are for bugs only.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -133,7 +134,11 @@ def _open(args: argparse.Namespace, *, create: bool = False) -> Any:
     """The store for a command: only commands that write (add, import, demo, tui, task) create a missing one."""
     from .store import Memory
 
-    return Memory.open(args.store, create=create)
+    if create:  # a store this command creates goes again if the command fails (see memlens.newstore)
+        from .newstore import open_for_write
+
+        return open_for_write(args.store)
+    return Memory.open(args.store, create=False)
 
 
 def demo_file() -> Path:
@@ -439,6 +444,17 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_ERRNOS:
+            raise
+        # the output cannot be written (`export > file` on a full disk, /dev/full): one line, not a traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # what is still buffered goes nowhere at exit
+        print(f"{PROG}: error: cannot write the output: {exc.strerror}", file=sys.stderr)
+        return 2
+
+
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EIO, getattr(errno, "EDQUOT", errno.ENOSPC)}
 
 
 if __name__ == "__main__":

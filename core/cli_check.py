@@ -36,8 +36,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .check import Finding, check_store
     from .corruption import hint
 
+    from .staging import terminate_as_exit
+
     path = _store(args)
-    report = check_store(path, _progress)
+    with terminate_as_exit():  # SIGTERM unwinds like Ctrl-C: the private copy goes
+        report = check_store(path, _progress)
     if sys.stderr.isatty():
         print("\r\033[K", end="", file=sys.stderr)
     if args.json:
@@ -59,9 +62,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_salvage(args: argparse.Namespace) -> int:
     from .config import load_settings
     from .salvage import salvage
+    from .staging import terminate_as_exit
 
     path = _store(args)
-    report = salvage(path, Path(args.new).expanduser(), settings=load_settings(), progress=_progress)
+    with terminate_as_exit():  # SIGTERM unwinds like Ctrl-C: the half-made new store and any scratch copy go
+        report = salvage(path, Path(args.new).expanduser(), settings=load_settings(), progress=_progress)
     if sys.stderr.isatty():
         print("\r\033[K", end="", file=sys.stderr)
     if args.json:

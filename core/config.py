@@ -22,7 +22,7 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
-from .limits import MAX_K, SQLITE_VEC_MAX_KNN
+from .limits import MAX_ENTRY_CHARS_SETTING, MAX_K, SQLITE_VEC_MAX_KNN
 
 APP = "memlens"
 BUNDLED_MODEL = "all-MiniLM-L6-v2"
@@ -170,7 +170,8 @@ class WorkingMemoryConfig(_Section):
 
 
 class LimitsConfig(BaseModel):
-    max_entry_chars: int = Field(100_000, description="longest entry text add/update/import accept; split longer documents")
+    max_entry_chars: int = Field(100_000, ge=1, le=MAX_ENTRY_CHARS_SETTING,
+                                 description="longest entry text add/update/import accept; split longer documents")
 
 
 class Settings(BaseSettings):

@@ -41,7 +41,9 @@ def read_json_lines(path: Path, what: str = "queries") -> list[tuple[int, Any]]:
             try:
                 out.append((n, json.loads(line)))
             except json.JSONDecodeError as exc:
-                raise MemlensError(f"{path}: line {n}: invalid JSON: {exc.msg}") from None
+                from .jsonl import json_error_text  # the message with its column, as import gives it
+
+                raise MemlensError(f"{path}: line {n}: invalid JSON: {json_error_text(exc)}") from None
             except RecursionError:
                 raise MemlensError(f"{path}: line {n}: invalid JSON: nested too deeply") from None
     return out

@@ -131,7 +131,7 @@ def loads(text: str) -> Any:
     return json.loads(text, object_pairs_hook=_object, parse_constant=_constant, parse_int=_int)
 
 
-def _json_error(exc: json.JSONDecodeError) -> str:
+def json_error_text(exc: json.JSONDecodeError) -> str:
     msg = exc.msg  # some end in "at" ("Unterminated string starting at"): the column completes them
     return f"{msg} column {exc.colno}" if msg.endswith(" at") else f"{msg} at column {exc.colno}"
 
@@ -165,7 +165,7 @@ def parse_line(path: Path, n: int, text: str, model_id: str, dim: int) -> tuple[
     try:
         obj = loads(text)
     except json.JSONDecodeError as exc:
-        raise ValidationError(f"{path}: line {n}: invalid JSON: {_json_error(exc)}") from None
+        raise ValidationError(f"{path}: line {n}: invalid JSON: {json_error_text(exc)}") from None
     except RecursionError:
         raise ValidationError(f"{path}: line {n}: invalid JSON: nested too deeply") from None
     except ValueError as exc:  # _BadJson, and Python's own limits on numbers

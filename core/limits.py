@@ -36,7 +36,9 @@ DEFAULT_MAX_ENTRY_CHARS = 100_000
 # are cut to this many characters before tokenising: 256 tokens of any text that is not almost
 # all whitespace fit in far fewer, and no entry under the default cap is longer.
 EMBED_INPUT_CHARS = 100_000
-MAX_NAME_CHARS = 1_000  # an entry's title or key: a line, not a document
+# The largest value the setting accepts: a JSONL line (one entry) is at most 16 MiB anyway.
+MAX_ENTRY_CHARS_SETTING = 10_000_000
+MAX_NAME_CHARS = 1_000  # an entry's title, key, wing or room: a line, not a document
 _max_entry_chars: ContextVar[int | None] = ContextVar("memlens_max_entry_chars", default=DEFAULT_MAX_ENTRY_CHARS)
 
 
@@ -51,7 +53,7 @@ def entry_text_limit(chars: int | None) -> Iterator[None]:
 
 
 def entry_field_problem(name: str, value: Any) -> str | None:
-    """Why a title, key or meta is too long to store, or None: each is bounded like the text."""
+    """Why a title, key, wing, room or meta is too long to store, or None: each is bounded like the text."""
     if name == "meta":
         import json
 

@@ -129,8 +129,11 @@ async def _serve_wire(server: Any, wire: Any) -> None:
                 return
             try:
                 item: Any = SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
-            except Exception as exc:  # the session answers an invalid message and goes on
-                item = exc
+            except Exception as exc:  # the SDK drops such a line without an answer: answer it here
+                answer = invalid_message_answer(line, exc)
+                if answer is not None:
+                    wire.write(answer)
+                return
             loop.call_soon_threadsafe(read_send.send_nowait, item)
         except RuntimeError:
             pass  # the loop has ended: the session is over
@@ -149,6 +152,30 @@ async def _serve_wire(server: Any, wire: Any) -> None:
             await low.run(read_recv, write_send, low.create_initialization_options())
         finally:
             await write_send.aclose()
+
+
+def invalid_message_answer(line: bytes, exc: Exception) -> bytes | None:
+    """The JSON-RPC error for a request line that is not a valid message (a lone surrogate, deep nesting, ...).
+
+    The SDK drops such a line silently, and the client would wait for an answer that never
+    comes. When a plain JSON reading finds the request's id, the error answers it; otherwise
+    (MCP has no error without an id) the line is only reported on stderr.
+    """
+    import json
+
+    errors = getattr(exc, "errors", None)
+    first = errors()[0].get("msg") if callable(errors) and errors() else str(exc)
+    detail = " ".join(str(first).split())[:300]
+    print(f"memlens mcp: invalid message: {detail}", file=sys.stderr, flush=True)
+    try:
+        msg = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    rid = msg.get("id") if isinstance(msg, dict) and "method" in msg else None
+    if not isinstance(rid, (int, str)) or isinstance(rid, bool):
+        return None
+    answer = {"jsonrpc": "2.0", "id": rid, "error": {"code": -32600, "message": f"invalid request: {detail}"}}
+    return json.dumps(answer, ensure_ascii=True, separators=(",", ":")).encode() + b"\n"
 
 
 def _close(engine: Any) -> None:

@@ -128,7 +128,7 @@ class Wire:
     def _answer_early(self, line: bytes) -> None:
         try:
             msg = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             return
         if not (isinstance(msg, dict) and msg.get("method") == "initialize" and msg.get("jsonrpc") == "2.0"):
             return
@@ -147,7 +147,7 @@ class Wire:
     def _is_early_reply(self, line: bytes) -> bool:
         try:
             msg = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             return False
         if not isinstance(msg, dict) or msg.get("id") != self.early_id or "method" in msg:
             return False

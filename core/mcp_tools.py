@@ -65,7 +65,8 @@ class Engine:
                 settings = load_settings()
                 if self.read_only:  # write nothing at all, not even the retrieval metrics
                     settings.audit.level = "writes"
-                self._mem = Memory.open(self.store, settings=settings)
+                # a read-only server creates no store: a missing one is an error naming the path
+                self._mem = Memory.open(self.store, settings=settings, create=not self.read_only)
             self.timings["store_ms"] = (time.perf_counter() - t0) * 1000
         except BaseException as exc:  # every tool call reports it; the server keeps serving
             self._error = exc

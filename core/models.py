@@ -180,6 +180,8 @@ class Entry(BaseModel):
     @classmethod
     def _wing(cls, v: str) -> str:
         v = v.strip()
+        if why := entry_field_problem("wing", v):
+            raise ValueError(why)
         if not NAME_RE.match(v):
             raise ValueError(f"{v!r} is not a valid wing name (letters, digits, _ . -)")
         return v
@@ -188,6 +190,8 @@ class Entry(BaseModel):
     @classmethod
     def _room(cls, v: str) -> str:
         v = (v or "").strip()
+        if why := entry_field_problem("room", v):
+            raise ValueError(why)
         if v and not NAME_RE.match(v):
             raise ValueError(f"{v!r} is not a valid room name (letters, digits, _ . -)")
         return v

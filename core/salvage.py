@@ -14,6 +14,7 @@ is removed, so nothing half-written is left behind.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from .check import open_read_only, read_by_key, read_entries, safe
 from .errors import MemlensError, StoreError, ValidationError
 from .models import Entry
 from .rows import row_problem
+from .vectors import degenerate
 
 ENTRY_ACTIONS = ("add", "import", "update", "salvage")
 FIELDS = ("id", "wing", "room", "kind", "type", "status", "title", "text", "key", "salience", "overrides",
@@ -47,7 +49,10 @@ def salvage(src: Path, dst: Path, *, settings: Any = None, embedder: Any = None,
         conn.execute("PRAGMA writable_schema = ON")
     if safe(conn, "SELECT count(*) FROM sqlite_master")[1] is not None:
         conn.close()  # the header itself is damaged: read a private copy with a repaired header instead
-        tmp = tempfile.mkdtemp(prefix="memlens-salvage-")
+        from .staging import sweep_scratch
+
+        sweep_scratch()  # a killed salvage's copy goes here (or at the next import or check)
+        tmp = tempfile.mkdtemp(prefix=f"memlens-salvage-{os.getpid()}-")
         try:
             conn = _repaired_copy(src, Path(tmp) / "copy.db")
         except BaseException:
@@ -86,6 +91,7 @@ def salvage(src: Path, dst: Path, *, settings: Any = None, embedder: Any = None,
         "lost": lost_unreadable + len(lost_invalid) + report.pop("rejected"),
         "lost_ids": lost_invalid,
         "audit_rows_lost": lost_audit,
+        "unpublished_import_rows": found["staged"],
     })
     return report
 
@@ -114,7 +120,14 @@ def _repaired_copy(src: Path, copy: Path) -> Any:
     raise StoreError(f"{src}: its header is damaged beyond repair; nothing can be salvaged")
 
 
+def _staged(conn: Any, table: str, key: str) -> set[int]:
+    """Keys of ``table`` rows staged by an import that never published (killed): not part of the store."""
+    rows, _ = safe(conn, f"SELECT {key} FROM {table} WHERE import_id IN (SELECT id FROM imports)")
+    return {int(r[0]) for r in rows or []}
+
+
 def _read(conn: Any) -> dict[str, Any]:
+    staged = _staged(conn, "entries", "rowid")
     known: set[int] = set()
     for sql in ("SELECT rowid FROM entries_vec_rowids", "SELECT id FROM entries_fts_docsize"):
         rows, _ = safe(conn, sql)
@@ -130,6 +143,8 @@ def _read(conn: Any) -> dict[str, Any]:
                 unreadable.append(rowid)
             continue
         read.add(rowid)
+        if rowid in staged:  # an unpublished import stays invisible in the copy too
+            continue
         problem = row_problem(row)
         if problem is not None:
             invalid[str(row[0])] = problem
@@ -144,7 +159,8 @@ def _read(conn: Any) -> dict[str, Any]:
         rows, _ = safe(conn, "SELECT embedding FROM entries_vec WHERE rowid = ?", (rowid,))
         if rows:
             vectors[rowid] = rows[0][0]
-    return {"good": good, "unreadable": unreadable, "invalid": invalid, "ids": ids, "vectors": vectors}
+    return {"good": good, "unreadable": unreadable, "invalid": invalid, "ids": ids, "vectors": vectors,
+            "staged": len(staged)}
 
 
 def _read_audit(conn: Any) -> tuple[list[tuple[Any, ...]], int]:
@@ -156,7 +172,10 @@ def _read_audit(conn: Any) -> tuple[list[tuple[Any, ...]], int]:
         top = max(top, int(bound[0][0] or 0) if bound else 0)
     out: list[tuple[Any, ...]] = []
     lost = 0
+    staged = _staged(conn, "audit", "seq")
     for seq, row, _err in read_by_key(conn, "audit", "seq", "ts, action, entry_id, wing, before, after, detail", top):
+        if seq in staged:
+            continue
         r = None if row is None else (seq, *row)
         if r is not None and all(v is None or _json_object(v) is not None for v in r[5:8]) and isinstance(r[1], str):
             out.append(r)
@@ -193,8 +212,8 @@ def _write(mem: Any, src: Path, found: dict[str, Any], recovered: list[dict[str,
     same_model = old_model == mem.model_id
     for rowid, rec in found["good"]:
         blob = found["vectors"].get(rowid) if same_model else None
-        if blob is not None and (len(blob) != dim * 4 or not np.isfinite(np.frombuffer(blob, dtype="<f4")).all()):
-            blob = None
+        if blob is not None and (len(blob) != dim * 4 or degenerate(np.frombuffer(blob, dtype="<f4"))):
+            blob = None  # embedded again
         entries.append((rec, blob, "entries"))
     for rec in recovered:
         entries.append((rec, None, "audit"))

@@ -50,6 +50,8 @@ if TYPE_CHECKING:
     from .store import Memory
 
 SCRATCH_PREFIX = "memlens-import-"
+# check and salvage copy the store into scratch directories of their own: swept the same way
+SCRATCH_PREFIXES = (SCRATCH_PREFIX, "memlens-check-", "memlens-salvage-")
 BATCH_S = 0.25  # a staging transaction holds the write lock about this long
 PAUSE_S = 0.11  # then lets waiting writers in (SQLite's busy handler retries every 100 ms at most)
 STALE_S = 600  # an import that has not written for this long is abandoned
@@ -284,17 +286,18 @@ def _scratch_root() -> Path:
 def sweep_scratch() -> int:
     """Remove scratch files of imports whose process is gone; returns how many.
 
-    Ours are ``memlens-import-<pid>-*`` directories. Earlier versions named theirs (and the spooled stdin)
-    ``memlens-import-<random>``: those go once a day old.
+    Ours are ``memlens-import-<pid>-*`` directories (``memlens-check-<pid>-*`` and
+    ``memlens-salvage-<pid>-*`` for the copies those commands make). Earlier versions named
+    theirs (and the spooled stdin) ``memlens-import-<random>``: those go once a day old.
     """
     removed = 0
     try:
-        candidates = list(_scratch_root().glob(SCRATCH_PREFIX + "*"))
+        candidates = [(d, prefix) for prefix in SCRATCH_PREFIXES for d in _scratch_root().glob(prefix + "*")]
     except OSError:
         return 0
     uid = os.getuid() if hasattr(os, "getuid") else None
-    for d in candidates:
-        pid, sep, _ = d.name[len(SCRATCH_PREFIX):].partition("-")
+    for d, prefix in candidates:
+        pid, sep, _ = d.name[len(prefix):].partition("-")
         try:
             st = d.lstat()
             if uid is not None and st.st_uid != uid:
@@ -315,10 +318,10 @@ def sweep_scratch() -> int:
 
 
 @contextmanager
-def scratch() -> Iterator[Path]:
-    """A private scratch directory, removed on exit (and by the next import if this process is killed)."""
+def scratch(prefix: str = SCRATCH_PREFIX) -> Iterator[Path]:
+    """A private scratch directory, removed on exit (and by the next import, check or salvage if this process is killed)."""
     sweep_scratch()
-    d = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+    d = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
     try:
         yield d
     finally:

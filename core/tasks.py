@@ -112,7 +112,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from . import db
 from .errors import CorruptRowError, NotFoundError, ValidationError
 from .limits import MAX_LIST, check_int, utf8_problem_in
-from .models import ID_RE, format_ts, parse_ts, utcnow
+from .models import ID_RE, check_json_value, format_ts, parse_ts, utcnow
 from .task_report import _OUTCOME_ALIASES, Outcome, _one_line, report_digest, summarize  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
@@ -209,6 +209,7 @@ class Task(BaseModel):
         if not isinstance(v, Mapping):
             raise ValueError(f"must be a JSON object, got {type(v).__name__}")
         try:
+            v = check_json_value(dict(v))  # like meta: bounded nesting, 64-bit integers, UTF-8 text, JSON types only
             text = json.dumps(v, ensure_ascii=False, sort_keys=True, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"must be plain JSON ({exc})") from None

@@ -268,3 +268,13 @@ def test_search_without_query(tmp_path):
 
 def test_export_unknown_wing(demo_db):
     one_line_error(run_cli("--store", str(demo_db), "export", "--wing", "nope"), "unknown wing 'nope'")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["export"], ["stats"], ["search", "callbacks", "--json"]], ids=" ".join)
+def test_output_that_cannot_be_written_is_one_line(demo_db, args):
+    with open("/dev/full", "w") as full:  # every write fails with "no space left on device"
+        proc = subprocess.run([MEMLENS, "--store", str(demo_db), *args], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["memlens: error: cannot write the output: No space left on device"]

@@ -439,3 +439,49 @@ def test_salvage_of_an_unrepairable_file_is_one_line_and_leaves_nothing(tmp_path
     assert p.returncode == 2 and "nothing can be salvaged" in one_line_error(p)
     assert sorted(x.name for x in tmp_path.iterdir()) == ["bad.db"]
     assert set(Path(tempfile.gettempdir()).glob("memlens-salvage-*")) == before
+
+
+def test_sigterm_during_salvage_leaves_no_half_made_store(mem, store_path, tmp_path, real_embedder):
+    import signal
+    import subprocess
+    import time
+
+    from tests.conftest import MEMLENS
+
+    for i in range(400):  # hashing vectors: the real model must embed them all again, which takes a while
+        mem.add(f"entry number {i} about callbacks and executors", wing="w")
+    mem.close()
+    new = tmp_path / "new.db"
+    proc = subprocess.Popen([MEMLENS, "--store", str(store_path), "salvage", str(new)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not new.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert new.exists() and proc.poll() is None, "salvage ended before the new store was made"
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 130, err
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("new.db")) == []
+
+
+def test_check_reports_a_zero_vector_and_salvage_embeds_it_again(mem, store_path, tmp_path):
+    from memlens.check import check_store
+    from memlens.salvage import salvage
+
+    entries = [mem.add(f"Rule {i}: callbacks must not block.", wing="w") for i in range(3)]
+    conn = mem.conn
+    rowid = conn.execute("SELECT rowid FROM entries WHERE id = ?", (entries[1].id,)).fetchone()[0]
+    conn.execute("UPDATE entries_vec SET embedding = ? WHERE rowid = ?", (bytes(4 * mem.dim), rowid))
+    mem.close()
+    report = bounded(lambda: check_store(store_path))
+    assert not report["ok"]
+    assert [(f["area"], f["rowid"]) for f in report["findings"] if "all zeros" in f["problem"]] == [("vectors", rowid)]
+    new = tmp_path / "new.db"
+    out = bounded(lambda: salvage(store_path, new, settings=mem.settings, embedder=mem._embedder))
+    assert out["saved"] == 3 and out["embedded"] == 1
+    assert bounded(lambda: check_store(new))["ok"]

@@ -229,3 +229,32 @@ def test_scratch_sweep_keeps_live_and_recent_files_and_removes_the_rest(tmp_path
     (tmp_path / "unrelated").mkdir()
     assert staging.sweep_scratch() == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"memlens-import-{os.getpid()}-live", "memlens-import-q9w8", "unrelated"])
+
+
+def test_killed_check_and_salvage_copies_are_swept(tmp_path, monkeypatch, settings):
+    import tempfile
+
+    from memlens import Memory, staging
+    from memlens.check import check_store
+    from memlens.embed import HashEmbedder
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          timeout=60).stdout.strip()
+    for prefix in ("memlens-check-", "memlens-salvage-"):  # what a SIGKILL'd check or salvage leaves: a whole store copy
+        (tmp_path / f"{prefix}{dead}-abc").mkdir()
+        (tmp_path / f"{prefix}{dead}-abc" / "copy.db").write_bytes(b"x" * 1000)
+    (tmp_path / f"memlens-check-{os.getpid()}-live").mkdir()
+    assert staging.sweep_scratch() == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"memlens-check-{os.getpid()}-live"]
+    (tmp_path / f"memlens-check-{os.getpid()}-live").rmdir()
+    # check's own copy is named so that the sweep finds it, and is gone when check returns
+    store = tmp_path / "s.db"
+    with Memory.open(store, settings=settings, embedder=HashEmbedder()) as mem:
+        mem.add("alpha", wing="w")
+    made = []
+    real_mkdtemp = tempfile.mkdtemp
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda *a, **kw: made.append(kw.get("prefix")) or real_mkdtemp(*a, **kw))
+    assert check_store(store)["ok"]
+    assert made == [f"memlens-check-{os.getpid()}-"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.db"]

@@ -183,3 +183,26 @@ def test_a_dead_importers_rows_are_swept_but_a_live_ones_are_not(store_path, set
         left = conn.execute("SELECT id FROM entries").fetchall()
         assert left == [(f"s{ids[1]}",)]
         assert conn.execute("SELECT id FROM imports").fetchall() == [(ids[1],)]
+
+
+def test_salvage_leaves_out_the_rows_of_an_unpublished_import(store_path, settings, tmp_path, small_batches):
+    from memlens.salvage import salvage
+
+    hooks, _calls = small_batches
+    new = tmp_path / "copy.db"
+    with Memory.open(store_path, settings=settings, embedder=HashEmbedder()) as mem:
+        mem.add("alpha entry that was here before", wing="w", id="old")
+        out = []
+
+        def copy_once():
+            if not out:  # rows are staged now (this pause follows a staging transaction), none published
+                assert _raw(store_path, "SELECT count(*) FROM entries")[0][0] > 1
+                out.append(salvage(store_path, new, settings=settings, embedder=HashEmbedder()))
+
+        hooks.append(copy_once)
+        mem.import_jsonl(_file(tmp_path / "in.jsonl"))
+        assert mem.count() == N + 1
+    assert out and out[0]["saved"] == 1 and out[0]["unpublished_import_rows"] > 0
+    with Memory.open(new, settings=settings, embedder=HashEmbedder(), create=False) as copy:
+        assert [e.id for e in copy.entries()] == ["old"]
+        assert {a["entry_id"] for a in copy.audit(limit=1000)} <= {"old"}

@@ -195,6 +195,9 @@ def test_knn_rows_never_exceed_sqlite_vec_limit(store_path, hash_embedder, index
         ({"query": "x", "profile": "nope"}, "line 2: unknown profile 'nope'"),
         pytest.param("[" * 100_000 + "]" * 100_000, "line 2: invalid JSON: nested too deeply", id="nested"),
         ([1, 2], "line 2: expected a JSON object"),
+        pytest.param('{"query": "x', "line 2: invalid JSON: Unterminated string starting at column 11", id="unterminated"),
+        pytest.param('{"query": "x",}', "line 2: invalid JSON: Expecting property name enclosed in double quotes at column",
+                     id="trailing-comma"),
     ],
 )
 def test_batch_lines_are_typed_and_fail_the_batch(demo_store, tmp_path, line, fragment):
@@ -332,9 +335,11 @@ def test_entry_text_cap_on_add_update_import(mem, tmp_path):
 def test_title_key_and_meta_are_bounded_too(mem):
     for kw, fragment in (({"title": "t" * 1001}, "field 'title': is 1,001 characters"),
                          ({"key": "k" * 1001}, "field 'key': is 1,001 characters"),
+                         ({"wing": "w" * 100_000}, "field 'wing': is 100,000 characters; the limit is 1,000"),
+                         ({"room": "r" * 1001}, "field 'room': is 1,001 characters"),
                          ({"meta": {"notes": "m" * 100_000}}, "field 'meta': is 100,013 characters as JSON")):
         with pytest.raises(ValidationError, match=fragment):
-            mem.add("x", wing="w", **kw)
+            mem.add("x", **{"wing": "w", **kw})
     assert mem.count() == 0
 
 

@@ -112,3 +112,18 @@ def test_without_the_model_the_store_tools_still_work(demo_store, tmp_path, monk
         assert "\n" not in str(err.value)
     finally:
         assert engine.close()
+
+
+def test_a_read_only_engine_creates_no_store(tmp_path):
+    from memlens.mcp_tools import Engine
+
+    path = tmp_path / "sub" / "none.db"
+    engine = Engine(str(path), read_only=True)
+    engine.start(warm=False)
+    try:
+        with pytest.raises(MemlensError, match="no store at") as err:
+            engine.memory()
+        assert "\n" not in str(err.value)
+    finally:
+        assert engine.close()
+    assert not (tmp_path / "sub").exists()

@@ -173,3 +173,25 @@ def test_initialize_is_answered_before_any_heavy_import(store, tmp_path):
         gate.touch()
         assert c.close() == 0
     assert b"gate: " in b"".join(c.err.seen)  # the gate did hold a heavy import back
+
+
+def test_lines_the_sdk_cannot_parse_are_answered_or_reported(store):
+    c = raw(store)
+    try:
+        deep = b'{"jsonrpc": "2.0", "id": 0, "method": "ping", "params": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n"
+        c.proc.stdin.write(deep)  # first line: the early-initialize reader must survive it
+        c.proc.stdin.flush()
+        init = c.initialize()
+        assert init["result"]["serverInfo"]["name"] == "memlens"
+        # a lone surrogate: Python's json reads it, the SDK's parser refuses it; the client still gets its answer
+        c.proc.stdin.write(b'{"jsonrpc": "2.0", "id": 77, "method": "tools/call", "params": {"name": "memory_search", '
+                           b'"arguments": {"query": "caf\\udce9"}}}\n')
+        c.proc.stdin.write(deep)
+        c.proc.stdin.flush()
+        reply = c.recv()
+        assert reply["id"] == 77 and reply["error"]["code"] == -32600 and "surrogate" in reply["error"]["message"]
+        assert c.request("ping")["result"] == {}  # and the session goes on
+        c.err.wait_for(b"invalid message: Invalid JSON: recursion limit")
+    finally:
+        assert c.close() == 0
+    assert b"Traceback" not in b"".join(c.err.seen)

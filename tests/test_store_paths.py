@@ -230,3 +230,79 @@ def test_snapshot_helper_does_not_create(tmp_path):
     with pytest.raises(StoreError, match="no store at"):
         snapshot_store(tmp_path / "none.db")
     assert not (tmp_path / "none.db").exists()
+
+
+def _bad_jsonl(tmp_path: Path) -> Path:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a1", "wing": "w", "text": "fine"}\n{"id": "a2", "wing": "w"}\n')  # line 2: no text
+    return bad
+
+
+REFUSED_WRITES = [
+    lambda tmp: ["add", "some text", "--wing", "bad wing!"],
+    lambda tmp: ["task", "complete", "t1", "--intent", "i", "--at", "not a time"],
+    lambda tmp: ["task", "block", "t1", "--reason", "r", "--at", "not a time"],
+    lambda tmp: ["import", str(_bad_jsonl(tmp))],
+]
+
+
+@pytest.mark.parametrize("make_args", REFUSED_WRITES, ids=["add", "task complete --at", "task block --at", "import"])
+def test_a_refused_write_leaves_no_new_store_behind(tmp_path, real_embedder, make_args):
+    path = tmp_path / "sub" / "new.db"
+    args = make_args(tmp_path)
+    proc = run_cli("--store", str(path), *args, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "sub").exists(), sorted(p.name for p in (tmp_path / "sub").iterdir())
+    # an existing store is never removed, even an empty one
+    run_cli("--store", str(path), "task", "block", "t0", "--reason", "r", timeout=120)
+    run_cli("--store", str(path), "task", "unblock", "t0", timeout=120)
+    assert path.is_file()
+    proc = run_cli("--store", str(path), *args, timeout=120)
+    assert proc.returncode == 2 and path.is_file()
+
+
+def test_an_interrupted_import_into_a_new_store_leaves_nothing(tmp_path, real_embedder):
+    import signal
+    import subprocess
+
+    from .conftest import MEMLENS
+
+    fifo = tmp_path / "in.jsonl"
+    os.mkfifo(fifo)  # nobody writes: the import waits on it until told to stop
+    path = tmp_path / "sub" / "new.db"
+    proc = subprocess.Popen([MEMLENS, "--store", str(path), "import", str(fifo)], stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if path.exists():
+                break
+            threading.Event().wait(0.1)
+        assert path.exists()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert not (tmp_path / "sub").exists()
+
+
+def test_a_new_store_another_process_has_open_is_not_removed(tmp_path, settings, hash_embedder):
+    from memlens.newstore import discard_if_unused
+
+    path = tmp_path / "shared.db"
+    with Memory.open(path, settings=settings, embedder=hash_embedder) as other:  # open, nothing written yet
+        discard_if_unused(path)
+        assert path.is_file()
+        other.add("written after the other command failed", wing="w")
+    discard_if_unused(path)  # not empty any more
+    assert path.is_file()
+    with Memory.open(path, settings=settings, embedder=hash_embedder, create=False) as m:
+        assert m.count() == 1
+
+
+def test_a_refused_write_to_an_odd_file_name_leaves_nothing(tmp_path, real_embedder):
+    path = tmp_path / "a?b#c%20.db"  # characters a SQLite URI would read as a query, fragment or escape
+    proc = run_cli("--store", str(path), "add", "some text", "--wing", "bad wing!", timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert list(tmp_path.iterdir()) == []

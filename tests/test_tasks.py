@@ -241,6 +241,15 @@ def test_block_unblock_and_errors(mem):
     assert [a["action"] for a in mem.audit("t9")] == ["task.block", "task.unblock", "task.block"]
 
 
+def _nested(depth: int) -> dict:
+    report: dict = {}
+    inner = report
+    for _ in range(depth):
+        inner["a"] = {}
+        inner = inner["a"]
+    return report
+
+
 @pytest.mark.parametrize(
     "call, fragment",
     [
@@ -251,6 +260,9 @@ def test_block_unblock_and_errors(mem):
         (lambda m: m.tasks.complete("t1", "x", validation_report={"x": float("nan")}), "plain JSON"),
         (lambda m: m.tasks.complete("t1", "x", completed_at="yesterday"), "field 'completed_at'"),
         (lambda m: m.tasks.complete("t1", "x", validation_report={"blob": "x" * 300_000}), "too large"),
+        (lambda m: m.tasks.complete("t1", "x", validation_report=_nested(100_000)), "nested deeper than"),
+        (lambda m: m.tasks.complete("t1", "x", validation_report={"log": "caf\udce9"}), "unpaired surrogate"),
+        (lambda m: m.tasks.complete("t1", "x", validation_report={"n": 10**400}), "64-bit"),
         (lambda m: m.tasks.block("t1", ""), "field 'reason'"),
         (lambda m: m.tasks.block("t 1", "why"), "not a valid task id"),
     ],
