@@ -1,4 +1,4 @@
-"""Context budget (seed 004 §7) and the markdown an agent receives.
+"""Context budget and the markdown an agent receives.
 
 Given a token budget, keep invariants whole and never drop them; then drop
 notes (lowest score first), summarise patterns, trim marginal decisions, and

@@ -233,7 +233,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_context(args: argparse.Namespace) -> int:
-    """Seed 004 §6: the agent keeps working when the store is unreachable; the context says so."""
+    """The agent keeps working when the store is unreachable: the context falls back to docs and says so."""
     from .budget import render_context
     from .errors import StoreCorruptError, StoreError
     from .fallback import fallback_bundle

@@ -129,7 +129,7 @@ class StoreConfig(_Section):
 
 
 class RetrievalConfig(_Section):
-    """Seed 001: boost, weights, recency; seed 004: dedup and conflict detection."""
+    """How results are scored (active-wing boost, weights, recency) and when two entries are duplicates, not a conflict."""
 
     active_wing_boost: float = Field(1.2, ge=0, le=FLOAT_MAX)
     weights: dict[str, float] = Field(default_factory=dict, description="relevance / recency / salience")
@@ -163,7 +163,7 @@ class AuditConfig(_Section):
 
 
 class WorkingMemoryConfig(_Section):
-    """Seed 002 phase 1: the sliding window of recent tasks and the bound on stored tasks."""
+    """Working memory: the sliding window of recent tasks an agent sees, and the bound on stored tasks."""
 
     window: int = Field(5, ge=0, le=1000, description="completed tasks shown by `memlens tasks` and in agent context")
     max_tasks: int = Field(100, ge=1, le=1_000_000, description="completed tasks kept; older ones are pruned (the audit keeps them)")

@@ -114,7 +114,7 @@ def _migration_1(dim: int) -> list[str]:
 
 
 def _migration_2(dim: int) -> list[str]:
-    """Working memory (seed 002): completed tasks and blockers (see ``memlens.tasks``).
+    """Working memory: completed tasks and blockers (see ``memlens.tasks``).
 
     Timestamps are fixed-width UTC text (``YYYY-MM-DDTHH:MM:SS.ffffffZ``) so that
     text order is time order; ``seq`` is the audit sequence of the write that

@@ -1,4 +1,4 @@
-"""JSONL import and export (DESIGN.md "Contracts").
+"""JSONL import and export: one entry per line, the stable format of ``Entry.to_record``.
 
 Import is all-or-nothing and never holds the write lock for long:
 

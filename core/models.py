@@ -29,7 +29,7 @@ class Kind(str, Enum):
 
 
 class EntryType(str, Enum):
-    """Authority, highest first (seed 004 §3)."""
+    """Authority, highest first: on a clash the higher type wins, and results are ordered by it."""
 
     invariant = "invariant"
     decision = "decision"
@@ -150,7 +150,7 @@ def content_hash(text: str) -> str:
 
 
 class Entry(BaseModel):
-    """One unit of memory (DESIGN.md "Data model")."""
+    """One unit of memory: text plus where it lives (wing, room), what it is (kind, type) and its status."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -254,7 +254,7 @@ class Entry(BaseModel):
         return AUTHORITY[self.type.value]
 
     def to_record(self) -> dict[str, Any]:
-        """The JSONL / JSON shape (DESIGN.md contracts)."""
+        """The JSONL / JSON shape, a stable contract: field names and order do not change."""
         return {
             "id": self.id,
             "wing": self.wing,

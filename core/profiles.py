@@ -1,6 +1,6 @@
-"""Profiles: named presets of the one pipeline (seed 003 routes).
+"""Profiles: named presets of the one pipeline, one per kind of question (memory, academic, personal, conversation).
 
-The seed's numbers are the defaults. Any field can be changed, and new
+The numbers below are the defaults. Any field can be changed, and new
 profiles added, under ``[profiles.NAME]`` in the configuration file.
 """
 

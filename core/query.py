@@ -1,4 +1,4 @@
-"""The scoped query language (seed 004 "query shapes"), shared by CLI and TUI.
+"""The scoped query language (filters by wing, room, type, status, plus free text), shared by CLI and TUI.
 
     wing=lifecore_ros2 room=architecture|contracts type=invariant|decision status=active lifecycle callbacks
 

@@ -1,4 +1,4 @@
-"""Optional cross-encoder rerank (seed 001 §2.3), off by default.
+"""Optional cross-encoder rerank, off by default (it costs a second model run per candidate).
 
 The model is a local ``sentence_transformers.CrossEncoder`` directory given in
 ``rerank.model``: no hub is reachable, so nothing is downloaded. The top

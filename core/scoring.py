@@ -1,4 +1,4 @@
-"""Scoring pieces of seed 001 task 2: weights, recency decay, per-kind min-max normalisation."""
+"""Scoring pieces: weights, recency decay, per-kind min-max normalisation."""
 
 from __future__ import annotations
 

@@ -272,7 +272,7 @@ class Memory:
     # -- writes ------------------------------------------------------------------------------
 
     def add(self, text: str, *, wing: str, **fields: Any) -> Entry:
-        """Add one entry; returns it with its id. Fields as in DESIGN.md's data model."""
+        """Add one entry; returns it with its id. Fields as in ``memlens.models.Entry``."""
         with entry_text_limit(self.settings.limits.max_entry_chars):
             entry = self._validate({"text": text, "wing": wing, **fields})
         self._check_writable()
@@ -564,7 +564,7 @@ class Memory:
         return {"reason": "write", "seq": seq, "ts": ts, "action": action, "entry_id": entry_id, "wing": wing, "wings": wings}
 
     def log_retrieval(self, bundle: Bundle) -> None:
-        """Seed 001 task 4: retrieval metrics into the audit table when the level includes reads.
+        """Retrieval metrics into the audit table when the level includes reads.
 
         Never fails a retrieval: a read-only or busy store just skips the row.
         """
@@ -623,7 +623,7 @@ class Memory:
 
     @property
     def tasks(self) -> Any:
-        """Working memory (seed 002): recent completed tasks and blockers (``memlens.tasks.WorkingMemory``)."""
+        """Working memory: recent completed tasks and blockers (``memlens.tasks.WorkingMemory``)."""
         wm = self.__dict__.get("_working_memory")
         if wm is None:
             from .tasks import WorkingMemory

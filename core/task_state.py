@@ -1,4 +1,4 @@
-"""Legacy state files (seed 002 backfill): tolerant parsing of old ``completed_tasks`` shapes.
+"""Legacy state files (backfill of working memory from an older state file): tolerant parsing of old ``completed_tasks`` shapes.
 
 Split from ``memlens.tasks``; ``WorkingMemory.import_state`` writes what this validates.
 """

@@ -1,4 +1,4 @@
-"""Working memory (seed 002, phase 1): recent completed tasks and active blockers.
+"""Working memory: recent completed tasks and active blockers.
 
 An agent loses the thread when it only sees its last task. ``WorkingMemory``
 keeps, in the same SQLite store as the entries, every completed task (bounded)
@@ -32,7 +32,7 @@ generation in the ``wings`` table so other processes — the TUI — can notice)
   chance. Then *all* active blockers, oldest first. ``render()`` returns ``""``
   when there are neither tasks nor blockers, and a section is left out when it
   is empty; the text has no trailing newline.
-* **Opaque tasks** (``requires_context=False``, the seed's default for legacy
+* **Opaque tasks** (``requires_context=False``, the default for legacy
   tasks): no intent and no summary are stored on the task, so none can be
   injected; the window shows only id, time and outcome. The intent given to
   ``complete`` is kept in the audit row's ``detail`` so nothing is lost.
@@ -163,7 +163,7 @@ def check_task_id(task_id: Any) -> str:
 
 
 class Task(BaseModel):
-    """One completed task (seed 002 ``CompletedTask``)."""
+    """One completed task (the ``CompletedTask`` record of a legacy state file)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -219,7 +219,7 @@ class Task(BaseModel):
     @model_validator(mode="after")
     def _context(self) -> "Task":
         if not self.requires_context:
-            # opaque (seed 002 §1.1): intent and summary are only populated when requires_context is true
+            # opaque: intent and summary are only populated when requires_context is true
             object.__setattr__(self, "intent", None)
             object.__setattr__(self, "summary", None)
         else:
@@ -335,7 +335,7 @@ def _detail(task: Task) -> str | None:
 
 
 def render_markdown(tasks: list[Task], blockers: list[Blocker]) -> str:
-    """The seed 002 §1.2 block; ``""`` when both lists are empty; no trailing newline."""
+    """The working-memory block (recent tasks, then active blockers); ``""`` when both lists are empty; no trailing newline."""
     lines: list[str] = []
     if tasks:
         lines.append("## Recent Task History")
@@ -518,7 +518,7 @@ class WorkingMemory:
         return Window(tasks, blockers)
 
     def render(self, n: int | None = None) -> str:
-        """The markdown block an agent receives (seed 002 §1.2); ``""`` when there is nothing."""
+        """The markdown block an agent receives; ``""`` when there is nothing."""
         return self.window(n).render()
 
     def generation(self) -> int:

@@ -1,4 +1,4 @@
-"""The engine never drags the UI toolkit in (STYLE.md: checked, not hoped for)."""
+"""The engine never drags the UI toolkit in (checked by a test, not hoped for)."""
 
 import subprocess
 import sys

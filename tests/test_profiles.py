@@ -1,4 +1,4 @@
-"""Seed 003 routes as profiles of the one pipeline, with the seed's numbers; and `memlens eval`."""
+"""Profiles (memory, academic, personal, conversation) of the one pipeline, with their default numbers; and `memlens eval`."""
 
 import json
 
@@ -10,7 +10,7 @@ from memlens.profiles import DEFAULT_PROFILES, load_profiles, route
 from .conftest import run_cli
 
 
-def test_profile_numbers_are_the_seeds():
+def test_profile_default_numbers():
     a, p, c = DEFAULT_PROFILES["academic"], DEFAULT_PROFILES["personal"], DEFAULT_PROFILES["conversation"]
     assert (a.kinds, a.min_query_tokens, a.year_boost, a.min_score, a.relative, a.cap) == (["document"], 2, 0.002, 0.72, 0.90, 5)
     assert (p.kinds, p.min_score, p.relative, p.cap, p.fallback) == (["fact"], 0.60, 0.90, 5, "personal_facts")

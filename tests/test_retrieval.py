@@ -1,4 +1,4 @@
-"""Seed 001 on real stores: multi-wing retrieval, weighted scoring, cache, metrics, rerank."""
+"""Retrieval on real stores: multi-wing retrieval, weighted scoring, cache, metrics, rerank."""
 
 import subprocess
 import sys

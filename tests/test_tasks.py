@@ -1,4 +1,4 @@
-"""Working memory (seed 002 phase 1): window, summaries, pruning, blockers, backfill, CLI, concurrency."""
+"""Working memory: window, summaries, pruning, blockers, backfill, CLI, concurrency."""
 
 import json
 import subprocess

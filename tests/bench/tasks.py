@@ -1,4 +1,4 @@
-"""Working-memory benchmark (seed 002 phase 1: "< 5 ms overhead per operation").
+"""Working-memory benchmark (target: "< 5 ms overhead per operation", so an agent never waits on it).
 
 One temp store holds 100 completed tasks (the default ``max_tasks`` bound, with
 intents and validation reports like an agent's) and 10 active blockers. Timed,
