@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from . import vocab
 from .ids import new_id
 from .limits import entry_field_problem, entry_text_problem
-
 from .vocab import NAME_RE  # noqa: E402 (one definition, shared with the pydantic-free query parser)
+
 ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 GLOBAL_WING = vocab.GLOBAL_WING
 
@@ -234,7 +234,7 @@ class Entry(BaseModel):
         return None if v is None else parse_ts(v)
 
     @model_validator(mode="after")
-    def _defaults(self) -> "Entry":
+    def _defaults(self) -> Entry:
         if self.updated_at is None:
             object.__setattr__(self, "updated_at", self.created_at)
         if not self.title:

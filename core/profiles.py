@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .config import FLOAT_MAX, K_MAX, check_weights
+from .config import K_MAX, check_weights
 from .errors import QueryError
 from .vocab import KINDS
 

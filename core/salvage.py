@@ -124,7 +124,7 @@ def _read(conn: Any) -> dict[str, Any]:
     invalid: dict[str, str] = {}
     ids: set[str] = set()
     read: set[int] = set()
-    for rowid, row, err in read_entries(conn):
+    for rowid, row, _err in read_entries(conn):
         if row is None:
             if not known:  # nothing else to tell an entry on a damaged page from a deleted one
                 unreadable.append(rowid)

@@ -29,7 +29,7 @@ from .errors import QueryError, ValidationError
 from .limits import MAX_QUERY_TERMS, check_budget, check_k, check_text, knn_rows
 from .models import GLOBAL_WING, format_ts, utcnow
 from .policy import Candidate
-from .profiles import Profile, route
+from .profiles import route
 from .query import ParsedQuery, check_known, parse
 from .rows import damaged_note, row_problem
 from .scoring import RetrievalWeights, minmax, recency, recency_many

@@ -91,14 +91,14 @@ class Memory:
         settings: Settings | None = None,
         embedder: Embedder | None = None,
         create: bool = True,
-    ) -> "Memory":
+    ) -> Memory:
         """Open the store at ``path``, ``MEMLENS_STORE`` or the default; a missing one is created
         (0600, in 0700 folders) unless ``create=False``, which makes it a StoreError instead."""
         settings = settings or load_settings()
         target = Path(path).expanduser() if path is not None else settings.store_path()
         return cls(target, settings, embedder, create=create)
 
-    def __enter__(self) -> "Memory":
+    def __enter__(self) -> Memory:
         return self
 
     def __exit__(self, *exc: object) -> None:

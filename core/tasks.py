@@ -217,7 +217,7 @@ class Task(BaseModel):
         return json.loads(text)  # a detached, canonical copy
 
     @model_validator(mode="after")
-    def _context(self) -> "Task":
+    def _context(self) -> Task:
         if not self.requires_context:
             # opaque: intent and summary are only populated when requires_context is true
             object.__setattr__(self, "intent", None)
@@ -273,7 +273,7 @@ class Blocker(BaseModel):
         return None if v is None else parse_ts(v)
 
     @model_validator(mode="after")
-    def _order(self) -> "Blocker":
+    def _order(self) -> Blocker:
         if self.resolved_at is not None and self.resolved_at < self.blocked_at:
             raise ValueError("resolved_at is before blocked_at")
         return self

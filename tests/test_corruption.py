@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import run_cli
 
+
 def page_of(path: Path, table: str, pagetype: str | None) -> int:
     """A page of ``table`` (the middle one of that type), found with SQLite's dbstat table."""
     from memlens import db

@@ -7,7 +7,9 @@ from datetime import timedelta, timezone
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from memlens import Memory
 from memlens.embed import HashEmbedder
@@ -225,7 +227,7 @@ _lines = st.one_of(
 @hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(lines=st.lists(_lines, min_size=1, max_size=4))
 def test_generated_lines_give_clean_errors_only(mem, store_path, tmp_path, lines):
-    mem.conn  # the store exists
+    _ = mem.conn  # the store exists
     before = snapshot_store(store_path)
     path = tmp_path / "gen.jsonl"
     path.write_bytes(b"\n".join(line.replace(b"\n", b" ") for line in lines) + b"\n")

@@ -21,7 +21,7 @@ def _export(mem, **kw) -> str:
 
 
 def _write(path, lines):
-    path.write_text("".join((l if isinstance(l, str) else json.dumps(l)) + "\n" for l in lines), encoding="utf-8")
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines), encoding="utf-8")
     return path
 
 
@@ -41,8 +41,8 @@ def test_demo_round_trips_losslessly_without_vectors(tmp_path, settings):
         first = _export(a)
     assert len(first.splitlines()) == len(DEMO.read_text().splitlines())
     # every field of the demo file survives (the file writes key/overrides as null too)
-    src = [json.loads(l) for l in DEMO.read_text().splitlines()]
-    out = [json.loads(l) for l in first.splitlines()]
+    src = [json.loads(line) for line in DEMO.read_text().splitlines()]
+    out = [json.loads(line) for line in first.splitlines()]
     assert out == src
     dump = _write(tmp_path / "dump.jsonl", first.splitlines())
     with Memory.open(tmp_path / "b.db", settings=settings, embedder=HashEmbedder()) as b:
@@ -177,5 +177,5 @@ def test_overrides_may_point_into_the_same_file(mem, tmp_path):
 def test_export_by_wing(mem):
     mem.add("a", wing="x")
     mem.add("b", wing="y")
-    out = [json.loads(l) for l in _export(mem, wing="y").splitlines()]
+    out = [json.loads(line) for line in _export(mem, wing="y").splitlines()]
     assert [r["text"] for r in out] == ["b"]

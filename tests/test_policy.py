@@ -1,10 +1,5 @@
 """Policy on the demo memory: authority, scope, status, overrides, conflicts, budget, fallback, why-not."""
 
-import json
-import shutil
-
-import pytest
-
 from memlens.budget import render_context
 
 from .conftest import run_cli

@@ -4,7 +4,6 @@ import json
 
 import pytest
 
-from memlens.config import load_settings
 from memlens.profiles import DEFAULT_PROFILES, load_profiles, route
 
 from .conftest import run_cli

@@ -1,7 +1,5 @@
 """Retrieval on real stores: multi-wing retrieval, weighted scoring, cache, metrics, rerank."""
 
-import subprocess
-import sys
 import time
 from datetime import datetime, timedelta, timezone
 

@@ -593,7 +593,7 @@ def dataset_info(plan: Plan) -> dict[str, Any]:
         "vocabulary": VOCAB_SIZE,
         "words_per_entry": "8-16",
         "statuses": "90% active, 10% under_review (both pass the default filter)",
-        "vectors": "standard normal, L2-normalised, float32 (seed %d)" % plan.seed,
+        "vectors": f"standard normal, L2-normalised, float32 (seed {plan.seed})",
     }
 
 

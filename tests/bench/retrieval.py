@@ -530,8 +530,6 @@ def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
     from memlens.config import load_settings
     from memlens.embed import make_embedder
 
-    from .common import ensure_readme_block
-
     t0 = time.perf_counter()
     plan = make_rplan(quick)
     scratch = Path(tempfile.mkdtemp(prefix="memlens-bench-retrieval-"))

@@ -265,7 +265,7 @@ def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
             "bare_textual": (lambda i: [sys.executable, str(bare_script)], {"empty": False, "bare": True}),
         }
         samples: dict[str, list[dict[str, float]]] = {k: [] for k in cases}
-        for key, (argv, kw) in cases.items():
+        for argv, kw in cases.values():
             _one_run(argv(-1), **kw)  # warm-up: page cache, ONNX export cache, .pyc files
         for i in range(runs):  # interleaved, so a burst of load elsewhere hits every case alike
             for key, (argv, kw) in cases.items():
