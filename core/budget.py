@@ -79,7 +79,9 @@ def apply_budget(mem: Memory, bundle: Bundle, budget: int) -> None:
         used -= cost[r.entry.id]
         dropped.add(r.entry.id)
         actions[r.entry.id] = ("dropped", why)
-        bundle.trace.drop(r.entry, "budget", f"{why}; {used + cost[r.entry.id] - budget} tokens over a budget of {budget}", r.score)
+        bundle.trace.drop(
+            r.entry, "budget", f"{why}; {used + cost[r.entry.id] - budget} tokens over a budget of {budget}", r.score
+        )
 
     for r in by_type("note"):
         if used <= budget:

@@ -152,13 +152,17 @@ class CacheConfig(_Section):
 
 class RerankConfig(_Section):
     enabled: bool = False
-    model: str | None = Field(None, min_length=1, max_length=4096, description="a local sentence-transformers CrossEncoder directory")
+    model: str | None = Field(
+        None, min_length=1, max_length=4096, description="a local sentence-transformers CrossEncoder directory"
+    )
     top_n: int = Field(20, ge=1, le=K_MAX)
 
 
 class AuditConfig(_Section):
     level: Literal["writes", "reads"] = Field("reads", description="'reads' also logs every retrieval's metrics")
-    retrieval_max_rows: int = Field(10_000, ge=1, le=100_000_000, description="retrieval records kept (newest); writes are always kept")
+    retrieval_max_rows: int = Field(
+        10_000, ge=1, le=100_000_000, description="retrieval records kept (newest); writes are always kept"
+    )
     retrieval_max_age_days: float = Field(90.0, gt=0, le=36_500, description="retrieval records older than this are pruned")
 
 
@@ -166,7 +170,9 @@ class WorkingMemoryConfig(_Section):
     """Working memory: the sliding window of recent tasks an agent sees, and the bound on stored tasks."""
 
     window: int = Field(5, ge=0, le=1000, description="completed tasks shown by `memlens tasks` and in agent context")
-    max_tasks: int = Field(100, ge=1, le=1_000_000, description="completed tasks kept; older ones are pruned (the audit keeps them)")
+    max_tasks: int = Field(
+        100, ge=1, le=1_000_000, description="completed tasks kept; older ones are pruned (the audit keeps them)"
+    )
 
 
 class LimitsConfig(BaseModel):

@@ -311,7 +311,9 @@ def export(
     from .store import _COLUMNS, row_to_entry
 
     cols = ", ".join(f"e.{c.strip()}" for c in _COLUMNS.split(","))
-    sql = f"SELECT {cols}" + (", v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid" if with_vectors else " FROM entries e")
+    sql = f"SELECT {cols}" + (
+        ", v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid" if with_vectors else " FROM entries e"
+    )
     sql += f" WHERE {staging.visible('e')}"
     args: tuple[Any, ...] = ()
     if wing:

@@ -182,7 +182,10 @@ def thresholds(pool: list[Candidate], trace: Trace, min_score: float | None, rel
         for c in out:
             if not c.keep and c.profile_score < top * relative:
                 trace.drop(
-                    c, "relative", f"score {c.profile_score:.3f} < {relative} × top {top:.3f} = {top * relative:.3f}", c.profile_score
+                    c,
+                    "relative",
+                    f"score {c.profile_score:.3f} < {relative} × top {top:.3f} = {top * relative:.3f}",
+                    c.profile_score,
                 )
             else:
                 kept.append(c)

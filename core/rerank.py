@@ -63,7 +63,9 @@ def rerank(mem: Memory, text: str, pool: list[Candidate], weights: RetrievalWeig
         c.comps.rank_before_rerank = i + 1
         c.comps.rerank = round(prob, 6)
         comps = c.comps
-        comps.final = (weights.relevance * comps.rerank + weights.recency * comps.recency + weights.salience * comps.salience) * comps.boost
+        comps.final = (
+            weights.relevance * comps.rerank + weights.recency * comps.recency + weights.salience * comps.salience
+        ) * comps.boost
     keep = {c.id for c in window} | {c.id for c in outside if c.keep}
     for c in outside:
         if not c.keep:

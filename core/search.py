@@ -241,7 +241,7 @@ def search(
 
     t = time.perf_counter()
     if plan.profile.recent_turns:
-        pool = pool[: plan.limit]  # conversation keeps merge order (a transcript reads in order): dedup by first occurrence, cap 6
+        pool = pool[: plan.limit]  # conversation keeps transcript order: dedup by first occurrence, cap 6
     else:
         pool = policy.authority_order(policy.cap(pool, trace, plan.limit))
     lat["policy"] += _ms(t)
@@ -289,7 +289,9 @@ def _ms(t: float) -> float:
     return (time.perf_counter() - t) * 1000
 
 
-def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -> tuple[list[Candidate], dict[int, np.ndarray], np.ndarray | None]:
+def _candidates(
+    mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]
+) -> tuple[list[Candidate], dict[int, np.ndarray], np.ndarray | None]:
     conn = mem.conn
     s = mem.settings
     text = plan.parsed.text
@@ -530,7 +532,9 @@ def _score(mem: Memory, plan: _Plan, pool: list[Candidate], vectors: dict[int, n
         elif conv:
             cen = centroids.get(str(c.entry.meta.get("session_id")))
             comps.summary = float(cen @ qvec) if cen is not None else raw
-            comps.relevance = conv.get("raw", 0) * raw + conv.get("summary", 0) * comps.summary + conv.get("recency", 0) * comps.recency
+            comps.relevance = (
+                conv.get("raw", 0) * raw + conv.get("summary", 0) * comps.summary + conv.get("recency", 0) * comps.recency
+            )
             c.profile_score = comps.relevance
         else:
             comps.relevance = s.search.vector_weight * comps.similarity_norm + s.search.lexical_weight * comps.bm25_norm
@@ -587,7 +591,9 @@ def _merge_recent_turns(mem: Memory, plan: _Plan, pool: list[Candidate], trace: 
         if e.id in ids:
             continue
         cand = Candidate(rowid=r[0], row=r[2:], content_hash=r[1], source="recent", _entry=e)
-        cand.comps.recency, cand.comps.age_days = recency(e.updated_at or e.created_at, now, mem.settings.retrieval.half_life_days)
+        cand.comps.recency, cand.comps.age_days = recency(
+            e.updated_at or e.created_at, now, mem.settings.retrieval.half_life_days
+        )
         cand.comps.salience = e.salience
         merged.append(cand)
         ids.add(e.id)

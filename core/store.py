@@ -282,7 +282,9 @@ class Memory:
             row = conn.execute(f"SELECT {visible()} FROM entries WHERE id = ?", (entry.id,)).fetchone()
             if row:
                 raise ValidationError(
-                    f"an entry with id {entry.id!r} already exists" if row[0] else f"an entry with id {entry.id!r} is being imported"
+                    f"an entry with id {entry.id!r} already exists"
+                    if row[0]
+                    else f"an entry with id {entry.id!r} is being imported"
                 )
             self._insert(conn, entry, vec)
             seq = self._audit(conn, "add", entry.id, entry.wing, None, entry.to_record())
@@ -416,7 +418,8 @@ class Memory:
         values = [rec[f] for f in Entry.model_fields if f != "meta"]
         values += [json.dumps(entry.meta, ensure_ascii=False, sort_keys=True), content_hash(entry.embed_text), self.model_id]
         cur = conn.execute(
-            f"INSERT INTO entries({_COLUMNS}, content_hash, model, import_id) VALUES ({', '.join('?' * 17)})", [*values, import_id]
+            f"INSERT INTO entries({_COLUMNS}, content_hash, model, import_id) VALUES ({', '.join('?' * 17)})",
+            [*values, import_id],
         )
         rowid = int(cur.lastrowid)
         self._insert_vec(conn, rowid, entry, vec if isinstance(vec, bytes) else vec_blob(vec))
@@ -595,7 +598,8 @@ class Memory:
             # a search must never wait for a writer: give up on the log row after 50 ms
             conn.execute("PRAGMA busy_timeout = 50")
             cur = conn.execute(
-                "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail) VALUES (?, 'retrieval', NULL, ?, NULL, NULL, ?)",
+                "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail)"
+                " VALUES (?, 'retrieval', NULL, ?, NULL, NULL, ?)",
                 (format_ts(utcnow()), t.active_wing, json.dumps(metrics, ensure_ascii=False)),
             )
             if retention.due(int(cur.lastrowid), not self._pruned):

@@ -377,7 +377,9 @@ _BLOCKER_COLS = "task_id, reason, blocked_at, resolved_at, resolution"
 
 def _damaged(kind: str, row: tuple[Any, ...], exc: Exception) -> CorruptRowError:
     """A stored task or blocker row that does not decode (a hand edit): one line, not a traceback."""
-    return CorruptRowError(f"stored {kind} {row[0]!r} is damaged ({' '.join(str(exc).split())[:120]}); `memlens check` lists such rows")
+    return CorruptRowError(
+        f"stored {kind} {row[0]!r} is damaged ({' '.join(str(exc).split())[:120]}); `memlens check` lists such rows"
+    )
 
 
 def _row_to_task(row: tuple[Any, ...]) -> Task:
@@ -595,7 +597,12 @@ class WorkingMemory:
                 f"SELECT id, {_BLOCKER_COLS} FROM blockers WHERE task_id = ? AND resolved_at IS NULL", (task_id,)
             ).fetchone()
             if row is None:
-                active = [r[0] for r in conn.execute("SELECT task_id FROM blockers WHERE resolved_at IS NULL ORDER BY blocked_at, id LIMIT 6")]
+                active = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT task_id FROM blockers WHERE resolved_at IS NULL ORDER BY blocked_at, id LIMIT 6"
+                    )
+                ]
                 known = ", ".join(active[:5]) + (", …" if len(active) > 5 else "") if active else "none"
                 raise NotFoundError(f"task {task_id!r} has no active blocker (active blockers: {known})")
             before = _row_to_blocker(row[1:])
@@ -733,7 +740,9 @@ class WorkingMemory:
                 if b.active:
                     self._check_no_other_active(conn, b, name, index)
                 new = b.model_copy(update={"resolution": "import"}) if b.resolved_at else b
-                last = self.mem._audit(conn, "task.import", b.task_id, None, None, new.to_record(), {"source": name, "item": index})
+                last = self.mem._audit(
+                    conn, "task.import", b.task_id, None, None, new.to_record(), {"source": name, "item": index}
+                )
                 self._insert_blocker(conn, new)
                 report["blockers_imported"] += 1
             before_prune = int(conn.execute("SELECT count(*) FROM tasks").fetchone()[0])

@@ -179,7 +179,9 @@ def test_read_only_location(tmp_path, demo_store):
     before = snapshot_store(existing)
     try:
         one_line_error(_without_root_powers("--store", str(ro / "new.db"), "add", "x", "--wing", "w"), "cannot create store")
-        one_line_error(_without_root_powers("--store", str(ro / "sub" / "new.db"), "add", "x", "--wing", "w"), "cannot create store")
+        one_line_error(
+            _without_root_powers("--store", str(ro / "sub" / "new.db"), "add", "x", "--wing", "w"), "cannot create store"
+        )
         one_line_error(_without_root_powers("--store", str(ro / "new.db"), "stats"), "no store at")  # a reader creates nothing
         # an existing store in a read-only place (a shared snapshot, a read-only mount) is read as it is
         query = ("search", "wing=lifecore_ros2 callbacks blocking", "--json")

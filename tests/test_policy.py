@@ -154,7 +154,9 @@ def _workspace(tmp_path, arch=True, readme=True):
     ws = tmp_path / "ws"
     (ws / "docs").mkdir(parents=True)
     if arch:
-        (ws / "docs" / "architecture.md").write_text("# Architecture\n\nIntro.\n\n## Lifecycle\n\nNodes are lifecycle nodes; transitions must be fast.\n")
+        (ws / "docs" / "architecture.md").write_text(
+            "# Architecture\n\nIntro.\n\n## Lifecycle\n\nNodes are lifecycle nodes; transitions must be fast.\n"
+        )
     if readme:
         (ws / "README.md").write_text("# Project\n\n## Install\n\nRun make.\n\n## Lifecycle notes\n\nThe lifecycle is managed.\n")
     (ws / "src").mkdir()

@@ -118,7 +118,9 @@ def test_conversation_fusion_merge_and_cap(demo_mem):
     assert "merged the 4 most recent turns of session 's2'" in b.trace.notes
     recent_in = [i for i in ids if i in latest_turns]
     assert recent_in == [i for i in latest_turns if i in ids]
-    assert all(ids.index(r.entry.id) < ids.index(i) for r in semantic for i in recent_in if i not in {s.entry.id for s in semantic})
+    assert all(
+        ids.index(r.entry.id) < ids.index(i) for r in semantic for i in recent_in if i not in {s.entry.id for s in semantic}
+    )
 
 
 def test_conversation_threshold(demo_mem):

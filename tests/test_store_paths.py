@@ -130,7 +130,9 @@ def test_eval_and_context_and_profiles_on_a_missing_store(tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "README.md").write_text("# Lifecycle\n\nLifecycle transitions must be fast.\n")
-    ctx = run_cli("--store", str(path), "context", "lifecycle transitions", "--active-wing", "p", "--workspace", str(ws), timeout=60)
+    ctx = run_cli(
+        "--store", str(path), "context", "lifecycle transitions", "--active-wing", "p", "--workspace", str(ws), timeout=60
+    )
     assert ctx.returncode == 0, ctx.stderr
     assert f"no store at {path}" in ctx.stderr and "transitions must be fast" in ctx.stdout
     # profiles come from the configuration: listed without a store
