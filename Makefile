@@ -10,6 +10,7 @@ run: $(STAMP)
 	$(BIN)/memlens $(ARGS)
 
 test: $(STAMP)
+	$(BIN)/ruff check .  # lint first: any finding fails the build
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)

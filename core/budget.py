@@ -1,4 +1,4 @@
-"""Context budget (seed 004 §7) and the markdown an agent receives.
+"""Context budget and the markdown an agent receives.
 
 Given a token budget, keep invariants whole and never drop them; then drop
 notes (lowest score first), summarise patterns, trim marginal decisions, and
@@ -79,7 +79,9 @@ def apply_budget(mem: Memory, bundle: Bundle, budget: int) -> None:
         used -= cost[r.entry.id]
         dropped.add(r.entry.id)
         actions[r.entry.id] = ("dropped", why)
-        bundle.trace.drop(r.entry, "budget", f"{why}; {used + cost[r.entry.id] - budget} tokens over a budget of {budget}", r.score)
+        bundle.trace.drop(
+            r.entry, "budget", f"{why}; {used + cost[r.entry.id] - budget} tokens over a budget of {budget}", r.score
+        )
 
     for r in by_type("note"):
         if used <= budget:

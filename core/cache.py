@@ -1,4 +1,4 @@
-"""Retrieval cache (seed 001 task 3), correct across processes.
+"""Retrieval cache, correct across processes.
 
 Key: sha256 over (query, user, wings, parameters). Each cached bundle remembers
 the generation of every wing it searched. Writers bump their wing's generation
@@ -22,7 +22,7 @@ from .trace import Bundle, CacheInfo
 
 
 def cache_key(query: str, user: str, wings: list[str] | None, params: dict[str, Any]) -> str:
-    # the seed's layout: prefix:user:wings:query-hash:params-hash
+    # layout: prefix:user:wings:query-hash:params-hash (user and wings readable when inspecting keys)
     q = hashlib.sha256(query.encode()).hexdigest()[:16]
     p = hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return f"retrieval:{user}:{','.join(wings) if wings is not None else '*'}:{q}:{p}"

@@ -69,8 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-k", type=K_ARG, default=None, help=f"results to return, 1 to {MAX_K} (default 10)")
     s.add_argument("--budget", type=BUDGET_ARG, metavar="TOKENS", help=f"context budget in tokens, 1 to {MAX_BUDGET:,}")
     s.add_argument("--json", action="store_true", help="print {results, trace} as JSON")
-    s.add_argument("--queries", metavar="FILE.jsonl", help="run many searches: one {id, query, active_wing, wings, k, profile, budget} a line, JSONL out; "
-                   "every line is checked first and a bad one stops the batch (FILE: line N: field: problem)")
+    s.add_argument(
+        "--queries",
+        metavar="FILE.jsonl",
+        help="run many searches: one {id, query, active_wing, wings, k, profile, budget} a line, JSONL out; "
+        "every line is checked first and a bad one stops the batch (FILE: line N: field: problem)",
+    )
     s.add_argument("--user", help="whose retrieval this is (part of the cache key)")
     s.add_argument("--workspace", metavar="DIR", help="fall back to DIR's docs/README/files when memory finds nothing")
     s.add_argument("--no-cache", action="store_true", help="bypass the retrieval cache")
@@ -217,7 +221,8 @@ def format_results(bundle: Any) -> str:
     if t.degraded:
         lines.append(f"-- degraded: {t.degraded['reason']}; used {t.degraded.get('source') or 'nothing'}")
     lines.append(
-        f"-- {len(bundle.results)} results from {', '.join(t.wings_searched) or 'no wings'} in {t.latency_ms.get('total', 0):.1f} ms"
+        f"-- {len(bundle.results)} results from {', '.join(t.wings_searched) or 'no wings'}"
+        f" in {t.latency_ms.get('total', 0):.1f} ms"
         f" ({'cache hit' if t.cache_hit else 'cache miss'})"
     )
     return "\n".join(lines)
@@ -238,7 +243,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_context(args: argparse.Namespace) -> int:
-    """Seed 004 §6: the agent keeps working when the store is unreachable; the context says so."""
+    """The agent keeps working when the store is unreachable: the context falls back to docs and says so."""
     from .budget import render_context
     from .errors import StoreCorruptError, StoreError
     from .fallback import fallback_bundle
@@ -382,7 +387,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
             tasks_report = load_demo(mem)  # the working memory: data/demo_tasks.json
             if tasks_report:
-                print(f"loaded {tasks_report['tasks_imported']} tasks and {tasks_report['blockers_imported']} blockers", file=sys.stderr)
+                print(
+                    f"loaded {tasks_report['tasks_imported']} tasks and {tasks_report['blockers_imported']} blockers",
+                    file=sys.stderr,
+                )
         query = "callbacks blocking"
         print(f"$ memlens search {query!r} --active-wing lifecore_ros2\n")
         print(format_results(mem.search(query, active_wing="lifecore_ros2", k=8)))

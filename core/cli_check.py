@@ -35,7 +35,6 @@ def _progress(stage: str) -> None:
 def cmd_check(args: argparse.Namespace) -> int:
     from .check import Finding, check_store
     from .corruption import hint
-
     from .staging import terminate_as_exit
 
     path = _store(args)
@@ -74,9 +73,12 @@ def cmd_salvage(args: argparse.Namespace) -> int:
         return 0 if report["lost"] == 0 else 1
     print(f"saved {report['saved']} entries into {report['new_store']} ({report['recovered_from_audit']} more rebuilt "
           f"from the audit history; {report['vectors_reused']} vectors reused, {report['embedded']} embedded)")
-    print(f"lost {report['lost']} entries ({report['unreadable_rows']} unreadable rows, {report['invalid_rows']} rows "
-          f"that do not decode); copied {report['audit_rows']} audit rows, {report['tasks']} tasks, "
-          f"{report['blockers']} blockers" + (f" ({report['audit_rows_lost']} audit rows unreadable)" if report["audit_rows_lost"] else ""))
+    print(
+        f"lost {report['lost']} entries ({report['unreadable_rows']} unreadable rows, {report['invalid_rows']} rows "
+        f"that do not decode); copied {report['audit_rows']} audit rows, {report['tasks']} tasks, "
+        f"{report['blockers']} blockers"
+        + (f" ({report['audit_rows_lost']} audit rows unreadable)" if report["audit_rows_lost"] else "")
+    )
     if report["overrides_dropped"]:
         print(f"{len(report['overrides_dropped'])} entries override an entry that was lost: their 'overrides' was cleared")
     return 0 if report["lost"] == 0 else 1

@@ -129,7 +129,7 @@ class StoreConfig(_Section):
 
 
 class RetrievalConfig(_Section):
-    """Seed 001: boost, weights, recency; seed 004: dedup and conflict detection."""
+    """How results are scored (active-wing boost, weights, recency) and when two entries are duplicates, not a conflict."""
 
     active_wing_boost: float = Field(1.2, ge=0, le=FLOAT_MAX)
     weights: dict[str, float] = Field(default_factory=dict, description="relevance / recency / salience")
@@ -152,21 +152,27 @@ class CacheConfig(_Section):
 
 class RerankConfig(_Section):
     enabled: bool = False
-    model: str | None = Field(None, min_length=1, max_length=4096, description="a local sentence-transformers CrossEncoder directory")
+    model: str | None = Field(
+        None, min_length=1, max_length=4096, description="a local sentence-transformers CrossEncoder directory"
+    )
     top_n: int = Field(20, ge=1, le=K_MAX)
 
 
 class AuditConfig(_Section):
     level: Literal["writes", "reads"] = Field("reads", description="'reads' also logs every retrieval's metrics")
-    retrieval_max_rows: int = Field(10_000, ge=1, le=100_000_000, description="retrieval records kept (newest); writes are always kept")
+    retrieval_max_rows: int = Field(
+        10_000, ge=1, le=100_000_000, description="retrieval records kept (newest); writes are always kept"
+    )
     retrieval_max_age_days: float = Field(90.0, gt=0, le=36_500, description="retrieval records older than this are pruned")
 
 
 class WorkingMemoryConfig(_Section):
-    """Seed 002 phase 1: the sliding window of recent tasks and the bound on stored tasks."""
+    """Working memory: the sliding window of recent tasks an agent sees, and the bound on stored tasks."""
 
     window: int = Field(5, ge=0, le=1000, description="completed tasks shown by `memlens tasks` and in agent context")
-    max_tasks: int = Field(100, ge=1, le=1_000_000, description="completed tasks kept; older ones are pruned (the audit keeps them)")
+    max_tasks: int = Field(
+        100, ge=1, le=1_000_000, description="completed tasks kept; older ones are pruned (the audit keeps them)"
+    )
 
 
 class LimitsConfig(BaseModel):

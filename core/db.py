@@ -114,7 +114,7 @@ def _migration_1(dim: int) -> list[str]:
 
 
 def _migration_2(dim: int) -> list[str]:
-    """Working memory (seed 002): completed tasks and blockers (see ``memlens.tasks``).
+    """Working memory: completed tasks and blockers (see ``memlens.tasks``).
 
     Timestamps are fixed-width UTC text (``YYYY-MM-DDTHH:MM:SS.ffffffZ``) so that
     text order is time order; ``seq`` is the audit sequence of the write that
@@ -184,7 +184,9 @@ def _secure_create(path: Path) -> None:
     target = Path(os.path.realpath(path)) if os.path.islink(path) else path
     try:
         make_private_dirs(target.parent)
-        fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o600)
+        fd = os.open(
+            target, os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o600
+        )
         os.close(fd)
     except FileExistsError:
         pass  # created meanwhile by another process; checked again below

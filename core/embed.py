@@ -224,7 +224,9 @@ class OnnxEmbedder(_TokenizerMixin):
                 session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
             except Exception as exc:  # a truncated or foreign file in the cache
                 path.unlink(missing_ok=True)
-                raise ModelError(f"cached ONNX model {path} is unusable ({exc}); it was removed, run again to re-export") from None
+                raise ModelError(
+                    f"cached ONNX model {path} is unusable ({exc}); it was removed, run again to re-export"
+                ) from None
             self._inputs = {i.name for i in session.get_inputs()}
             self._tokenizer()
             self._session = session
@@ -339,7 +341,11 @@ class SentenceTransformerEmbedder(_TokenizerMixin):
         if not texts:
             return np.empty((0, self.dim), dtype=np.float32)
         vecs = self._model.encode(  # type: ignore[union-attr]
-            [t[:EMBED_INPUT_CHARS] for t in texts], batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+            [t[:EMBED_INPUT_CHARS] for t in texts],
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
         )
         return np.asarray(vecs, dtype=np.float32)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .search import fts_query
-from .vectors import clean, from_blob
 from .staging import visible
+from .vectors import clean, from_blob
 
 if TYPE_CHECKING:
     from .store import Memory

@@ -1,4 +1,4 @@
-"""Fallback order when memory cannot answer (seed 004 §6):
+"""Fallback order when memory cannot answer, so an agent is never left without context:
 
     memory backend → docs/architecture.md → README.md → workspace text search
 

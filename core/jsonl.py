@@ -1,4 +1,4 @@
-"""JSONL import and export (DESIGN.md "Contracts").
+"""JSONL import and export: one entry per line, the stable format of ``Entry.to_record``.
 
 Import is all-or-nothing and never holds the write lock for long:
 
@@ -25,10 +25,10 @@ import base64
 import hashlib
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -311,7 +311,9 @@ def export(
     from .store import _COLUMNS, row_to_entry
 
     cols = ", ".join(f"e.{c.strip()}" for c in _COLUMNS.split(","))
-    sql = f"SELECT {cols}" + (", v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid" if with_vectors else " FROM entries e")
+    sql = f"SELECT {cols}" + (
+        ", v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid" if with_vectors else " FROM entries e"
+    )
     sql += f" WHERE {staging.visible('e')}"
     args: tuple[Any, ...] = ()
     if wing:

@@ -160,7 +160,9 @@ def check_text(name: str, value: Any) -> None:
 def printable(value: Any) -> Any:
     """``value`` with every string made valid UTF-8 (undecodable bytes as ``\\xNN``), for records like the audit."""
     if isinstance(value, str):
-        return value if utf8_problem(value) is None else value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        return (
+            value if utf8_problem(value) is None else value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        )
     if isinstance(value, dict):
         return {printable(k): printable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -44,16 +44,22 @@ DESCRIPTIONS = {
         "is stored once (status already_exists returns the stored id). 'similar' lists up to 3 near-duplicates with their "
         "cosine similarity: prefer memory_update on one of them over adding a variant."
     ),
-    "memory_get": "Read one entry by id: all fields, including updated_at (pass it to memory_update to avoid overwriting others' edits).",
+    "memory_get": (
+        "Read one entry by id: all fields, including updated_at (pass it to memory_update to avoid overwriting others' edits)."
+    ),
     "memory_update": (
         "Change fields of an entry (only the fields you give). Pass expected_updated_at = the updated_at you read: "
         "if someone changed the entry since, the update is refused and nothing is overwritten."
     ),
     "memory_set_status": "Deprecate an outdated entry (no longer retrieved), mark it under_review, or reactivate it.",
     "memory_delete": "Delete an entry permanently (its last version stays in the audit log). Prefer deprecating.",
-    "memory_explain": "Why was entry id returned for query, or at which stage was it dropped (scope, status, threshold, override, budget...)?",
+    "memory_explain": (
+        "Why was entry id returned for query, or at which stage was it dropped (scope, status, threshold, override, budget...)?"
+    ),
     "memory_wings": "List wings (projects) with their rooms and entry counts, to choose active_wing or a wing for memory_add.",
-    "task_complete": "Record that a task finished (success or failure) with its intent; it appears in working memory and resolves its blocker.",
+    "task_complete": (
+        "Record that a task finished (success or failure) with its intent; it appears in working memory and resolves its blocker."
+    ),
     "task_block": "Mark a task blocked with the reason; it stays in working memory until task_unblock or task_complete.",
     "task_unblock": "Resolve the active blocker of a task (when the reason it was blocked no longer holds).",
     "working_memory": "Recent completed tasks and active blockers: {tasks, blockers, markdown}.",

@@ -185,11 +185,18 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
 
     @tool("memory_search", "Search memory", read=True)
     def memory_search(
-        query: Annotated[str, Field(description="what to look for; may start with filters: wing=W room=R type=T kind=K status=S")],
+        query: Annotated[
+            str, Field(description="what to look for; may start with filters: wing=W room=R type=T kind=K status=S")
+        ],
         active_wing: Annotated[str | None, Field(description="the project you are working in: its entries rank higher")] = None,
-        wings: Annotated[list[str] | None, Field(description="search only these wings (default: the active wing and _global; all wings without an active wing)")] = None,
+        wings: Annotated[
+            list[str] | None,
+            Field(description="search only these wings (default: the active wing and _global; all wings without an active wing)"),
+        ] = None,
         k: Annotated[int | None, Field(ge=1, le=100, description="results to return (default 10)")] = None,
-        profile: Annotated[str, Field(description="retrieval profile, e.g. memory (default), academic, personal, conversation")] = "memory",
+        profile: Annotated[
+            str, Field(description="retrieval profile, e.g. memory (default), academic, personal, conversation")
+        ] = "memory",
         budget: Annotated[int | None, Field(ge=1, description="token budget for the results' text")] = None,
         full_trace: Annotated[bool, Field(description="also return every score component and the full trace")] = False,
         ctx: Context = None,  # type: ignore[assignment]

@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from . import vocab
 from .ids import new_id
 from .limits import entry_field_problem, entry_text_problem
-
 from .vocab import NAME_RE  # noqa: E402 (one definition, shared with the pydantic-free query parser)
+
 ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 GLOBAL_WING = vocab.GLOBAL_WING
 
@@ -29,7 +29,7 @@ class Kind(str, Enum):
 
 
 class EntryType(str, Enum):
-    """Authority, highest first (seed 004 §3)."""
+    """Authority, highest first: on a clash the higher type wins, and results are ordered by it."""
 
     invariant = "invariant"
     decision = "decision"
@@ -150,7 +150,7 @@ def content_hash(text: str) -> str:
 
 
 class Entry(BaseModel):
-    """One unit of memory (DESIGN.md "Data model")."""
+    """One unit of memory: text plus where it lives (wing, room), what it is (kind, type) and its status."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -238,7 +238,7 @@ class Entry(BaseModel):
         return None if v is None else parse_ts(v)
 
     @model_validator(mode="after")
-    def _defaults(self) -> "Entry":
+    def _defaults(self) -> Entry:
         if self.updated_at is None:
             object.__setattr__(self, "updated_at", self.created_at)
         if not self.title:
@@ -258,7 +258,7 @@ class Entry(BaseModel):
         return AUTHORITY[self.type.value]
 
     def to_record(self) -> dict[str, Any]:
-        """The JSONL / JSON shape (DESIGN.md contracts)."""
+        """The JSONL / JSON shape, a stable contract: field names and order do not change."""
         return {
             "id": self.id,
             "wing": self.wing,

@@ -1,4 +1,4 @@
-"""Scope and authority policy (seed 004 §3-§5) and dedup across wings (seed 001 §1.4).
+"""Scope, authority and status policy, and dedup of the same entry stored in several wings.
 
 All of it works on the candidate pool and reports to the trace; nothing is
 resolved silently. The same functions run for search and for "why not?".
@@ -169,7 +169,7 @@ def apply_overrides(pool: list[Candidate], trace: Trace) -> list[Candidate]:
 
 
 def thresholds(pool: list[Candidate], trace: Trace, min_score: float | None, relative: float | None) -> list[Candidate]:
-    """Absolute floor, then the relative cut against the top hit (seed 003)."""
+    """Absolute floor, then the relative cut against the top hit (a profile sets either or both)."""
     out = []
     for c in pool:
         if min_score is not None and not c.keep and c.profile_score < min_score:
@@ -182,7 +182,10 @@ def thresholds(pool: list[Candidate], trace: Trace, min_score: float | None, rel
         for c in out:
             if not c.keep and c.profile_score < top * relative:
                 trace.drop(
-                    c, "relative", f"score {c.profile_score:.3f} < {relative} × top {top:.3f} = {top * relative:.3f}", c.profile_score
+                    c,
+                    "relative",
+                    f"score {c.profile_score:.3f} < {relative} × top {top:.3f} = {top * relative:.3f}",
+                    c.profile_score,
                 )
             else:
                 kept.append(c)
@@ -191,7 +194,7 @@ def thresholds(pool: list[Candidate], trace: Trace, min_score: float | None, rel
 
 
 def authority_order(pool: list[Candidate]) -> list[Candidate]:
-    """Invariant → decision → pattern → note; score within (seed 004 §3)."""
+    """Invariant → decision → pattern → note (higher authority first); score within."""
     return sorted(pool, key=lambda c: (c.authority, -c.score, c.id))
 
 

@@ -1,6 +1,6 @@
-"""Profiles: named presets of the one pipeline (seed 003 routes).
+"""Profiles: named presets of the one pipeline, one per kind of question (memory, academic, personal, conversation).
 
-The seed's numbers are the defaults. Any field can be changed, and new
+The numbers below are the defaults. Any field can be changed, and new
 profiles added, under ``[profiles.NAME]`` in the configuration file.
 """
 
@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .config import FLOAT_MAX, K_MAX, check_weights
+from .config import K_MAX, check_weights
 from .errors import QueryError
 from .vocab import KINDS
 

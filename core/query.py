@@ -1,4 +1,4 @@
-"""The scoped query language (seed 004 "query shapes"), shared by CLI and TUI.
+"""The scoped query language (filters by wing, room, type, status, plus free text), shared by CLI and TUI.
 
     wing=lifecore_ros2 room=architecture|contracts type=invariant|decision status=active lifecycle callbacks
 
@@ -81,7 +81,8 @@ def parse(query: str) -> ParsedQuery:
         shown = _short(token)
         if key not in KEYS:
             raise ScopeError(
-                f"unknown key {_short(key)!r} in {shown!r}{_suggest(key, KEYS)} (keys: {', '.join(KEYS)}; quote text to search for it)",
+                f"unknown key {_short(key)!r} in {shown!r}{_suggest(key, KEYS)}"
+                f" (keys: {', '.join(KEYS)}; quote text to search for it)",
                 token,
                 start,
                 end,
@@ -93,7 +94,10 @@ def parse(query: str) -> ParsedQuery:
         for v in values:
             if allowed is not None and v not in allowed:
                 raise ScopeError(
-                    f"unknown {key} {_short(v)!r} in {shown!r}{_suggest(v, allowed)} ({key}: {', '.join(allowed)})", token, start, end
+                    f"unknown {key} {_short(v)!r} in {shown!r}{_suggest(v, allowed)} ({key}: {', '.join(allowed)})",
+                    token,
+                    start,
+                    end,
                 )
             if allowed is None and not NAME_RE.match(v):
                 raise ScopeError(f"invalid {key} name {_short(v)!r} in {shown!r}", token, start, end)

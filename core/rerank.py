@@ -1,4 +1,4 @@
-"""Optional cross-encoder rerank (seed 001 §2.3), off by default.
+"""Optional cross-encoder rerank, off by default (it costs a second model run per candidate).
 
 The model is a local ``sentence_transformers.CrossEncoder`` directory given in
 ``rerank.model``: no hub is reachable, so nothing is downloaded. The top
@@ -63,7 +63,9 @@ def rerank(mem: Memory, text: str, pool: list[Candidate], weights: RetrievalWeig
         c.comps.rank_before_rerank = i + 1
         c.comps.rerank = round(prob, 6)
         comps = c.comps
-        comps.final = (weights.relevance * comps.rerank + weights.recency * comps.recency + weights.salience * comps.salience) * comps.boost
+        comps.final = (
+            weights.relevance * comps.rerank + weights.recency * comps.recency + weights.salience * comps.salience
+        ) * comps.boost
     keep = {c.id for c in window} | {c.id for c in outside if c.keep}
     for c in outside:
         if not c.keep:

@@ -63,7 +63,9 @@ def salvage(src: Path, dst: Path, *, settings: Any = None, embedder: Any = None,
         found = _read(conn)
         say("reading the audit history")
         audit, lost_audit = _read_audit(conn)
-        tasks = _read_table(conn, "tasks", "task_id, intent, summary, outcome, completed_at, requires_context, validation_report, seq")
+        tasks = _read_table(
+            conn, "tasks", "task_id, intent, summary, outcome, completed_at, requires_context, validation_report, seq"
+        )
         blockers = _read_table(conn, "blockers", "id, task_id, reason, blocked_at, resolved_at, resolution")
         meta, _ = safe(conn, "SELECT key, value FROM store_meta")
         old_model = dict(meta or []).get("model")
@@ -137,7 +139,7 @@ def _read(conn: Any) -> dict[str, Any]:
     invalid: dict[str, str] = {}
     ids: set[str] = set()
     read: set[int] = set()
-    for rowid, row, err in read_entries(conn):
+    for rowid, row, _err in read_entries(conn):
         if row is None:
             if not known:  # nothing else to tell an entry on a damaged page from a deleted one
                 unreadable.append(rowid)
@@ -239,7 +241,9 @@ def _write(mem: Any, src: Path, found: dict[str, Any], recovered: list[dict[str,
     conn = mem.conn
     with db.transaction(conn, mem.path):
         for row in audit:
-            conn.execute("INSERT INTO audit(seq, ts, action, entry_id, wing, before, after, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+            conn.execute(
+                "INSERT INTO audit(seq, ts, action, entry_id, wing, before, after, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row
+            )
         wings: set[str] = set()
         seq = 0
         for e, blob, source in valid:

@@ -1,10 +1,10 @@
-"""Scoring pieces of seed 001 task 2: weights, recency decay, per-kind min-max normalisation."""
+"""Scoring pieces: weights, recency decay, per-kind min-max normalisation."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -22,10 +22,10 @@ class RetrievalWeights:
     salience: float = 0.0
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> "RetrievalWeights":
+    def from_dict(cls, data: dict[str, Any] | None) -> RetrievalWeights:
         return cls().merge(data or {})
 
-    def merge(self, other: "RetrievalWeights | dict[str, Any] | None") -> "RetrievalWeights":
+    def merge(self, other: RetrievalWeights | dict[str, Any] | None) -> RetrievalWeights:
         """A copy with ``other``'s values on top (a dict may set only some weights)."""
         if other is None:
             return self

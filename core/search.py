@@ -7,9 +7,9 @@
     → budget → bundle + trace
 
 Relevance fuses the two candidate generators as a min-max-normalised weighted
-sum, ``0.8 · sim_n + 0.2 · bm25_n``. Measured on real questions (DESIGN.md),
-vectors alone scored MRR@10 .70, BM25 .41, reciprocal-rank fusion .63 and this
-sum .72. A candidate found only by BM25 still gets its true cosine similarity,
+sum, ``0.8 · sim_n + 0.2 · bm25_n``. Measured on real questions (FAQ questions
+against 2.7k documentation sections), vectors alone scored MRR@10 .70, BM25
+.41, reciprocal-rank fusion .63 and this sum .72. A candidate found only by BM25 still gets its true cosine similarity,
 looked up by rowid, so every result carries every component.
 """
 
@@ -29,7 +29,7 @@ from .errors import QueryError, ValidationError
 from .limits import MAX_QUERY_TERMS, check_budget, check_k, check_text, knn_rows
 from .models import GLOBAL_WING, format_ts, utcnow
 from .policy import Candidate
-from .profiles import Profile, route
+from .profiles import route
 from .query import ParsedQuery, check_known, parse
 from .rows import damaged_note, row_problem
 from .scoring import RetrievalWeights, minmax, recency, recency_many
@@ -241,7 +241,7 @@ def search(
 
     t = time.perf_counter()
     if plan.profile.recent_turns:
-        pool = pool[: plan.limit]  # conversation keeps merge order (seed 003): dedup by first occurrence, cap 6
+        pool = pool[: plan.limit]  # conversation keeps transcript order: dedup by first occurrence, cap 6
     else:
         pool = policy.authority_order(policy.cap(pool, trace, plan.limit))
     lat["policy"] += _ms(t)
@@ -289,7 +289,9 @@ def _ms(t: float) -> float:
     return (time.perf_counter() - t) * 1000
 
 
-def _candidates(mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]) -> tuple[list[Candidate], dict[int, np.ndarray], np.ndarray | None]:
+def _candidates(
+    mem: Memory, plan: _Plan, trace: Trace, lat: dict[str, float]
+) -> tuple[list[Candidate], dict[int, np.ndarray], np.ndarray | None]:
     conn = mem.conn
     s = mem.settings
     text = plan.parsed.text
@@ -530,7 +532,9 @@ def _score(mem: Memory, plan: _Plan, pool: list[Candidate], vectors: dict[int, n
         elif conv:
             cen = centroids.get(str(c.entry.meta.get("session_id")))
             comps.summary = float(cen @ qvec) if cen is not None else raw
-            comps.relevance = conv.get("raw", 0) * raw + conv.get("summary", 0) * comps.summary + conv.get("recency", 0) * comps.recency
+            comps.relevance = (
+                conv.get("raw", 0) * raw + conv.get("summary", 0) * comps.summary + conv.get("recency", 0) * comps.recency
+            )
             c.profile_score = comps.relevance
         else:
             comps.relevance = s.search.vector_weight * comps.similarity_norm + s.search.lexical_weight * comps.bm25_norm
@@ -561,7 +565,7 @@ def _session_centroids(mem: Memory, pool: list[Candidate], vectors: dict[int, np
 
 
 def _merge_recent_turns(mem: Memory, plan: _Plan, pool: list[Candidate], trace: Trace, now: datetime) -> list[Candidate]:
-    """Seed 003 conversation: semantic hits then the session's latest turns, first occurrence wins."""
+    """Conversation profile: semantic hits then the session's latest turns, first occurrence wins."""
     semantic = sorted(pool, key=lambda c: -c.score)
     where, args = plan.entry_filters()
     sql = f"{_SELECT}" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY created_at DESC, rowid DESC LIMIT 1"
@@ -587,7 +591,9 @@ def _merge_recent_turns(mem: Memory, plan: _Plan, pool: list[Candidate], trace: 
         if e.id in ids:
             continue
         cand = Candidate(rowid=r[0], row=r[2:], content_hash=r[1], source="recent", _entry=e)
-        cand.comps.recency, cand.comps.age_days = recency(e.updated_at or e.created_at, now, mem.settings.retrieval.half_life_days)
+        cand.comps.recency, cand.comps.age_days = recency(
+            e.updated_at or e.created_at, now, mem.settings.retrieval.half_life_days
+        )
         cand.comps.salience = e.salience
         merged.append(cand)
         ids.add(e.id)
@@ -598,14 +604,14 @@ def _merge_recent_turns(mem: Memory, plan: _Plan, pool: list[Candidate], trace: 
 
 
 def _personal_fallback(mem: Memory, plan: _Plan, trace: Trace, scored: dict[str, Candidate]) -> list[Candidate]:
-    """Seed 003 personal: nothing passed, so expose the stored personal facts with score 1.0."""
+    """Personal profile: nothing passed, so expose the stored personal facts with score 1.0."""
     where, args = plan.entry_filters()
     sql = f"{_SELECT}" + (" WHERE " + " AND ".join(where) if where else "")
     sql += " ORDER BY salience DESC, updated_at DESC LIMIT ?"
     out = []
     for r in _sound(mem.conn.execute(sql, [*args, plan.limit]).fetchall(), trace):
         c = Candidate(rowid=r[0], row=r[2:], content_hash=r[1], source="fallback")
-        if c.id in scored:  # keep the measured components; only the score is the seed's synthetic 1.0
+        if c.id in scored:  # keep the measured components; only the score is the synthetic 1.0
             c.comps = dataclasses.replace(scored[c.id].comps)
         c.comps.final = c.comps.relevance = 1.0
         c.comps.salience = c.salience

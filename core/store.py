@@ -91,14 +91,14 @@ class Memory:
         settings: Settings | None = None,
         embedder: Embedder | None = None,
         create: bool = True,
-    ) -> "Memory":
+    ) -> Memory:
         """Open the store at ``path``, ``MEMLENS_STORE`` or the default; a missing one is created
         (0600, in 0700 folders) unless ``create=False``, which makes it a StoreError instead."""
         settings = settings or load_settings()
         target = Path(path).expanduser() if path is not None else settings.store_path()
         return cls(target, settings, embedder, create=create)
 
-    def __enter__(self) -> "Memory":
+    def __enter__(self) -> Memory:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -272,7 +272,7 @@ class Memory:
     # -- writes ------------------------------------------------------------------------------
 
     def add(self, text: str, *, wing: str, **fields: Any) -> Entry:
-        """Add one entry; returns it with its id. Fields as in DESIGN.md's data model."""
+        """Add one entry; returns it with its id. Fields as in ``memlens.models.Entry``."""
         with entry_text_limit(self.settings.limits.max_entry_chars):
             entry = self._validate({"text": text, "wing": wing, **fields})
         self._check_writable()
@@ -282,7 +282,9 @@ class Memory:
             row = conn.execute(f"SELECT {visible()} FROM entries WHERE id = ?", (entry.id,)).fetchone()
             if row:
                 raise ValidationError(
-                    f"an entry with id {entry.id!r} already exists" if row[0] else f"an entry with id {entry.id!r} is being imported"
+                    f"an entry with id {entry.id!r} already exists"
+                    if row[0]
+                    else f"an entry with id {entry.id!r} is being imported"
                 )
             self._insert(conn, entry, vec)
             seq = self._audit(conn, "add", entry.id, entry.wing, None, entry.to_record())
@@ -416,7 +418,8 @@ class Memory:
         values = [rec[f] for f in Entry.model_fields if f != "meta"]
         values += [json.dumps(entry.meta, ensure_ascii=False, sort_keys=True), content_hash(entry.embed_text), self.model_id]
         cur = conn.execute(
-            f"INSERT INTO entries({_COLUMNS}, content_hash, model, import_id) VALUES ({', '.join('?' * 17)})", [*values, import_id]
+            f"INSERT INTO entries({_COLUMNS}, content_hash, model, import_id) VALUES ({', '.join('?' * 17)})",
+            [*values, import_id],
         )
         rowid = int(cur.lastrowid)
         self._insert_vec(conn, rowid, entry, vec if isinstance(vec, bytes) else vec_blob(vec))
@@ -564,7 +567,7 @@ class Memory:
         return {"reason": "write", "seq": seq, "ts": ts, "action": action, "entry_id": entry_id, "wing": wing, "wings": wings}
 
     def log_retrieval(self, bundle: Bundle) -> None:
-        """Seed 001 task 4: retrieval metrics into the audit table when the level includes reads.
+        """Retrieval metrics into the audit table when the level includes reads.
 
         Never fails a retrieval: a read-only or busy store just skips the row.
         """
@@ -595,7 +598,8 @@ class Memory:
             # a search must never wait for a writer: give up on the log row after 50 ms
             conn.execute("PRAGMA busy_timeout = 50")
             cur = conn.execute(
-                "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail) VALUES (?, 'retrieval', NULL, ?, NULL, NULL, ?)",
+                "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail)"
+                " VALUES (?, 'retrieval', NULL, ?, NULL, NULL, ?)",
                 (format_ts(utcnow()), t.active_wing, json.dumps(metrics, ensure_ascii=False)),
             )
             if retention.due(int(cur.lastrowid), not self._pruned):
@@ -623,7 +627,7 @@ class Memory:
 
     @property
     def tasks(self) -> Any:
-        """Working memory (seed 002): recent completed tasks and blockers (``memlens.tasks.WorkingMemory``)."""
+        """Working memory: recent completed tasks and blockers (``memlens.tasks.WorkingMemory``)."""
         wm = self.__dict__.get("_working_memory")
         if wm is None:
             from .tasks import WorkingMemory

@@ -1,4 +1,4 @@
-"""Deterministic task summaries (seed 002 §1.3): no model, same input → same text.
+"""Deterministic task summaries: no model, same input → same text, so an agent's context is reproducible.
 
 Split from ``memlens.tasks`` so the pure text logic stands alone and is easy to test.
 """

@@ -1,4 +1,4 @@
-"""Legacy state files (seed 002 backfill): tolerant parsing of old ``completed_tasks`` shapes.
+"""Legacy state files (backfill of working memory from an older state file): tolerant parsing of old ``completed_tasks`` shapes.
 
 Split from ``memlens.tasks``; ``WorkingMemory.import_state`` writes what this validates.
 """
@@ -20,7 +20,17 @@ if TYPE_CHECKING:
     from .store import Memory
 
 
-_TASK_FIELDS = {"task_id", "id", "intent", "summary", "outcome", "completed_at", "requires_context", "validation_report", "success"}
+_TASK_FIELDS = {
+    "task_id",
+    "id",
+    "intent",
+    "summary",
+    "outcome",
+    "completed_at",
+    "requires_context",
+    "validation_report",
+    "success",
+}
 _BLOCKER_FIELDS = {"task_id", "id", "reason", "blocked_reason", "blocked_at", "resolved_at"}
 
 
@@ -174,7 +184,12 @@ def parse_state(
             reason = _pick(item, "reason", "blocked_reason")
             if reason is None or (isinstance(reason, str) and not reason.strip()):
                 reason = NO_REASON
-            record = {"task_id": task_id, "reason": reason, "blocked_at": item["blocked_at"], "resolved_at": item.get("resolved_at")}
+            record = {
+                "task_id": task_id,
+                "reason": reason,
+                "blocked_at": item["blocked_at"],
+                "resolved_at": item.get("resolved_at"),
+            }
             b: Blocker = _validate(Blocker, record, f"{name}: {where}")
             ident = (b.task_id, b.blocked_at)
             if ident in seen_b:

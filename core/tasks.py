@@ -1,4 +1,4 @@
-"""Working memory (seed 002, phase 1): recent completed tasks and active blockers.
+"""Working memory: recent completed tasks and active blockers.
 
 An agent loses the thread when it only sees its last task. ``WorkingMemory``
 keeps, in the same SQLite store as the entries, every completed task (bounded)
@@ -32,7 +32,7 @@ generation in the ``wings`` table so other processes — the TUI — can notice)
   chance. Then *all* active blockers, oldest first. ``render()`` returns ``""``
   when there are neither tasks nor blockers, and a section is left out when it
   is empty; the text has no trailing newline.
-* **Opaque tasks** (``requires_context=False``, the seed's default for legacy
+* **Opaque tasks** (``requires_context=False``, the default for legacy
   tasks): no intent and no summary are stored on the task, so none can be
   injected; the window shows only id, time and outcome. The intent given to
   ``complete`` is kept in the audit row's ``detail`` so nothing is lost.
@@ -163,7 +163,7 @@ def check_task_id(task_id: Any) -> str:
 
 
 class Task(BaseModel):
-    """One completed task (seed 002 ``CompletedTask``)."""
+    """One completed task (the ``CompletedTask`` record of a legacy state file)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -218,9 +218,9 @@ class Task(BaseModel):
         return json.loads(text)  # a detached, canonical copy
 
     @model_validator(mode="after")
-    def _context(self) -> "Task":
+    def _context(self) -> Task:
         if not self.requires_context:
-            # opaque (seed 002 §1.1): intent and summary are only populated when requires_context is true
+            # opaque: intent and summary are only populated when requires_context is true
             object.__setattr__(self, "intent", None)
             object.__setattr__(self, "summary", None)
         else:
@@ -274,7 +274,7 @@ class Blocker(BaseModel):
         return None if v is None else parse_ts(v)
 
     @model_validator(mode="after")
-    def _order(self) -> "Blocker":
+    def _order(self) -> Blocker:
         if self.resolved_at is not None and self.resolved_at < self.blocked_at:
             raise ValueError("resolved_at is before blocked_at")
         return self
@@ -336,7 +336,7 @@ def _detail(task: Task) -> str | None:
 
 
 def render_markdown(tasks: list[Task], blockers: list[Blocker]) -> str:
-    """The seed 002 §1.2 block; ``""`` when both lists are empty; no trailing newline."""
+    """The working-memory block (recent tasks, then active blockers); ``""`` when both lists are empty; no trailing newline."""
     lines: list[str] = []
     if tasks:
         lines.append("## Recent Task History")
@@ -378,7 +378,9 @@ _BLOCKER_COLS = "task_id, reason, blocked_at, resolved_at, resolution"
 
 def _damaged(kind: str, row: tuple[Any, ...], exc: Exception) -> CorruptRowError:
     """A stored task or blocker row that does not decode (a hand edit): one line, not a traceback."""
-    return CorruptRowError(f"stored {kind} {row[0]!r} is damaged ({' '.join(str(exc).split())[:120]}); `memlens check` lists such rows")
+    return CorruptRowError(
+        f"stored {kind} {row[0]!r} is damaged ({' '.join(str(exc).split())[:120]}); `memlens check` lists such rows"
+    )
 
 
 def _row_to_task(row: tuple[Any, ...]) -> Task:
@@ -519,7 +521,7 @@ class WorkingMemory:
         return Window(tasks, blockers)
 
     def render(self, n: int | None = None) -> str:
-        """The markdown block an agent receives (seed 002 §1.2); ``""`` when there is nothing."""
+        """The markdown block an agent receives; ``""`` when there is nothing."""
         return self.window(n).render()
 
     def generation(self) -> int:
@@ -596,7 +598,12 @@ class WorkingMemory:
                 f"SELECT id, {_BLOCKER_COLS} FROM blockers WHERE task_id = ? AND resolved_at IS NULL", (task_id,)
             ).fetchone()
             if row is None:
-                active = [r[0] for r in conn.execute("SELECT task_id FROM blockers WHERE resolved_at IS NULL ORDER BY blocked_at, id LIMIT 6")]
+                active = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT task_id FROM blockers WHERE resolved_at IS NULL ORDER BY blocked_at, id LIMIT 6"
+                    )
+                ]
                 known = ", ".join(active[:5]) + (", …" if len(active) > 5 else "") if active else "none"
                 raise NotFoundError(f"task {task_id!r} has no active blocker (active blockers: {known})")
             before = _row_to_blocker(row[1:])
@@ -734,7 +741,9 @@ class WorkingMemory:
                 if b.active:
                     self._check_no_other_active(conn, b, name, index)
                 new = b.model_copy(update={"resolution": "import"}) if b.resolved_at else b
-                last = self.mem._audit(conn, "task.import", b.task_id, None, None, new.to_record(), {"source": name, "item": index})
+                last = self.mem._audit(
+                    conn, "task.import", b.task_id, None, None, new.to_record(), {"source": name, "item": index}
+                )
                 self._insert_blocker(conn, new)
                 report["blockers_imported"] += 1
             before_prune = int(conn.execute("SELECT count(*) FROM tasks").fetchone()[0])

@@ -1,6 +1,6 @@
 """The retrieval trace: data produced by the pipeline that ranks, never recomputed beside it.
 
-Flags (DESIGN.md vocabulary): ``mandatory``, ``under_review``, ``active_wing``,
+Flags (part of the ``search --json`` contract): ``mandatory``, ``under_review``, ``active_wing``,
 ``conflict``, ``summarised``, ``fallback``.
 Drop stages: ``status``, ``scope``, ``profile``, ``candidates``, ``threshold``,
 ``relative``, ``dedup``, ``override``, ``cap``, ``budget``.
@@ -152,5 +152,5 @@ class Bundle(BaseModel):
     context: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Exactly the ``search --json`` object of DESIGN.md."""
+        """Exactly the ``search --json`` object, a stable contract: ``results`` and ``trace``."""
         return {"results": [r.to_dict() for r in self.results], "trace": self.trace.model_dump(mode="json")}

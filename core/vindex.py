@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .vectors import degenerate_rows
 from .staging import visible
+from .vectors import degenerate_rows
 
 if TYPE_CHECKING:
     from .store import Memory

@@ -67,8 +67,8 @@ def test_batch_queries(demo_db, tmp_path):
     )
     out = run_cli("--store", str(demo_db), "search", "--queries", str(qf))
     assert out.returncode == 0, out.stderr
-    lines = [json.loads(l) for l in out.stdout.splitlines()]
-    assert [l["id"] for l in lines] == ["a", "b"]
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["id"] for r in lines] == ["a", "b"]
     # k counts the ranked results; the active wing's invariants come on top of them (mandatory)
     assert len([r for r in lines[0]["results"] if "mandatory" not in r["flags"]]) == 3
     assert {"results", "trace"} <= set(lines[1])
@@ -179,7 +179,9 @@ def test_read_only_location(tmp_path, demo_store):
     before = snapshot_store(existing)
     try:
         one_line_error(_without_root_powers("--store", str(ro / "new.db"), "add", "x", "--wing", "w"), "cannot create store")
-        one_line_error(_without_root_powers("--store", str(ro / "sub" / "new.db"), "add", "x", "--wing", "w"), "cannot create store")
+        one_line_error(
+            _without_root_powers("--store", str(ro / "sub" / "new.db"), "add", "x", "--wing", "w"), "cannot create store"
+        )
         one_line_error(_without_root_powers("--store", str(ro / "new.db"), "stats"), "no store at")  # a reader creates nothing
         # an existing store in a read-only place (a shared snapshot, a read-only mount) is read as it is
         query = ("search", "wing=lifecore_ros2 callbacks blocking", "--json")

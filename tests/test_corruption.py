@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import run_cli
 
+
 def page_of(path: Path, table: str, pagetype: str | None) -> int:
     """A page of ``table`` (the middle one of that type), found with SQLite's dbstat table."""
     from memlens import db
@@ -126,7 +127,11 @@ def test_check_finds_damage_and_salvage_copies_the_rest(demo_store, tmp_path, si
     p = run_cli("--store", str(bad), "salvage", str(new), "--json", timeout=300)
     assert p.returncode in (0, 1), (p.stdout, p.stderr)
     out = json.loads(p.stdout)
-    demo_ids = {json.loads(ln)["id"] for ln in (Path(__file__).parent.parent / "data" / "demo.jsonl").read_text().splitlines() if ln.strip()}
+    demo_ids = {
+        json.loads(ln)["id"]
+        for ln in (Path(__file__).parent.parent / "data" / "demo.jsonl").read_text().splitlines()
+        if ln.strip()
+    }
     assert out["saved"] + out["recovered_from_audit"] + out["lost"] == len(demo_ids), out
     assert out["saved"] + out["recovered_from_audit"] > 0
     # the new store is sound and searchable, the damaged one untouched and nothing left next to it
@@ -251,7 +256,9 @@ def test_hand_edited_entry_read_directly_is_one_line(demo_store, tmp_path):
     conn.execute("UPDATE entries SET meta = '{bad json' WHERE id = 'lc-arch-001'")
     conn.execute("UPDATE audit SET detail = '{bad' WHERE seq = (SELECT max(seq) FROM audit)")
     conn.close()
-    p = run_cli("--store", str(store), "explain", "callbacks", "--id", "lc-arch-001", "--active-wing", "lifecore_ros2", timeout=120)
+    p = run_cli(
+        "--store", str(store), "explain", "callbacks", "--id", "lc-arch-001", "--active-wing", "lifecore_ros2", timeout=120
+    )
     assert p.returncode == 2 and "lc-arch-001" in one_line_error(p) and "damaged" in p.stderr
     p = run_cli("--store", str(store), "stats", "--retrievals", timeout=120)
     assert p.returncode == 0, p.stderr
@@ -306,7 +313,11 @@ def test_check_finds_indexes_out_of_step_with_the_entries(mem, store_path, tmp_p
     conn = mem.conn
     rowid = lambda e: conn.execute("SELECT rowid FROM entries WHERE id = ?", (e.id,)).fetchone()[0]  # noqa: E731
     r1, r2, r3 = rowid(entries[1]), rowid(entries[2]), rowid(entries[3])
-    conn.execute("INSERT INTO entries_fts(entries_fts, rowid, title, text) SELECT 'delete', rowid, title, text FROM entries WHERE rowid = ?", (r1,))
+    conn.execute(
+        "INSERT INTO entries_fts(entries_fts, rowid, title, text)"
+        " SELECT 'delete', rowid, title, text FROM entries WHERE rowid = ?",
+        (r1,),
+    )
     conn.execute("DELETE FROM entries_vec WHERE rowid = ?", (r2,))
     conn.execute("UPDATE entries_vec SET status = 'deprecated' WHERE rowid = ?", (r3,))
     mem.close()

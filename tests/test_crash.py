@@ -219,7 +219,11 @@ def test_scratch_sweep_keeps_live_and_recent_files_and_removes_the_rest(tmp_path
     (tmp_path / f"memlens-import-{dead}-abc").mkdir()
     (tmp_path / f"memlens-import-{dead}-abc" / "vectors.npy").write_bytes(b"x" * 1000)
     (tmp_path / f"memlens-import-{os.getpid()}-live").mkdir()  # this process: alive
-    old_dir, old_spool, recent = tmp_path / "memlens-import-k2j3h4", tmp_path / "memlens-import-x1y2.jsonl", tmp_path / "memlens-import-q9w8"
+    old_dir, old_spool, recent = (
+        tmp_path / "memlens-import-k2j3h4",
+        tmp_path / "memlens-import-x1y2.jsonl",
+        tmp_path / "memlens-import-q9w8",
+    )
     old_dir.mkdir()
     old_spool.write_text("{}")
     recent.mkdir()
@@ -228,7 +232,9 @@ def test_scratch_sweep_keeps_live_and_recent_files_and_removes_the_rest(tmp_path
     os.utime(old_spool, (day_ago, day_ago))
     (tmp_path / "unrelated").mkdir()
     assert staging.sweep_scratch() == 3
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"memlens-import-{os.getpid()}-live", "memlens-import-q9w8", "unrelated"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [f"memlens-import-{os.getpid()}-live", "memlens-import-q9w8", "unrelated"]
+    )
 
 
 def test_killed_check_and_salvage_copies_are_swept(tmp_path, monkeypatch, settings):

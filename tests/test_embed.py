@@ -39,7 +39,9 @@ def test_batching_and_padding_do_not_change_vectors(real_embedder):
 
 
 def test_vectors_are_unit_length_and_meaningful(real_embedder):
-    v = real_embedder.embed(["callbacks must never block the executor", "blocking calls inside ROS callbacks", "a recipe for sourdough bread"])
+    v = real_embedder.embed(
+        ["callbacks must never block the executor", "blocking calls inside ROS callbacks", "a recipe for sourdough bread"]
+    )
     np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
     assert v[0] @ v[1] > v[0] @ v[2] + 0.2
 

@@ -7,7 +7,9 @@ from datetime import timedelta, timezone
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from memlens import Memory
 from memlens.embed import HashEmbedder
@@ -46,18 +48,30 @@ HOSTILE = [
     ('{"id": "x", "wing": "w", "text": "t", "meta": ' + _nested(100_000) + "}", "invalid JSON: nested too deeply"),
     ('{"id": "x", "wing": "w", "text": "t", "title": ' + "[" * 5000 + "]" * 5000 + "}", "invalid JSON: nested too deeply"),
     ('{"id": "x", "wing": "w", "text": "t", "meta": ' + _nested(40) + "}", "field 'meta': nested deeper than 32 levels"),
-    ('{"id": "x", "wing": "w", "text": "t", "created_at": "0001-01-01T00:00:00+14:00"}', "field 'created_at': timestamp out of range"),
-    ('{"id": "x", "wing": "w", "text": "t", "updated_at": "9999-12-31T23:00:00-14:00"}', "field 'updated_at': timestamp out of range"),
+    (
+        '{"id": "x", "wing": "w", "text": "t", "created_at": "0001-01-01T00:00:00+14:00"}',
+        "field 'created_at': timestamp out of range",
+    ),
+    (
+        '{"id": "x", "wing": "w", "text": "t", "updated_at": "9999-12-31T23:00:00-14:00"}',
+        "field 'updated_at': timestamp out of range",
+    ),
     ('{"id": "x", "wing": "w", "text": "\\ud800"}', "field 'text': contains an unpaired surrogate"),
     ('{"id": "x", "wing": "w", "text": "t", "title": "a\\udfff"}', "field 'title': contains an unpaired surrogate"),
     ('{"id": "x", "wing": "w", "text": "t", "key": "\\udc80"}', "field 'key': contains an unpaired surrogate"),
-    ('{"id": "x", "wing": "w", "text": "t", "meta": {"\\ud800": 1}}', "field 'meta': has a string that contains an unpaired surrogate"),
+    (
+        '{"id": "x", "wing": "w", "text": "t", "meta": {"\\ud800": 1}}',
+        "field 'meta': has a string that contains an unpaired surrogate",
+    ),
     ('{"id": "x", "wing": "w", "text": "t", "meta": {"a": ["\\ud800"]}}', "field 'meta': has a string that contains an unpaired"),
     ('{"id": "x", "wing": "w", "text": "t", "meta": {"a": NaN}}', "invalid JSON: NaN is not a JSON number"),
     ('{"id": "x", "wing": "w", "text": "t", "meta": {"a": -Infinity}}', "invalid JSON: -Infinity is not a JSON number"),
     ('{"id": "x", "wing": "w", "text": "t", "meta": {"a": 1e999}}', "field 'meta': has NaN or an infinity"),
     ('{"id": "x", "wing": "w", "text": "t", "salience": NaN}', "invalid JSON: NaN is not a JSON number"),
-    ('{"id": "x", "wing": "w", "text": "t", "meta": {"n": ' + "9" * 30 + "}}", "field 'meta': has an integer outside the 64-bit range"),
+    (
+        '{"id": "x", "wing": "w", "text": "t", "meta": {"n": ' + "9" * 30 + "}}",
+        "field 'meta': has an integer outside the 64-bit range",
+    ),
     ('{"id": "x", "wing": "w", "text": "t", "id": "y"}', "invalid JSON: key 'id' appears twice in one object"),
     ('{"id": "x", "wing": "w", "text": "t", "meta": {"a": 1, "a": 2}}', "invalid JSON: key 'a' appears twice"),
     ('{"id": "x\\n", "wing": "w", "text": "t"}', "field 'id': must be 1-128 characters"),
@@ -225,7 +239,7 @@ _lines = st.one_of(
 @hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(lines=st.lists(_lines, min_size=1, max_size=4))
 def test_generated_lines_give_clean_errors_only(mem, store_path, tmp_path, lines):
-    mem.conn  # the store exists
+    _ = mem.conn  # the store exists
     before = snapshot_store(store_path)
     path = tmp_path / "gen.jsonl"
     path.write_bytes(b"\n".join(line.replace(b"\n", b" ") for line in lines) + b"\n")

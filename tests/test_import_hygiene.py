@@ -1,4 +1,4 @@
-"""The engine never drags the UI toolkit in (STYLE.md: checked, not hoped for)."""
+"""The engine never drags the UI toolkit in (checked by a test, not hoped for)."""
 
 import subprocess
 import sys
@@ -23,6 +23,7 @@ def test_engine_imports_neither_textual_nor_rich(tmp_path):
 
 
 def test_plain_import_is_light():
-    code = "import sys, memlens; print(','.join(m for m in ('numpy','pydantic','torch','onnxruntime','sentence_transformers') if m in sys.modules))"
+    code = ("import sys, memlens; "
+            "print(','.join(m for m in ('numpy','pydantic','torch','onnxruntime','sentence_transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

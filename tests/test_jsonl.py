@@ -21,7 +21,7 @@ def _export(mem, **kw) -> str:
 
 
 def _write(path, lines):
-    path.write_text("".join((l if isinstance(l, str) else json.dumps(l)) + "\n" for l in lines), encoding="utf-8")
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines), encoding="utf-8")
     return path
 
 
@@ -41,8 +41,8 @@ def test_demo_round_trips_losslessly_without_vectors(tmp_path, settings):
         first = _export(a)
     assert len(first.splitlines()) == len(DEMO.read_text().splitlines())
     # every field of the demo file survives (the file writes key/overrides as null too)
-    src = [json.loads(l) for l in DEMO.read_text().splitlines()]
-    out = [json.loads(l) for l in first.splitlines()]
+    src = [json.loads(line) for line in DEMO.read_text().splitlines()]
+    out = [json.loads(line) for line in first.splitlines()]
     assert out == src
     dump = _write(tmp_path / "dump.jsonl", first.splitlines())
     with Memory.open(tmp_path / "b.db", settings=settings, embedder=HashEmbedder()) as b:
@@ -69,7 +69,13 @@ def test_round_trip_with_vectors_reuses_them(tmp_path, settings):
 
 
 def test_vectors_of_another_model_are_re_embedded(tmp_path, settings):
-    line = {"id": "a", "wing": "w", "text": "hello there", "model": "some-other-model@123", "vector": base64.b64encode(b"\0" * 16).decode()}
+    line = {
+        "id": "a",
+        "wing": "w",
+        "text": "hello there",
+        "model": "some-other-model@123",
+        "vector": base64.b64encode(b"\0" * 16).decode(),
+    }
     emb = CountingEmbedder()
     with Memory.open(tmp_path / "b.db", settings=settings, embedder=emb) as b:
         report = b.import_jsonl(_write(tmp_path / "f.jsonl", [line]))
@@ -107,8 +113,14 @@ GOOD = {"id": "g1", "wing": "w", "text": "fine"}
         ({"id": "x", "wing": "w", "text": "t", "surprise": 1}, "line 2: unknown field 'surprise'"),
         ({"id": "g1", "wing": "w", "text": "dup"}, "line 2: field 'id': 'g1' already appears on line 1"),
         ({"id": "x", "wing": "w", "text": "t", "overrides": "ghost"}, "line 2: field 'overrides': no entry with id 'ghost'"),
-        ({"id": "x", "wing": "w", "text": "t", "model": "hash-bow-384", "vector": "AAAAAA=="}, "line 2: field 'vector' has 1 dimensions, expected 384"),
-        ({"id": "x", "wing": "w", "text": "t", "model": "hash-bow-384", "vector": "***"}, "line 2: field 'vector' is not valid base64"),
+        (
+            {"id": "x", "wing": "w", "text": "t", "model": "hash-bow-384", "vector": "AAAAAA=="},
+            "line 2: field 'vector' has 1 dimensions, expected 384",
+        ),
+        (
+            {"id": "x", "wing": "w", "text": "t", "model": "hash-bow-384", "vector": "***"},
+            "line 2: field 'vector' is not valid base64",
+        ),
     ],
 )
 def test_bad_line_names_line_and_field_and_changes_nothing(mem, store_path, tmp_path, bad, fragment):
@@ -177,5 +189,5 @@ def test_overrides_may_point_into_the_same_file(mem, tmp_path):
 def test_export_by_wing(mem):
     mem.add("a", wing="x")
     mem.add("b", wing="y")
-    out = [json.loads(l) for l in _export(mem, wing="y").splitlines()]
+    out = [json.loads(line) for line in _export(mem, wing="y").splitlines()]
     assert [r["text"] for r in out] == ["b"]

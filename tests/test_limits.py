@@ -326,7 +326,12 @@ def test_entry_text_cap_on_add_update_import(mem, tmp_path):
     with pytest.raises(ValidationError, match="limits.max_entry_chars"):
         mem.update(e.id, text=long)
     src = tmp_path / "big.jsonl"
-    src.write_text(json.dumps({"id": "ok1", "wing": "w", "text": "fine"}) + "\n" + json.dumps({"id": "big", "wing": "w", "text": long}) + "\n")
+    src.write_text(
+        json.dumps({"id": "ok1", "wing": "w", "text": "fine"})
+        + "\n"
+        + json.dumps({"id": "big", "wing": "w", "text": long})
+        + "\n"
+    )
     with pytest.raises(ValidationError, match="line 2: field 'text': is 100,001 characters"):
         mem.import_jsonl(src)
     assert mem.count() == 1

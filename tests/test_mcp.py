@@ -35,7 +35,9 @@ async def every_tool(client):
     """Call every tool once (plus a repeated add and two refused calls); return what came back."""
     out = {"tools": (await client.list_tools()).tools}
     call = client.call_tool
-    out["search"] = result_data(await call("memory_search", {"query": "callbacks blocking", "active_wing": "lifecore_ros2", "k": 3}))
+    out["search"] = result_data(
+        await call("memory_search", {"query": "callbacks blocking", "active_wing": "lifecore_ros2", "k": 3})
+    )
     out["search_full"] = result_data(await call("memory_search", {"query": "callbacks blocking", "k": 2, "full_trace": True}))
     out["context"] = result_data(await call("memory_context", {"query": "callbacks blocking", "active_wing": "lifecore_ros2"}))
     args = {"text": "Agents over MCP share this store.", "wing": "agents", "room": "mcp", "type": "decision", "key": "mcp-share"}

@@ -81,7 +81,7 @@ def test_two_servers_and_the_cli_lose_nothing(demo_store, tmp_path, settings, re
         assert len(texts) == n_agent + N_CLI + 1 == len(set(texts))
         assert texts.count("Both agents learned this fact.") == 1
         by_id = {e.id: e for e in mem.entries("shared")}
-        for name, outs in outcomes.items():
+        for outs in outcomes.values():
             for o in outs:
                 assert o["id"] in by_id
         for row in mem.audit(limit=5000):

@@ -1,9 +1,4 @@
-"""Seed 004 on the demo memory: authority, scope, status, overrides, conflicts, budget, fallback, why-not."""
-
-import json
-import shutil
-
-import pytest
+"""Policy on the demo memory: authority, scope, status, overrides, conflicts, budget, fallback, why-not."""
 
 from memlens.budget import render_context
 
@@ -14,7 +9,7 @@ LC_ACTIVE_INVARIANTS = {"lc-arch-001", "lc-arch-005", "lc-arch-006", "lc-arch-00
                         "lc-anti-005", "lc-ctr-001"}
 
 
-# §3 retrieval order
+# retrieval order: authority first, then score
 def test_authority_order_then_score(demo_mem):
     b = demo_mem.search("callbacks blocking executor", active_wing="lifecore_ros2", k=12)
     keys = [(ORDER[r.entry.type.value], -r.score) for r in b.results]
@@ -23,7 +18,7 @@ def test_authority_order_then_score(demo_mem):
 
 
 def test_similar_note_never_outranks_binding_entries(demo_mem):
-    # §9 similarity-led retrieval: the debugging note is the closest text, the invariant still comes first
+    # similarity must not lead: the debugging note is the closest text, the invariant still comes first
     b = demo_mem.search("deadlock blocking service call inside a timer callback", active_wing="lifecore_ros2")
     ids = [r.entry.id for r in b.results]
     note = next(r for r in b.results if r.entry.id == "lc-arch-004")
@@ -32,7 +27,7 @@ def test_similar_note_never_outranks_binding_entries(demo_mem):
     assert ids.index("lc-arch-001") < ids.index("lc-arch-004")
 
 
-# §9 under-retrieval: invariants of the active scope are unconditional
+# no under-retrieval: invariants of the active scope are unconditional
 def test_mandatory_invariants_always_returned(demo_mem):
     b = demo_mem.search("colcon build warnings in launch files", active_wing="lifecore_ros2", k=3)
     mandatory = {r.entry.id for r in b.results if "mandatory" in r.flags}
@@ -44,7 +39,7 @@ def test_mandatory_invariants_always_returned(demo_mem):
     assert not any("mandatory" in r.flags and r.entry.wing == "lifecore_ros2" for r in b2.results)
 
 
-# §4 scope
+# scope: the active wing and the global wing, nothing else unless asked
 def test_scope_defaults_and_explicit_cross_wing(demo_mem):
     b = demo_mem.search("QoS depth for state topics", active_wing="lifecore_ros2")
     assert set(b.trace.wings_searched) == {"lifecore_ros2", "_global"}
@@ -53,7 +48,7 @@ def test_scope_defaults_and_explicit_cross_wing(demo_mem):
     assert {"lifecore_ros2", "ros2"} >= {r.entry.wing for r in b.results}
 
 
-# §4 explicit overrides
+# explicit overrides: an entry that overrides another hides it
 def test_override_hides_the_shared_entry(demo_mem):
     b = demo_mem.search("publisher QoS depth", active_wing="lifecore_ros2", wings=["lifecore_ros2", "ros2"], k=20)
     ids = [r.entry.id for r in b.results]
@@ -73,7 +68,7 @@ def test_overriding_entry_is_pulled_in_even_when_not_a_candidate(demo_mem):
     assert any(d.id == "ros2-conv-005" and d.stage == "override" for d in b.trace.dropped)
 
 
-# §4 conflicts: both kept, flagged, reported
+# conflicts: both kept, flagged, reported
 def test_conflict_is_reported_not_resolved(demo_mem):
     b = demo_mem.search("ReentrantCallbackGroup for service calls", active_wing="lifecore_ros2",
                         wings=["lifecore_ros2", "ros2"], k=3)
@@ -86,7 +81,7 @@ def test_conflict_is_reported_not_resolved(demo_mem):
     assert "## Conflicts" in md and "lc-arch-020 and ros2-arch-007" in md
 
 
-# §5 filtering, §9 stale retrieval
+# status filtering: deprecated never returned, under_review returned and marked (no stale retrieval)
 def test_status_handling(demo_mem):
     b = demo_mem.search("wing=lifecore_ros2 executor spin callbacks", k=50)
     statuses = {r.entry.status.value for r in b.results}
@@ -104,7 +99,7 @@ def test_room_and_type_filters_narrow(demo_mem):
         assert r.entry.room in ("architecture", "contracts") and r.entry.type.value in ("invariant", "decision")
 
 
-# §7 context budget
+# context budget: invariants whole, then notes dropped, patterns summarised, decisions trimmed
 def test_budget_drops_notes_then_summarises_patterns_then_trims_decisions(demo_mem):
     q = dict(active_wing="lifecore_ros2", wings=["lifecore_ros2"], k=12)
     full = demo_mem.search("type=decision|pattern|note executor callbacks blocking", **q)
@@ -154,12 +149,14 @@ def test_context_command_markdown(demo_mem):
     assert "lc-arch-001" in md and "/1500 tokens" in md
 
 
-# §6 fallback order
+# fallback order: memory, docs/architecture.md, README.md, workspace text search
 def _workspace(tmp_path, arch=True, readme=True):
     ws = tmp_path / "ws"
     (ws / "docs").mkdir(parents=True)
     if arch:
-        (ws / "docs" / "architecture.md").write_text("# Architecture\n\nIntro.\n\n## Lifecycle\n\nNodes are lifecycle nodes; transitions must be fast.\n")
+        (ws / "docs" / "architecture.md").write_text(
+            "# Architecture\n\nIntro.\n\n## Lifecycle\n\nNodes are lifecycle nodes; transitions must be fast.\n"
+        )
     if readme:
         (ws / "README.md").write_text("# Project\n\n## Install\n\nRun make.\n\n## Lifecycle notes\n\nThe lifecycle is managed.\n")
     (ws / "src").mkdir()

@@ -1,16 +1,15 @@
-"""Seed 003 routes as profiles of the one pipeline, with the seed's numbers; and `memlens eval`."""
+"""Profiles (memory, academic, personal, conversation) of the one pipeline, with their default numbers; and `memlens eval`."""
 
 import json
 
 import pytest
 
-from memlens.config import load_settings
 from memlens.profiles import DEFAULT_PROFILES, load_profiles, route
 
 from .conftest import run_cli
 
 
-def test_profile_numbers_are_the_seeds():
+def test_profile_default_numbers():
     a, p, c = DEFAULT_PROFILES["academic"], DEFAULT_PROFILES["personal"], DEFAULT_PROFILES["conversation"]
     assert (a.kinds, a.min_query_tokens, a.year_boost, a.min_score, a.relative, a.cap) == (["document"], 2, 0.002, 0.72, 0.90, 5)
     assert (p.kinds, p.min_score, p.relative, p.cap, p.fallback) == (["fact"], 0.60, 0.90, 5, "personal_facts")
@@ -119,7 +118,9 @@ def test_conversation_fusion_merge_and_cap(demo_mem):
     assert "merged the 4 most recent turns of session 's2'" in b.trace.notes
     recent_in = [i for i in ids if i in latest_turns]
     assert recent_in == [i for i in latest_turns if i in ids]
-    assert all(ids.index(r.entry.id) < ids.index(i) for r in semantic for i in recent_in if i not in {s.entry.id for s in semantic})
+    assert all(
+        ids.index(r.entry.id) < ids.index(i) for r in semantic for i in recent_in if i not in {s.entry.id for s in semantic}
+    )
 
 
 def test_conversation_threshold(demo_mem):

@@ -1,7 +1,5 @@
-"""Seed 001 on real stores: multi-wing retrieval, weighted scoring, cache, metrics, rerank."""
+"""Retrieval on real stores: multi-wing retrieval, weighted scoring, cache, metrics, rerank."""
 
-import subprocess
-import sys
 import time
 from datetime import datetime, timedelta, timezone
 

@@ -24,10 +24,31 @@ def test_json_shape_is_the_contract(demo_mem):
     assert d["results"], "expected results"
     for r in d["results"]:
         assert CONTRACT_RESULT <= set(r)
-        assert {"similarity", "bm25", "bm25_rank", "vector_rank", "relevance", "recency", "salience", "boost", "rerank", "final"} <= set(r["components"])
+        assert {
+            "similarity",
+            "bm25",
+            "bm25_rank",
+            "vector_rank",
+            "relevance",
+            "recency",
+            "salience",
+            "boost",
+            "rerank",
+            "final",
+        } <= set(r["components"])
         assert all(isinstance(f, str) for f in r["flags"])
     assert CONTRACT_TRACE <= set(d["trace"])
-    assert set(d["trace"]["latency_ms"]) >= {"parse", "embed", "vector", "lexical", "score", "rerank", "policy", "budget", "total"}
+    assert set(d["trace"]["latency_ms"]) >= {
+        "parse",
+        "embed",
+        "vector",
+        "lexical",
+        "score",
+        "rerank",
+        "policy",
+        "budget",
+        "total",
+    }
     assert [r["rank"] for r in d["results"]] == list(range(1, len(d["results"]) + 1))
     for item in d["trace"]["dropped"]:
         assert {"id", "reason"} <= set(item)

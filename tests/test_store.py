@@ -58,7 +58,9 @@ def test_update_records_before_and_after_and_bumps_both_wings(mem):
     gens = mem.generations()
     assert gens["python"] == 2 and gens["_global"] == 1 and gens["ros2"] == 1
     # the vector moved partitions with the wing
-    row = mem.conn.execute("SELECT v.wing, v.room FROM entries e JOIN entries_vec v ON v.rowid = e.rowid WHERE e.id = ?", (e.id,)).fetchone()
+    row = mem.conn.execute(
+        "SELECT v.wing, v.room FROM entries e JOIN entries_vec v ON v.rowid = e.rowid WHERE e.id = ?", (e.id,)
+    ).fetchone()
     assert row == ("_global", "conventions")
 
 

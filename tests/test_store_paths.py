@@ -77,7 +77,7 @@ def test_only_a_regular_file_can_be_a_store(tmp_path):
     for what, (path, fragment) in paths.items():
         for create in (True, False):
             with pytest.raises(StoreError, match=fragment) as exc:
-                bounded(lambda: db.connect(path, create=create))
+                bounded(lambda: db.connect(path, create=create))  # noqa: B023 (called at once, in this iteration)
             assert str(path) in str(exc.value), what
     assert not os.path.lexists("/dev/null-journal") and not os.path.lexists("/dev/null-wal")
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing created beside any of them
@@ -130,7 +130,9 @@ def test_eval_and_context_and_profiles_on_a_missing_store(tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "README.md").write_text("# Lifecycle\n\nLifecycle transitions must be fast.\n")
-    ctx = run_cli("--store", str(path), "context", "lifecycle transitions", "--active-wing", "p", "--workspace", str(ws), timeout=60)
+    ctx = run_cli(
+        "--store", str(path), "context", "lifecycle transitions", "--active-wing", "p", "--workspace", str(ws), timeout=60
+    )
     assert ctx.returncode == 0, ctx.stderr
     assert f"no store at {path}" in ctx.stderr and "transitions must be fast" in ctx.stdout
     # profiles come from the configuration: listed without a store

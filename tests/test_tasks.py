@@ -1,4 +1,4 @@
-"""Working memory (seed 002 phase 1): window, summaries, pruning, blockers, backfill, CLI, concurrency."""
+"""Working memory: window, summaries, pruning, blockers, backfill, CLI, concurrency."""
 
 import json
 import subprocess
@@ -194,7 +194,8 @@ def test_summary_tolerates_unknown_and_misshapen_fields():
 def test_stored_summary_matches_the_pure_function(mem):
     report = {"tests": {"passed": 3, "failed": 0}, "lint": True}
     t = mem.tasks.complete("t1", "Add the node", validation_report=report)
-    assert t.summary == summarize("Add the node", "success", report) == "Add the node — success; tests: 3 passed, 0 failed; lint ok"
+    expected = "Add the node — success; tests: 3 passed, 0 failed; lint ok"
+    assert t.summary == summarize("Add the node", "success", report) == expected
     assert mem.tasks.get("t1").summary == t.summary
     assert mem.tasks.get("t1").validation_report == report
 
@@ -311,7 +312,8 @@ LEGACY = {
     "current_task": {"task_id": "task-010"},
     "completed_tasks": [
         {"task_id": "task-001", "completed_at": "2026-01-10T08:00:00Z", "validation_report": {"passed": True}},
-        {"task_id": "task-002", "completed_at": "2026-01-10T09:00:00", "validation_report": {"passed": False, "tests": {"passed": 1, "failed": 3}}},
+        {"task_id": "task-002", "completed_at": "2026-01-10T09:00:00",
+         "validation_report": {"passed": False, "tests": {"passed": 1, "failed": 3}}},
         {"id": "task-003", "completed_at": "2026-01-10T10:00:00Z", "legacy_note": "kept?", "intent": "Tune QoS"},
     ],
     "blocked_tasks": {"task-004": {"reason": "needs a GPU", "blocked_at": "2026-01-10T07:00:00Z"}},
@@ -391,14 +393,17 @@ BAD_STATES = [
     (b'{"completed_tasks": [{"task_id": "t", "completed_at": "2026-01-01T00:00:00Z", "outcome": "meh"}]}', "field 'outcome'"),
     (b'{"completed_tasks": [{"task_id": "a", "completed_at": "2026-01-01T00:00:00Z"},'
      b' {"task_id": "a", "completed_at": "2026-01-02T00:00:00Z"}]}', "completed_tasks[1]: duplicate task_id 'a'"),
-    (b'{"blockers": [{"task_id": "a", "blocked_at": "2026-01-01T00:00:00Z"}, {"task_id": "a", "blocked_at": "2026-01-02T00:00:00Z"}]}',
+    (b'{"blockers": [{"task_id": "a", "blocked_at": "2026-01-01T00:00:00Z"},'
+     b' {"task_id": "a", "blocked_at": "2026-01-02T00:00:00Z"}]}',
      "blockers[1]: task 'a' has two active blockers"),
     (b'{"blocked_tasks": [{"task_id": "a", "reason": "r"}]}', "blocked_tasks[0]: field 'blocked_at' is required"),
     (b'{"blocked_tasks": 3}', "blocked_tasks must be a list or an object"),
-    (b'{"blockers": [{"task_id": "a", "reason": "r", "blocked_at": "2026-01-02T00:00:00Z", "resolved_at": "2026-01-01T00:00:00Z"}]}',
+    (b'{"blockers": [{"task_id": "a", "reason": "r", "blocked_at": "2026-01-02T00:00:00Z",'
+     b' "resolved_at": "2026-01-01T00:00:00Z"}]}',
      "resolved_at is before blocked_at"),
     # valid items first, then a bad one: still nothing is written
-    (b'{"completed_tasks": [{"task_id": "ok-1", "completed_at": "2026-01-01T00:00:00Z"}, {"task_id": "x y", "completed_at": "2026-01-01T00:00:00Z"}]}',
+    (b'{"completed_tasks": [{"task_id": "ok-1", "completed_at": "2026-01-01T00:00:00Z"},'
+     b' {"task_id": "x y", "completed_at": "2026-01-01T00:00:00Z"}]}',
      "completed_tasks[1]: field 'task_id'"),
     # conflicts with the store are found inside the transaction, which rolls back
     (b'{"completed_tasks": [{"task_id": "ok-2", "completed_at": "2026-01-01T00:00:00Z"}],'

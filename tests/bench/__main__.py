@@ -19,9 +19,13 @@ SUITES = ("foundation", "retrieval", "tasks", "tui", "limits", "mcp", "imports",
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tests.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true", help="reduced sizes (10k entries, fewer queries): a smoke run")
-    p.add_argument("--only", metavar="NAME", help="a suite (" + ", ".join(SUITES) + ") or foundation.PART (search, embed, import, cold)")
+    p.add_argument(
+        "--only", metavar="NAME", help="a suite (" + ", ".join(SUITES) + ") or foundation.PART (search, embed, import, cold)"
+    )
     args = p.parse_args(argv)
 
     env = setup_environment()  # before memlens or any Hugging Face import: offline, engine defaults

@@ -461,7 +461,8 @@ def search_case(
         t = pc(); got["knn_memory"][i] = mem_knn(qv, K); t_at["knn_memory_k10"][i] = pc() - t  # fmt: skip
         t = pc(); mem_knn(qv, n_cand); t_at["knn_memory_kcand"][i] = pc() - t  # fmt: skip
         with vector_path(mem, "auto"):
-            t = pc(); bundles["search_memory"][i] = mem.search(all_q[i], wings=wings, k=K); t_at["search_memory"][i] = pc() - t  # fmt: skip
+            t = pc(); bundles["search_memory"][i] = mem.search(all_q[i], wings=wings, k=K)  # fmt: skip
+            t_at["search_memory"][i] = pc() - t
         t = pc(); got["faiss"][i] = fa(qv); t_at["faiss"][i] = pc() - t  # fmt: skip
         t = pc(); got["numpy"][i] = npy(qv); t_at["numpy"][i] = pc() - t  # fmt: skip
 
@@ -470,7 +471,8 @@ def search_case(
         t = pc(); got["knn_sqlite_vec"][i] = raw(blob, K); t_at["knn_sqlite_vec_k10"][i] = pc() - t  # fmt: skip
         t = pc(); raw(blob, n_cand); t_at["knn_sqlite_vec_kcand"][i] = pc() - t  # fmt: skip
         with vector_path(mem, "sqlite-vec"):
-            t = pc(); bundles["search_sqlite_vec"][i] = mem.search(all_q[i], wings=wings, k=K); t_at["search_sqlite_vec"][i] = pc() - t  # fmt: skip
+            t = pc(); bundles["search_sqlite_vec"][i] = mem.search(all_q[i], wings=wings, k=K)  # fmt: skip
+            t_at["search_sqlite_vec"][i] = pc() - t
 
     # Interleaved in blocks of BLOCK queries, the two paths alternating which goes first. Not per
     # query: a sqlite-vec scan reads the scope's vector chunks through SQLite's small page cache and
@@ -593,7 +595,7 @@ def dataset_info(plan: Plan) -> dict[str, Any]:
         "vocabulary": VOCAB_SIZE,
         "words_per_entry": "8-16",
         "statuses": "90% active, 10% under_review (both pass the default filter)",
-        "vectors": "standard normal, L2-normalised, float32 (seed %d)" % plan.seed,
+        "vectors": f"standard normal, L2-normalised, float32 (seed {plan.seed})",
     }
 
 
@@ -654,7 +656,9 @@ class RawOnnx:
         for start in range(0, len(texts), batch_size):  # input order, as a minimal caller would
             enc = self.tok_batch.encode_batch(texts[start : start + batch_size])
             out.append(
-                self._run(np.array([e.ids for e in enc], dtype=np.int64), np.array([e.attention_mask for e in enc], dtype=np.int64))
+                self._run(
+                    np.array([e.ids for e in enc], dtype=np.int64), np.array([e.attention_mask for e in enc], dtype=np.int64)
+                )
             )
         return np.concatenate(out)
 
@@ -860,10 +864,14 @@ def targets(res: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
             })
     if "embedding" in res:
         r = res["embedding"]["single"]["ratio_p50"]
-        rows.append({"name": "embed_single_vs_raw_onnx", "measured": r, "limit": TARGET_EMBED, "unit": "x p50", "met": r <= TARGET_EMBED})
+        rows.append(
+            {"name": "embed_single_vs_raw_onnx", "measured": r, "limit": TARGET_EMBED, "unit": "x p50", "met": r <= TARGET_EMBED}
+        )
     if "cold_cli" in res and n in res["cold_cli"]:
         v = res["cold_cli"][n]["median_s"]
-        rows.append({"name": f"cold_cli_search_{n}", "measured": v, "limit": TARGET_COLD_S, "unit": "s median", "met": v < TARGET_COLD_S})
+        rows.append(
+            {"name": f"cold_cli_search_{n}", "measured": v, "limit": TARGET_COLD_S, "unit": "s median", "met": v < TARGET_COLD_S}
+        )
     return rows
 
 
@@ -1004,7 +1012,8 @@ def render_table(res: dict[str, Any], plan: Plan) -> str:
         )
     cold = res.get("cold_cli")
     if cold:
-        base = f"`python -c pass` {cold['python_startup']['p50_ms'] / 1000:.2f} s · `memlens --version` {cold['memlens_version']['p50_ms'] / 1000:.2f} s"
+        base = (f"`python -c pass` {cold['python_startup']['p50_ms'] / 1000:.2f} s"
+                f" · `memlens --version` {cold['memlens_version']['p50_ms'] / 1000:.2f} s")
         for n in sorted((int(k) for k in cold if k.isdigit()), reverse=True):
             tgt, ok = verdict(f"cold_cli_search_{n}")
             lines.append(

@@ -160,7 +160,9 @@ def run(quick: bool = False) -> dict[str, Any]:
     if not quick:
         ensure_readme_block(NAME, "tui")
     w = res["writer"]
-    target = f"longest add {w['wait']['max_ms']:.0f} ms (target under {TARGET_MAX_WAIT_S * 1000:.0f} ms), failures {w['failures']}"
+    target = (
+        f"longest add {w['wait']['max_ms']:.0f} ms (target under {TARGET_MAX_WAIT_S * 1000:.0f} ms), failures {w['failures']}"
+    )
     publish(NAME, res, table, official=not quick, target_lines=[target])
     return res
 

@@ -212,7 +212,8 @@ def render_table(res: dict[str, Any]) -> str:
         "|---|---:|---:|---|---|",
         f"| spawn → `initialize` answered | {st['initialize']['p50_ms']:,.0f} ms | {st['initialize']['p95_ms']:,.0f} ms "
         f"| p50 < {TARGET_INIT_P50_MS:g} ms | {'met' if t['initialize']['met'] else '**missed**'} |",
-        f"| spawn → `tools/list` answered (SDK serving) | {st['tools_list']['p50_ms']:,.0f} ms | {st['tools_list']['p95_ms']:,.0f} ms | | |",
+        f"| spawn → `tools/list` answered (SDK serving) | {st['tools_list']['p50_ms']:,.0f} ms "
+        f"| {st['tools_list']['p95_ms']:,.0f} ms | | |",
         f"| spawn → first `memory_search` answered (model loaded) | {st['first_search']['p50_ms']:,.0f} ms "
         f"| {st['first_search']['p95_ms']:,.0f} ms | | |",
         f"| reference: `initialize` answered by the SDK itself (`MEMLENS_MCP_EARLY_INIT=0`) | "
@@ -220,12 +221,16 @@ def render_table(res: dict[str, Any]) -> str:
     ]
     for case, label in (("repeated", "one repeated query (cache hit)"), ("distinct", "distinct queries (cache miss)")):
         r = rt[case]
-        rows.append(f"| `memory_search` round trip, {label} | {r['stdio']['p50_ms']:.2f} ms | {r['stdio']['p95_ms']:.2f} ms | | |")
+        rows.append(
+            f"| `memory_search` round trip, {label} | {r['stdio']['p50_ms']:.2f} ms | {r['stdio']['p95_ms']:.2f} ms | | |"
+        )
         rows.append(f"| same search in process (`mem.search`) | {r['in_process']['p50_ms']:.2f} ms | "
                     f"{r['in_process']['p95_ms']:.2f} ms | | |")
-        rows.append(f"| protocol overhead: median of per-query differences (p50 difference) | {r['overhead_paired_median_ms']:.2f} ms "
-                    f"({r['overhead_p50_ms']:.2f} ms) | | < {TARGET_OVERHEAD_MS:g} ms "
-                    f"| {'met' if t['overhead_' + case]['met'] else '**missed**'} |")
+        rows.append(
+            f"| protocol overhead: median of per-query differences (p50 difference) | {r['overhead_paired_median_ms']:.2f} ms "
+            f"({r['overhead_p50_ms']:.2f} ms) | | < {TARGET_OVERHEAD_MS:g} ms "
+            f"| {'met' if t['overhead_' + case]['met'] else '**missed**'} |"
+        )
     w = res["results"]["wings"]
     rows.append(f"| `memory_wings` round trip, {w['entries']:,} entries in 10 wings x 6 rooms | {w['stdio']['p50_ms']:.1f} ms "
                 f"| {w['stdio']['p95_ms']:.1f} ms | | |")

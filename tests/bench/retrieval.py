@@ -530,8 +530,6 @@ def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
     from memlens.config import load_settings
     from memlens.embed import make_embedder
 
-    from .common import ensure_readme_block
-
     t0 = time.perf_counter()
     plan = make_rplan(quick)
     scratch = Path(tempfile.mkdtemp(prefix="memlens-bench-retrieval-"))
@@ -560,15 +558,25 @@ def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
         res["targets"] = targets(res)
         res["duration_s"] = round(time.perf_counter() - t0, 1)
         table = render_table(res)
-        publish(NAME, res, table, official=write and not quick,
-                target_lines=[f"{t['name']}: {t['measured']} vs {t['limit']} {t['unit']} -> {'met' if t['met'] else 'MISSED'}" for t in res["targets"]])
+        publish(
+            NAME,
+            res,
+            table,
+            official=write and not quick,
+            target_lines=[
+                f"{t['name']}: {t['measured']} vs {t['limit']} {t['unit']} -> {'met' if t['met'] else 'MISSED'}"
+                for t in res["targets"]
+            ],
+        )
         return res
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return suite_main("python -m tests.bench.retrieval", __doc__, run, "10k entries, 40 queries; README and results/ untouched", argv)
+    return suite_main(
+        "python -m tests.bench.retrieval", __doc__, run, "10k entries, 40 queries; README and results/ untouched", argv
+    )
 
 
 if __name__ == "__main__":

@@ -146,10 +146,12 @@ class PtyApp:
             if check(self.text()):
                 return self.elapsed()
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{until!r} not on screen after {timeout} s (exit code {self.proc.poll() if self.proc else None});"
-                                   f" screen:\n{self.text()}")  # fmt: skip
+                raise TimeoutError(f"{until!r} not on screen after {timeout} s"
+                                   f" (exit code {self.proc.poll() if self.proc else None}); screen:\n{self.text()}")  # fmt: skip
             if self._eof and self.proc is not None and self.proc.poll() is not None:
-                raise EOFError(f"{until!r} never appeared; the process exited with {self.proc.returncode}; screen:\n{self.text()}")
+                raise EOFError(
+                    f"{until!r} never appeared; the process exited with {self.proc.returncode}; screen:\n{self.text()}"
+                )
             self._pump(0.02)
 
     def send(self, keys: str | bytes) -> None:
@@ -265,7 +267,7 @@ def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
             "bare_textual": (lambda i: [sys.executable, str(bare_script)], {"empty": False, "bare": True}),
         }
         samples: dict[str, list[dict[str, float]]] = {k: [] for k in cases}
-        for key, (argv, kw) in cases.items():
+        for argv, kw in cases.values():
             _one_run(argv(-1), **kw)  # warm-up: page cache, ONNX export cache, .pyc files
         for i in range(runs):  # interleaved, so a burst of load elsewhere hits every case alike
             for key, (argv, kw) in cases.items():
@@ -280,8 +282,16 @@ def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
         }  # fmt: skip
         res["duration_s"] = round(time.perf_counter() - t0, 1)
         table = render_table(res)
-        publish(NAME, res, table, official=write and not quick,
-                target_lines=[f"first frame ({key}) p50: {t['measured_p50_ms']} ms vs {t['limit_ms']:g} ms -> {'met' if t['met'] else 'MISSED'}" for key, t in res["targets"].items()])
+        publish(
+            NAME,
+            res,
+            table,
+            official=write and not quick,
+            target_lines=[
+                f"first frame ({key}) p50: {t['measured_p50_ms']} ms vs {t['limit_ms']:g} ms -> {'met' if t['met'] else 'MISSED'}"
+                for key, t in res["targets"].items()
+            ],
+        )
         return res
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -145,8 +145,9 @@ SHOTS = [
 
 # -- stores ----------------------------------------------------------------------------------
 
-METRIC_QUERIES = [("callbacks blocking", 1.0), ("lifecycle transitions publish", 1.6), ("callbacks blocking", None),
-                  ("publisher QoS depth", 2.4), ("watchdog timers under sim time", 3.1), ("callbacks blocking", None)]  # fmt: skip
+METRIC_QUERIES = [("callbacks blocking", 1.0), ("lifecycle transitions publish", 1.6),
+                  ("callbacks blocking", None), ("publisher QoS depth", 2.4),
+                  ("watchdog timers under sim time", 3.1), ("callbacks blocking", None)]  # fmt: skip
 
 
 def _pin_audit(mem) -> None:

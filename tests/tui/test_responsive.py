@@ -86,8 +86,14 @@ def test_keys_and_screens_are_handled_while_a_search_blocks(make_app, monkeypatc
                 await pilot.press("space" if key == " " else key)
             await pilot.press("enter")  # search now; the focus moves to the results
             started = time.perf_counter()
-            await wait_until(pilot, lambda: slow.calls == ["callbacks blocking"], 5.0,  # a precondition, not the measured time
-                             lambda: f"calls={slow.calls} query={main.query_one('#query').value!r} status={main.query_one('#status').render()}")
+            await wait_until(
+                pilot,
+                lambda: slow.calls == ["callbacks blocking"],
+                5.0,  # a precondition, not the measured time
+                lambda: (
+                    f"calls={slow.calls} query={main.query_one('#query').value!r} status={main.query_one('#status').render()}"
+                ),
+            )
             assert str(main.query_one("#status").render()) == "searching…"
 
             keys = {}

@@ -67,8 +67,14 @@ def decisions(bundle: Bundle) -> RenderableType:
     """One line per retrieved entry: tokens and what the budget did, with the reason under it."""
     b = bundle.trace.budget
     if not b:
-        rows = [Text.assemble((f"{r.entry.id:<16}", "bold"), (f"{r.entry.type.value:<10}", TYPE_STYLE.get(r.entry.type.value, "")),
-                              ("kept", "green")) for r in bundle.results]
+        rows = [
+            Text.assemble(
+                (f"{r.entry.id:<16}", "bold"),
+                (f"{r.entry.type.value:<10}", TYPE_STYLE.get(r.entry.type.value, "")),
+                ("kept", "green"),
+            )
+            for r in bundle.results
+        ]
         return Group(Text("no budget: nothing is cut", style="dim"), *rows) if rows else Text("nothing retrieved", style="dim")
     lines: list[RenderableType] = [Text.assemble((f"{'entry':<16}{'type':<10}{'tokens':>6}  action", "bold underline"))]
     for item in b["items"]:
@@ -185,7 +191,9 @@ class ContextScreen(Screen[None]):
         if message.bundle is None or message.markdown is None:
             self._status(Text(f"✗ {message.error}"), "error")
             return
-        note = "" if self.query_text else "_No query: the main screen has none; this is the scope's top entries by authority._\n\n"
+        note = (
+            "" if self.query_text else "_No query: the main screen has none; this is the scope's top entries by authority._\n\n"
+        )
         self.bundle = message.bundle
         await self.query_one("#ctx-md", Markdown).update(note + message.markdown)
         self._status(totals(message.bundle))

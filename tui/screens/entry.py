@@ -143,7 +143,8 @@ class EntryScreen(Screen[None]):
     """``EntryScreen(None)`` creates a new entry in the active wing."""
 
     BINDINGS = [
-        Binding("ctrl+s", "save", "Save", id="entry.save", tooltip="Validate and write the edits (a new text or title is re-embedded)"),
+        Binding("ctrl+s", "save", "Save", id="entry.save",
+                tooltip="Validate and write the edits (a new text or title is re-embedded)"),
         Binding("ctrl+o", "set_status('deprecated')", "Deprecate", id="entry.deprecate",
                 tooltip="Mark the entry obsolete: status deprecated, excluded from retrieval (audited)"),
         Binding("ctrl+r", "set_status('under_review')", "Under review", id="entry.review",
@@ -155,12 +156,17 @@ class EntryScreen(Screen[None]):
     ]
     DEFAULT_CSS = """
     EntryScreen #entry-body { height: 1fr; }
-    EntryScreen #entry-form { width: 1fr; border: round $primary-darken-1; border-title-color: $text-muted; border-subtitle-color: $warning; padding: 0 1; }
+    EntryScreen #entry-form {
+        width: 1fr; border: round $primary-darken-1; padding: 0 1;
+        border-title-color: $text-muted; border-subtitle-color: $warning;
+    }
     EntryScreen #entry-side { width: 52; }
     EntryScreen.narrow #entry-side { display: none; }
     EntryScreen.narrow.details #entry-side { display: block; width: 1fr; }
     EntryScreen.narrow.details #entry-form { display: none; }
-    EntryScreen #entry-meta-box { height: auto; max-height: 19; border: round $primary-darken-1; border-title-color: $text-muted; padding: 0 1; }
+    EntryScreen #entry-meta-box {
+        height: auto; max-height: 19; border: round $primary-darken-1; border-title-color: $text-muted; padding: 0 1;
+    }
     EntryScreen #entry-audit-box { height: 1fr; border: round $primary-darken-1; border-title-color: $text-muted; padding: 0 1; }
     EntryScreen .row { height: 4; }
     EntryScreen .field { width: 1fr; height: 4; margin-right: 1; }

@@ -49,7 +49,9 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,f1,q", "dismiss", "Close", id="help.close", tooltip="Close help")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll { width: 90; height: auto; max-height: 80%; border: thick $accent; background: $surface; padding: 0 1; }
+    HelpScreen > VerticalScroll {
+        width: 90; height: auto; max-height: 80%; border: thick $accent; background: $surface; padding: 0 1;
+    }
     """
 
     def __init__(self, topic: str | None) -> None:

@@ -116,7 +116,11 @@ class MainScreen(Screen[None]):
             self._debounce.stop()
         text = event.value.strip()
         # the debounce may already have started this very query: do not run it twice (r re-runs on purpose)
-        if text and text != self.query_text and check(text, getattr(self, "known_wings", []), getattr(self, "known_rooms", [])) is None:
+        if (
+            text
+            and text != self.query_text
+            and check(text, getattr(self, "known_wings", []), getattr(self, "known_rooms", [])) is None
+        ):
             self.search(text)
         self.query_one(ResultsTable).focus()
 

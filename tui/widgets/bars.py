@@ -18,7 +18,7 @@ FLAG_STYLE = {
     "fallback": "bold yellow",
 }
 FLAG_MEANING = {
-    "mandatory": "an active invariant of the active wing: always included (seed 004 §9)",
+    "mandatory": "an active invariant of the active wing: always included, however low its score",
     "under_review": "may be outdated: included, and marked as uncertain",
     "active_wing": "from the active wing: score multiplied by the active-wing boost",
     "conflict": "states the same rule as an entry of another wing, with no override: resolve by hand",

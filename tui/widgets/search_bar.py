@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from textual.suggester import Suggester
 
-from memlens.vocab import KINDS, STATUSES, TYPES
 from memlens.query import KEYS, ScopeError, check_known, parse
+from memlens.vocab import KINDS, STATUSES, TYPES
 
 
 class ScopeSuggester(Suggester):

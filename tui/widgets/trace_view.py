@@ -9,7 +9,6 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-
 from .bars import FLAG_MEANING, FLAG_STYLE, TYPE_STYLE, bar, ms
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Working memory pane: the last completed tasks and the active blockers (seed 002)."""
+"""Working memory pane: the last completed tasks and the active blockers."""
 
 from __future__ import annotations
 
