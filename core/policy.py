@@ -159,15 +159,16 @@ def subject_conflicts(pool: list[Candidate], vectors: dict[int, np.ndarray], tra
     invariant or decision of one wing and one of another with cosine >=
     ``threshold``, neither overriding the other, are both flagged (rule
     ``same subject, no override``) for a person to review. A pair counts when
-    at least one of them is among the ``limit`` best (what the cap keeps); the
-    other then stays too, like a same-key partner. ``vectors`` must hold every
-    such candidate's vector (a missing one is skipped).
+    at least one of them is among the ``limit`` best by score (what the cap
+    keeps); the other then stays too, like a same-key partner. ``vectors``
+    must hold every such candidate's vector (a missing one is skipped).
     """
     rules = [c for c in pool if c.type in SUBJECT_TYPES and c.rowid in vectors]
     if len(rules) < 2:
         return
-    ranked = sorted(pool, key=lambda c: -c.score)
-    shown = {c.id for c in ranked[:limit]} | {c.id for c in pool if c.keep}
+    # what the cap keeps on score; an entry kept only for being mandatory or a key partner does not pull
+    # a weakly relevant partner in (that pair is still flagged when the partner makes the cap itself)
+    shown = {c.id for c in sorted((c for c in pool if not c.keep), key=lambda c: -c.score)[:limit]}
     mat = np.stack([vectors[c.rowid] for c in rules])
     sims = mat @ mat.T
     for i, a in enumerate(rules):
