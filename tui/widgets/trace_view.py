@@ -146,7 +146,6 @@ class TracePane(Static):
         self.update(Group(*parts))
 
 
-
 def _why(t: Trace, a: str, b: str) -> str:
     """The rule that flagged the pair: ``same key`` or ``same subject 0.55`` (the cosine); "" if the trace has no detail."""
     pair = sorted([a, b])
