@@ -158,35 +158,32 @@ def subject_conflicts(pool: list[Candidate], vectors: dict[int, np.ndarray], tra
     Keys are rarely set, so two rules are also compared by their vectors: an
     invariant or decision of one wing and one of another with cosine >=
     ``threshold``, neither overriding the other, are both flagged (rule
-    ``same subject, no override``) for a person to review. A pair counts when
-    at least one of them is among the ``limit`` best by score (what the cap
-    keeps); the other then stays too, like a same-key partner. ``vectors``
-    must hold every such candidate's vector (a missing one is skipped).
+    ``same subject, no override``) for a person to review. Only pairs among
+    the results are compared: what ``cap`` keeps (entries kept anyway, then the
+    ``limit`` best by score), so a flag never adds a result. ``vectors`` must
+    hold every such candidate's vector (a missing one is skipped).
     """
-    rules = [c for c in pool if c.type in SUBJECT_TYPES and c.rowid in vectors]
+    shown = {c.id for c in pool if c.keep} | {c.id for c in sorted((c for c in pool if not c.keep), key=lambda c: -c.score)[:limit]}
+    rules = [c for c in pool if c.id in shown and c.type in SUBJECT_TYPES and c.rowid in vectors]
     if len(rules) < 2:
         return
-    # what the cap keeps on score; an entry kept only for being mandatory or a key partner does not pull
-    # a weakly relevant partner in (that pair is still flagged when the partner makes the cap itself)
-    shown = {c.id for c in sorted((c for c in pool if not c.keep), key=lambda c: -c.score)[:limit]}
     mat = np.stack([vectors[c.rowid] for c in rules])
     sims = mat @ mat.T
     for i, a in enumerate(rules):
         for j in range(i + 1, len(rules)):
             b = rules[j]
             cos = float(sims[i, j])
-            if (cos < threshold or a.wing == b.wing or b.id in a.conflicts_with or _override_pair(a, b)
-                    or (a.id not in shown and b.id not in shown)):
+            if cos < threshold or a.wing == b.wing or b.id in a.conflicts_with or _override_pair(a, b):
                 continue
-            _flag_conflict(a, b, cos, trace, SAME_SUBJECT)
+            _flag_conflict(a, b, cos, trace, SAME_SUBJECT, keep=False)
 
 
-def _flag_conflict(a: Candidate, b: Candidate, cos: float, trace: Trace, rule: str, **extra: Any) -> None:
-    """Both kept and flagged; the trace lists the pair and, in ``conflict_details``, why."""
+def _flag_conflict(a: Candidate, b: Candidate, cos: float, trace: Trace, rule: str, keep: bool = True, **extra: Any) -> None:
+    """Both flagged (and kept past the cap if ``keep``); the trace lists the pair and, in ``conflict_details``, why."""
     for x, y in ((a, b), (b, a)):
         if y.id not in x.conflicts_with:
             x.conflicts_with.append(y.id)
-        x.keep = True
+        x.keep = x.keep or keep
     pair = sorted([a.id, b.id])
     trace.conflicts.append(pair)
     trace.conflict_details.append({"pair": pair, "similarity": round(cos, 4), "rule": rule, **extra})

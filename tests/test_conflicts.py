@@ -49,7 +49,7 @@ def test_rule_flags_same_subject_rules_of_different_wings():
     a, b = _cand(1, "proj-1", "proj"), _cand(2, "shared-1", "ros2", type_="invariant", score=0.3)
     trace = _run([a, b], {1: _unit(1.0), 2: _unit(0.6)})
     assert a.conflicts_with == ["shared-1"] and b.conflicts_with == ["proj-1"]
-    assert a.keep and b.keep  # both survive the cap
+    assert not a.keep and not b.keep  # both are results already: a flag adds none
     assert trace.conflicts == [["proj-1", "shared-1"]]
     [d] = trace.conflict_details
     assert d["pair"] == ["proj-1", "shared-1"] and d["rule"] == SAME_SUBJECT
@@ -81,21 +81,17 @@ def test_rule_skips_same_wing_non_rules_and_overrides(b):
     assert a.conflicts_with == [] and b.conflicts_with == []
 
 
-def test_rule_fires_only_from_what_the_cap_keeps_on_score():
-    # limit 1: only "top" is shown on score; a pair of two lower entries is left alone
-    top, low1, low2 = _cand(1, "top", "proj", score=0.9), _cand(2, "low1", "proj", score=0.2), _cand(3, "low2", "ros2", score=0.1)
-    vecs = {1: np.array([0, 0, 1], dtype=np.float32), 2: _unit(1.0), 3: _unit(0.9)}
-    assert _run([top, low1, low2], vecs, limit=1).conflicts == []
-    # the shown one pulls its partner in, whatever the partner's score
-    top2 = _cand(1, "top", "proj", score=0.9)
-    low = _cand(3, "low", "ros2", score=0.1)
-    assert _run([top2, low], {1: _unit(1.0), 3: _unit(0.9)}, limit=1).conflicts == [["low", "top"]]
-    assert low.keep
-    # an entry kept only for being mandatory does not pull a weakly relevant partner in
-    mand, weak, other = _cand(1, "mand", "proj", score=0.01), _cand(2, "weak", "ros2", score=0.1), _cand(3, "other", "x", score=0.9)
+def test_rule_compares_only_the_results():
+    # limit 1: "top" is the only result on score, so its partner below the cap is not flagged
+    top, low = _cand(1, "top", "proj", score=0.9), _cand(2, "low", "ros2", score=0.1)
+    assert _run([top, low], {1: _unit(1.0), 2: _unit(0.9)}, limit=1).conflicts == []
+    assert not low.keep and not top.conflicts_with
+    # with room for both, the pair is flagged
+    assert _run([top, low], {1: _unit(1.0), 2: _unit(0.9)}, limit=2).conflicts == [["low", "top"]]
+    # an entry kept past the cap (a mandatory invariant) is a result, so its pair with the top one counts
+    mand, top2 = _cand(1, "mand", "proj", type_="invariant", score=0.01), _cand(2, "top", "ros2", score=0.9)
     mand.keep = mand.mandatory = True
-    vecs = {1: _unit(1.0), 2: _unit(0.9), 3: np.array([0, 0, 1], dtype=np.float32)}
-    assert _run([mand, weak, other], vecs, limit=1).conflicts == []
+    assert _run([mand, top2], {1: _unit(1.0), 2: _unit(0.9)}, limit=1).conflicts == [["mand", "top"]]
 
 
 def test_rule_does_not_repeat_a_same_key_pair():
