@@ -136,6 +136,9 @@ class RetrievalConfig(_Section):
     half_life_days: float = Field(30.0, ge=0, le=36500, description="0: no recency decay")
     normalise: Literal["per_kind", "pool"] = "per_kind"
     dedup_similarity: float = Field(0.90, ge=0, le=1, description="same key and at least this cosine: one entry, not a conflict")
+    conflict_similarity: float = Field(
+        0.52, ge=0, le=1, description="invariants/decisions of different wings at least this similar, no override: flagged conflict"
+    )
     user: str = Field("default", min_length=1, max_length=256)
 
     @field_validator("weights")

@@ -33,7 +33,8 @@ DESCRIPTIONS = {
         "Search long-term memory. Returns ranked entries (id, wing, room, type, status, title, text, score, flags) "
         "and a trace (cache hit, latency per stage, dropped candidates). Give active_wing = your project so its "
         "entries rank first; the query may start with filters like 'type=invariant room=api'. Flags: "
-        "under_review = possibly outdated, conflict = contradicts another result. full_trace=true adds every score component."
+        "under_review = possibly outdated, conflict = same rule or subject as a result of another wing, no override: "
+        "review both. full_trace=true adds every score component."
     ),
     "memory_context": (
         "The markdown context to read before working on a task: your working memory (recent tasks, blockers) first, "

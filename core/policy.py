@@ -100,7 +100,8 @@ def dedup_and_conflicts(
     same (kind, key) are the same memory when their vectors agree
     (cosine >= ``dedup_similarity``). Otherwise two entries sharing a key, if they are in different wings
     and neither overrides the other, they are a **conflict**: both are kept,
-    flagged and listed in the trace.
+    flagged and listed in the trace (rule ``same key``). Rules without a shared
+    key are compared by subject later, by ``subject_conflicts``.
     """
     by_id = {c.id: c for c in pool}
     dropped: set[str] = set()
@@ -142,12 +143,50 @@ def dedup_and_conflicts(
                 if cos >= dedup_similarity and a.kind == b.kind:
                     merge(a, b, f"same key {a.key!r}, cosine {cos:.3f}")
                 elif a.wing != b.wing:
-                    for x, y in ((a, b), (b, a)):
-                        if y.id not in x.conflicts_with:
-                            x.conflicts_with.append(y.id)
-                        x.keep = True
-                    trace.conflicts.append(sorted([a.id, b.id]))
+                    _flag_conflict(a, b, cos, trace, "same key", key=a.key)
     return [c for c in pool if c.id not in dropped and c.id in by_id]
+
+
+# the rule types a contradiction matters for; notes and facts are never flagged by subject
+SUBJECT_TYPES = frozenset({"invariant", "decision"})
+SAME_SUBJECT = "same subject, no override"
+
+
+def subject_conflicts(pool: list[Candidate], vectors: dict[int, np.ndarray], trace: Trace, limit: int, threshold: float) -> None:
+    """Flag rules of different wings about the same subject that no ``overrides`` links.
+
+    Keys are rarely set, so two rules are also compared by their vectors: an
+    invariant or decision of one wing and one of another with cosine >=
+    ``threshold``, neither overriding the other, are both flagged (rule
+    ``same subject, no override``) for a person to review. Only pairs among
+    the results are compared: what ``cap`` keeps (entries kept anyway, then the
+    ``limit`` best by score), so a flag never adds a result. ``vectors`` must
+    hold every such candidate's vector (a missing one is skipped).
+    """
+    shown = {c.id for c in pool if c.keep} | {c.id for c in sorted((c for c in pool if not c.keep), key=lambda c: -c.score)[:limit]}
+    rules = [c for c in pool if c.id in shown and c.type in SUBJECT_TYPES and c.rowid in vectors]
+    if len(rules) < 2:
+        return
+    mat = np.stack([vectors[c.rowid] for c in rules])
+    sims = mat @ mat.T
+    for i, a in enumerate(rules):
+        for j in range(i + 1, len(rules)):
+            b = rules[j]
+            cos = float(sims[i, j])
+            if cos < threshold or a.wing == b.wing or b.id in a.conflicts_with or _override_pair(a, b):
+                continue
+            _flag_conflict(a, b, cos, trace, SAME_SUBJECT, keep=False)
+
+
+def _flag_conflict(a: Candidate, b: Candidate, cos: float, trace: Trace, rule: str, keep: bool = True, **extra: Any) -> None:
+    """Both flagged (and kept past the cap if ``keep``); the trace lists the pair and, in ``conflict_details``, why."""
+    for x, y in ((a, b), (b, a)):
+        if y.id not in x.conflicts_with:
+            x.conflicts_with.append(y.id)
+        x.keep = x.keep or keep
+    pair = sorted([a.id, b.id])
+    trace.conflicts.append(pair)
+    trace.conflict_details.append({"pair": pair, "similarity": round(cos, 4), "rule": rule, **extra})
 
 
 def _override_pair(a: Candidate, b: Candidate) -> bool:

@@ -243,6 +243,10 @@ def search(
     if plan.profile.recent_turns:
         pool = pool[: plan.limit]  # conversation keeps transcript order: dedup by first occurrence, cap 6
     else:
+        rules = {c.rowid: c.wing for c in pool if c.type in policy.SUBJECT_TYPES}
+        if len(rules) > 1:
+            _fetch_vectors(mem, rules, vectors)
+            policy.subject_conflicts(pool, vectors, trace, plan.limit, s.retrieval.conflict_similarity)
         pool = policy.authority_order(policy.cap(pool, trace, plan.limit))
     lat["policy"] += _ms(t)
 
@@ -283,6 +287,18 @@ def search(
 def _copies(results: list[Result]) -> list[Result]:
     """Copies of results (and of the parts a caller may edit) so the cache and its callers never share them."""
     return [r.model_copy(update={"flags": list(r.flags), "components": dataclasses.replace(r.components)}) for r in results]
+
+
+def _fetch_vectors(mem: Memory, need: dict[int, str], vectors: dict[int, np.ndarray]) -> None:
+    """Add the stored vectors of the ``need`` rowids (rowid -> wing) that ``vectors`` lacks."""
+    need = {r: w for r, w in need.items() if r not in vectors}
+    if need and mem.vector_index is not None:
+        vectors.update(mem.vector_index.vectors(need))
+    # one lookup per rowid: vec0 answers `rowid = ?` from its index but scans the table for `rowid IN (...)`
+    for rowid in (r for r in need if r not in vectors):
+        row = mem.conn.execute("SELECT embedding FROM entries_vec WHERE rowid = ?", (rowid,)).fetchone()
+        if row is not None:
+            vectors[rowid] = from_blob(row[0])
 
 
 def _ms(t: float) -> float:
@@ -398,12 +414,7 @@ def _candidates(
     if pool and qvec is not None:
         # vectors are needed for the candidates the KNN did not score and for the key groups dedup compares
         need = {r: c.wing for r, c in pool.items() if r not in sims or c.key}
-        vectors = mem.vector_index.vectors(need) if mem.vector_index is not None else {}
-        # one lookup per rowid: vec0 answers `rowid = ?` from its index but scans the table for `rowid IN (...)`
-        for rowid in (r for r in need if r not in vectors):
-            row = conn.execute("SELECT embedding FROM entries_vec WHERE rowid = ?", (rowid,)).fetchone()
-            if row is not None:
-                vectors[rowid] = from_blob(row[0])
+        _fetch_vectors(mem, need, vectors)
         unusable = sorted(pool[r].id for r, v in vectors.items() if not v.any())
         if unusable:
             trace.notes.append(f"no usable vector (all zeros or not finite), similarity counted as 0: {', '.join(unusable[:5])}"

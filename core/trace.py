@@ -137,6 +137,9 @@ class Trace(BaseModel):
     candidates: dict[str, int] = Field(default_factory=dict)
     dropped: list[Dropped] = Field(default_factory=list)
     conflicts: list[list[str]] = Field(default_factory=list)
+    # one per pair of ``conflicts``, same order: {"pair": [a, b], "similarity": cosine,
+    # "rule": "same key" (with "key") | "same subject, no override"}
+    conflict_details: list[dict[str, Any]] = Field(default_factory=list)
     rerank: dict[str, Any] = Field(default_factory=dict)
     budget: dict[str, Any] | None = None
     degraded: dict[str, Any] | None = None

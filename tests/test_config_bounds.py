@@ -51,6 +51,7 @@ def config(tmp_path, monkeypatch):
         ("[retrieval]\nhalf_life_days = inf\n", ["retrieval.half_life_days", "finite"]),
         ("[retrieval]\nactive_wing_boost = -1\n", ["retrieval.active_wing_boost"]),
         ("[retrieval]\ndedup_similarity = 1.5\n", ["retrieval.dedup_similarity", "allowed from 0 to 1"]),
+        ("[retrieval]\nconflict_similarity = -0.1\n", ["retrieval.conflict_similarity", "allowed from 0 to 1"]),
         ("[retrieval.weights]\nrelevance = -1\n", ["retrieval.weights", "'relevance'", "from 0 to"]),
         ("[retrieval.weights]\nrecency = nan\n", ["retrieval.weights.recency", "finite"]),
         ("[retrieval.weights]\nfreshness = 1\n", ["unknown weight 'freshness'"]),

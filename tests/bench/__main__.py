@@ -1,6 +1,6 @@
 """``python -m tests.bench [--quick] [--only NAME]`` (``make bench`` runs it without flags).
 
-Runs the suites in order: ``foundation``, ``retrieval``, ``tasks``, ``tui``, ``limits``, ``mcp``, ``imports``, ``integrity``. NAME
+Runs the suites in order: ``foundation``, ``retrieval``, ``tasks``, ``tui``, ``limits``, ``mcp``, ``imports``, ``integrity``, ``conflicts``. NAME
 is one suite or one part of the foundation suite (``foundation.search``,
 ``foundation.embed``, ``foundation.import``, ``foundation.cold``). Only a full
 run of a whole suite writes ``tests/bench/results/<suite>.json`` and its README
@@ -15,7 +15,7 @@ import sys
 
 from .common import setup_environment
 
-SUITES = ("foundation", "retrieval", "tasks", "tui", "limits", "mcp", "imports", "integrity")
+SUITES = ("foundation", "retrieval", "tasks", "tui", "limits", "mcp", "imports", "integrity", "conflicts")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,7 @@ from textual.widgets import Static
 from .bars import FLAG_MEANING, FLAG_STYLE, TYPE_STYLE, bar, ms
 
 if TYPE_CHECKING:
-    from memlens.trace import Bundle, Result
+    from memlens.trace import Bundle, Result, Trace
 
 STAGE_ORDER = ("parse", "embed", "vector", "lexical", "score", "rerank", "policy", "budget")
 
@@ -60,7 +60,8 @@ def result_section(r: Result, bundle: Bundle) -> RenderableType:
     for f in r.flags:
         parts.append(Text.assemble(("  ● ", FLAG_STYLE.get(f, "")), (f, FLAG_STYLE.get(f, "")), f": {FLAG_MEANING.get(f, '')}"))
     if r.conflicts_with:
-        parts.append(Text(f"  conflicts with {', '.join(r.conflicts_with)}", style="magenta"))
+        whys = {other: _why(t, r.entry.id, other) for other in r.conflicts_with}
+        parts.append(Text(f"  conflicts with {', '.join(o + (f' ({w})' if w else '') for o, w in whys.items())}", style="magenta"))
     if r.hides:
         parts.append(Text(f"  hides {', '.join(r.hides)} (explicit override)", style="dim"))
     if len(r.found_in) > 1:
@@ -99,8 +100,15 @@ def call_section(bundle: Bundle, show_dropped: bool) -> RenderableType:
     cand = t.candidates
     info.append(Text(f"candidates: knn {cand.get('vector', 0)} · fts {cand.get('lexical', 0)} · pool {cand.get('pool', 0)}"))
     info.append(Text(f"dropped: {len(t.dropped)}  " + ("(d hides)" if show_dropped else "(d lists them)"), style="bold"))
-    if t.conflicts:
-        info.append(Text(f"conflicts: {', '.join(' vs '.join(p) for p in t.conflicts)}", style="magenta"))
+    if len(t.conflicts) == 1:
+        a, b = t.conflicts[0]
+        why = _why(t, a, b)
+        info.append(Text(f"conflicts: {a} vs {b}" + (f" ({why})" if why else ""), style="magenta"))
+    elif t.conflicts:
+        rules = [d.get("rule", "") for d in t.conflict_details]
+        by_key = sum(r == "same key" for r in rules)
+        info.append(Text(f"conflicts: {len(t.conflicts)} pairs · {by_key} same key · {len(rules) - by_key} same subject",
+                         style="magenta"))
     if t.degraded:
         info.append(Text(f"degraded: {t.degraded['reason']} → {t.degraded.get('source')}", style="bold yellow"))
     grid = Table.grid(padding=(0, 3))
@@ -135,3 +143,12 @@ class TracePane(Static):
                            style="dim"), Text("")]
         parts.append(call_section(bundle, show_dropped))
         self.update(Group(*parts))
+
+
+def _why(t: Trace, a: str, b: str) -> str:
+    """The rule that flagged the pair: ``same key`` or ``same subject 0.55`` (the cosine); "" if the trace has no detail."""
+    pair = sorted([a, b])
+    d = next((d for d in t.conflict_details if d.get("pair") == pair), None)
+    if d is None:
+        return ""
+    return "same key" if d.get("rule") == "same key" else f"same subject {d.get('similarity', 0):.2f}"
