@@ -137,7 +137,10 @@ class RetrievalConfig(_Section):
     normalise: Literal["per_kind", "pool"] = "per_kind"
     dedup_similarity: float = Field(0.90, ge=0, le=1, description="same key and at least this cosine: one entry, not a conflict")
     conflict_similarity: float = Field(
-        0.52, ge=0, le=1, description="invariants/decisions of different wings at least this similar, no override: flagged conflict"
+        0.52,
+        ge=0,
+        le=1,
+        description="invariants/decisions of different wings at least this similar, no override: flagged conflict",
     )
     user: str = Field("default", min_length=1, max_length=256)
 

@@ -163,7 +163,9 @@ def subject_conflicts(pool: list[Candidate], vectors: dict[int, np.ndarray], tra
     ``limit`` best by score), so a flag never adds a result. ``vectors`` must
     hold every such candidate's vector (a missing one is skipped).
     """
-    shown = {c.id for c in pool if c.keep} | {c.id for c in sorted((c for c in pool if not c.keep), key=lambda c: -c.score)[:limit]}
+    shown = {c.id for c in pool if c.keep} | {
+        c.id for c in sorted((c for c in pool if not c.keep), key=lambda c: -c.score)[:limit]
+    }
     rules = [c for c in pool if c.id in shown and c.type in SUBJECT_TYPES and c.rowid in vectors]
     if len(rules) < 2:
         return

@@ -27,7 +27,9 @@ PAIRS = {p["id"]: p for p in map(json.loads, (Path(__file__).parent / "data" / "
 # -- the rule, with vectors whose cosines are known -------------------------------------------
 
 
-def _cand(rowid: int, id_: str, wing: str, type_: str = "decision", score: float = 1.0, overrides: str | None = None) -> Candidate:
+def _cand(
+    rowid: int, id_: str, wing: str, type_: str = "decision", score: float = 1.0, overrides: str | None = None
+) -> Candidate:
     row = (id_, wing, "r", "fact", type_, "active", id_, id_, None, 0.5, overrides, "2026-01-01T00:00:00Z", None, "{}")
     c = Candidate(rowid=rowid, row=row, content_hash=id_)
     c.comps.final = score
@@ -107,7 +109,8 @@ def test_rule_does_not_repeat_a_same_key_pair():
 def _add_pair(mem, pair_id: str, wing_a: str | None = None, wing_b: str | None = None, **fields_a) -> tuple[str, str]:
     p = PAIRS[pair_id]
     ids = []
-    for side, wing, extra in (("b", wing_b, {}), ("a", wing_a, fields_a)):  # the shared rule first: the project one may override it
+    # the shared rule first: the project one may override it
+    for side, wing, extra in (("b", wing_b, {}), ("a", wing_a, fields_a)):
         s = p[side]
         e = mem.add(s["text"], wing=wing or s["wing"], type=s["type"], title=s["title"], **extra)
         ids.append(e.id)
@@ -122,7 +125,9 @@ def _cos(mem, a: str, b: str) -> float:
 
 @pytest.mark.model
 def test_demo_key_pair_stays_a_same_key_conflict_with_details(demo_mem):
-    b = demo_mem.search("ReentrantCallbackGroup for service calls", active_wing="lifecore_ros2", wings=["lifecore_ros2", "ros2"], k=3)
+    b = demo_mem.search(
+        "ReentrantCallbackGroup for service calls", active_wing="lifecore_ros2", wings=["lifecore_ros2", "ros2"], k=3
+    )
     d = next(d for d in b.trace.conflict_details if d["pair"] == ["lc-arch-020", "ros2-arch-007"])
     assert d["rule"] == "same key" and d["key"] == "callback_groups.service_calls"
     assert d["similarity"] == pytest.approx(_cos(demo_mem, "lc-arch-020", "ros2-arch-007"), abs=1e-3)
@@ -163,7 +168,9 @@ def test_override_link_is_not_a_conflict(demo_mem):
     shared = demo_mem.add(PAIRS["pair-001"]["b"]["text"], wing="ros2", type="decision", title=PAIRS["pair-001"]["b"]["title"])
     a = PAIRS["pair-001"]["a"]
     project = demo_mem.add(a["text"], wing="nav_stack", type="decision", title=a["title"], overrides=shared.id)
-    b = demo_mem.search("which executor should nodes spin on", active_wing="nav_stack", wings=["nav_stack", "ros2"], use_cache=False)
+    b = demo_mem.search(
+        "which executor should nodes spin on", active_wing="nav_stack", wings=["nav_stack", "ros2"], use_cache=False
+    )
     by_id = {r.entry.id: r for r in b.results}
     assert by_id[project.id].hides == [shared.id] and shared.id not in by_id[project.id].conflicts_with
     assert shared.id not in by_id and any(d.id == shared.id and d.stage == "override" for d in b.trace.dropped)
@@ -184,7 +191,9 @@ def test_duplicates_are_merged_not_flagged(demo_mem):
     a = PAIRS["pair-001"]["a"]
     one = demo_mem.add(a["text"], wing="nav_stack", type="decision", title=a["title"])
     two = demo_mem.add(a["text"], wing="ros2", type="decision", title=a["title"])  # the same rule copied to a shared wing
-    b = demo_mem.search("which executor should nodes spin on", active_wing="nav_stack", wings=["nav_stack", "ros2"], use_cache=False)
+    b = demo_mem.search(
+        "which executor should nodes spin on", active_wing="nav_stack", wings=["nav_stack", "ros2"], use_cache=False
+    )
     ids = [r.entry.id for r in b.results]
     assert (one.id in ids) != (two.id in ids)  # one stays, found in both wings
     kept = next(r for r in b.results if r.entry.id in (one.id, two.id))
@@ -207,7 +216,10 @@ def test_threshold_setting_decides(demo_store, tmp_path, settings, real_embedder
 
     path = tmp_path / "demo.db"
     shutil.copy(demo_store, path)
-    query = ("which executor should nodes spin on", {"active_wing": "nav_stack", "wings": ["nav_stack", "ros2"], "use_cache": False})
+    query = (
+        "which executor should nodes spin on",
+        {"active_wing": "nav_stack", "wings": ["nav_stack", "ros2"], "use_cache": False},
+    )
     strict = settings.model_copy(deep=True)
     strict.retrieval.conflict_similarity = 0.99
     with Memory.open(path, settings=strict, embedder=real_embedder) as m:

@@ -150,18 +150,27 @@ def run(quick: bool = False) -> dict[str, Any]:
     best = max(sweep, key=lambda r: (r["f1"], r["threshold"]))
     by_label = {lab: [round(float(s), 3) for p, s in zip(pairs, sims) if p["label"] == lab] for lab in LABELS}
     res: dict[str, Any] = {
-        "suite": NAME, "mode": "quick" if quick else "full", "machine": machine_info(), "model": emb.model_id,
-        "pairs": len(pairs), "pairs_by_label": {lab: len(v) for lab, v in by_label.items()},
+        "suite": NAME,
+        "mode": "quick" if quick else "full",
+        "machine": machine_info(),
+        "model": emb.model_id,
+        "pairs": len(pairs),
+        "pairs_by_label": {lab: len(v) for lab, v in by_label.items()},
         "flagged_types": sorted(SUBJECT_TYPES),
         "chosen_threshold": chosen,
         "at_chosen": scores(pairs, sims, chosen, SUBJECT_TYPES),
         "at_chosen_with_patterns": scores(pairs, sims, chosen, with_patterns),
         "best_f1": best,
-        "similarity_by_label": {lab: {"min": min(v), "median": float(np.median(v)), "max": max(v)} for lab, v in by_label.items()},
+        "similarity_by_label": {
+            lab: {"min": min(v), "median": float(np.median(v)), "max": max(v)} for lab, v in by_label.items()
+        },
         "demo_flags": demo_flags(emb, settings, SUBJECT_TYPES),
         "demo_flags_with_patterns": demo_flags(emb, settings, with_patterns),
-        "per_pair": [{"id": p["id"], "label": p["label"], "similarity": round(float(s), 4)} for p, s in zip(pairs, sims)],
-        "sweep": sweep, "sweep_with_patterns": sweep_p,
+        "per_pair": [
+            {"id": p["id"], "label": p["label"], "similarity": round(float(s), 4)} for p, s in zip(pairs, sims)
+        ],
+        "sweep": sweep,
+        "sweep_with_patterns": sweep_p,
         "duration_s": round(time.perf_counter() - t0, 2),
     }
     out = RESULTS / f"{NAME}.json" if not quick else Path(tempfile.gettempdir()) / f"memlens-bench-{NAME}-quick.json"

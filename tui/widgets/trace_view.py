@@ -61,7 +61,11 @@ def result_section(r: Result, bundle: Bundle) -> RenderableType:
         parts.append(Text.assemble(("  ● ", FLAG_STYLE.get(f, "")), (f, FLAG_STYLE.get(f, "")), f": {FLAG_MEANING.get(f, '')}"))
     if r.conflicts_with:
         whys = {other: _why(t, r.entry.id, other) for other in r.conflicts_with}
-        parts.append(Text(f"  conflicts with {', '.join(o + (f' ({w})' if w else '') for o, w in whys.items())}", style="magenta"))
+        parts.append(
+            Text(
+                f"  conflicts with {', '.join(o + (f' ({w})' if w else '') for o, w in whys.items())}", style="magenta"
+            )
+        )
     if r.hides:
         parts.append(Text(f"  hides {', '.join(r.hides)} (explicit override)", style="dim"))
     if len(r.found_in) > 1:
