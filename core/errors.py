@@ -39,3 +39,7 @@ class ValidationError(MemlensError):
 
 class NotFoundError(MemlensError):
     """No entry with that id."""
+
+
+class StaleUpdateError(ValidationError):
+    """The entry changed since the caller read it (``expected_updated_at``); nothing was written."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,7 @@ import numpy as np
 
 from . import attribution, corruption, db, retention
 from .config import Settings, load_settings
-from .errors import CorruptRowError, MemlensError, NotFoundError, StoreError, ValidationError
+from .errors import CorruptRowError, MemlensError, NotFoundError, StaleUpdateError, StoreError, ValidationError
 from .limits import MAX_LIST, check_int, entry_text_limit, printable
 from .models import EDITABLE_FIELDS, Entry, EntryType, Kind, Status, content_hash, format_ts, parse_ts, utcnow
 from .rows import HINT as ROW_HINT
@@ -52,6 +53,20 @@ def row_to_entry(row: tuple[Any, ...]) -> Entry:
 
 def vec_blob(vec: np.ndarray) -> bytes:
     return np.asarray(vec, dtype="<f4").tobytes()
+
+
+
+def _refuse_if_changed(current: Entry, expected: str | datetime) -> None:
+    """StaleUpdateError unless ``current`` was last written at ``expected`` (an ISO-8601 timestamp)."""
+    try:
+        want = parse_ts(expected)
+    except ValueError:
+        raise ValidationError(f"expected_updated_at: {expected!r} is not an ISO-8601 timestamp") from None
+    stamp = current.updated_at or current.created_at
+    if abs((stamp - want).total_seconds()) >= 1e-6:
+        raise StaleUpdateError(
+            f"entry {current.id!r} was changed at {format_ts(stamp)} since you read it; read it again and re-apply your change"
+        )
 
 
 class Memory:
@@ -291,13 +306,20 @@ class Memory:
             self._bump(conn, {entry.wing}, seq)
         return entry
 
-    def update(self, entry_id: str, **changes: Any) -> Entry:
-        """Change fields of an entry; a new text or title is re-embedded."""
+    def update(self, entry_id: str, *, expected_updated_at: str | datetime | None = None, **changes: Any) -> Entry:
+        """Change fields of an entry; a new text or title is re-embedded.
+
+        ``expected_updated_at``: the ``updated_at`` (or ``created_at``) the caller read; when the entry
+        changed since, the update is refused (StaleUpdateError) instead of overwriting that edit. The
+        check runs again inside the write transaction, so a concurrent writer's edit is never lost.
+        """
         unknown = set(changes) - set(EDITABLE_FIELDS)
         if unknown:
             raise ValidationError(f"cannot edit {', '.join(sorted(unknown))}; editable: {', '.join(EDITABLE_FIELDS)}")
         self._check_writable()
         before = self.get(entry_id)
+        if expected_updated_at is not None:
+            _refuse_if_changed(before, expected_updated_at)
         record = before.to_record()
         record.update({k: (v.value if hasattr(v, "value") else v) for k, v in changes.items()})
         record["updated_at"] = utcnow()
@@ -309,10 +331,12 @@ class Memory:
         same_text = after.embed_text == before.embed_text
         vec = None if same_text else self._vectors_for([after])[0]
         with db.transaction(self.conn, self.path) as conn:
-            row = conn.execute(f"SELECT rowid, updated_at FROM entries WHERE id = ? AND {visible()}", (entry_id,)).fetchone()
+            row = conn.execute(f"SELECT rowid, {_COLUMNS} FROM entries WHERE id = ? AND {visible()}", (entry_id,)).fetchone()
             if row is None:
                 raise NotFoundError(f"entry {entry_id!r} was deleted meanwhile")
-            rowid = row[0]
+            rowid, before = row[0], row_to_entry(row[1:])  # the audit records what this write replaced
+            if expected_updated_at is not None:
+                _refuse_if_changed(before, expected_updated_at)
             if vec is None:
                 blob = conn.execute("SELECT embedding FROM entries_vec WHERE rowid = ?", (rowid,)).fetchone()[0]
             else:
@@ -354,9 +378,7 @@ class Memory:
 
     def update_checked(self, entry_id: str, expected_updated_at: Any = None, **changes: Any) -> Entry:
         """``update`` refused (StaleUpdateError) when the entry changed after ``expected_updated_at``."""
-        from .writes import update_checked
-
-        return update_checked(self, entry_id, expected_updated_at, **changes)
+        return self.update(entry_id, expected_updated_at=expected_updated_at, **changes)
 
     def wing_counts(self) -> list[dict[str, Any]]:
         """Wings with entry counts and rooms, from one aggregate query."""

@@ -18,8 +18,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from . import db
-from .errors import NotFoundError, ValidationError
-from .models import EDITABLE_FIELDS, Entry, content_hash, format_ts, parse_ts, utcnow
+from .errors import StaleUpdateError, ValidationError  # noqa: F401 (StaleUpdateError: re-exported)
+from .limits import entry_text_limit
+from .models import Entry, content_hash
+from .staging import visible
 
 if TYPE_CHECKING:
     import numpy as np
@@ -28,10 +30,6 @@ if TYPE_CHECKING:
 
 NEAR_DUPLICATE = 0.80  # cosine similarity from which another entry of the wing is reported as similar
 SIMILAR_MAX = 3
-
-
-class StaleUpdateError(ValidationError):
-    """The entry changed since the caller read it; nothing was written."""
 
 
 def add_unique(mem: Memory, text: str, *, wing: str, **fields: Any) -> tuple[Entry, bool, list[dict[str, Any]]]:
@@ -43,13 +41,15 @@ def add_unique(mem: Memory, text: str, *, wing: str, **fields: Any) -> tuple[Ent
     """
     from .store import _COLUMNS, row_to_entry
 
-    entry = mem._validate({"text": text, "wing": wing, **fields})
+    with entry_text_limit(mem.settings.limits.max_entry_chars):
+        entry = mem._validate({"text": text, "wing": wing, **fields})
+    mem._check_writable()
     mem._check_overrides([entry])
     vec = mem._vectors_for([entry])[0]
     digest = content_hash(entry.embed_text)
     with db.transaction(mem.conn, mem.path) as conn:
         row = conn.execute(
-            f"SELECT {_COLUMNS} FROM entries WHERE content_hash = ? AND wing = ? ORDER BY rowid LIMIT 1",
+            f"SELECT {_COLUMNS} FROM entries WHERE content_hash = ? AND wing = ? AND {visible()} ORDER BY rowid LIMIT 1",
             (digest, entry.wing),
         ).fetchone()
         if row is not None:
@@ -81,77 +81,27 @@ def near_duplicates(
         sim = 1.0 - float(distance)
         if sim < threshold:
             break
-        meta = conn.execute("SELECT id, title, type, status FROM entries WHERE rowid = ?", (rowid,)).fetchone()
+        meta = conn.execute(f"SELECT id, title, type, status FROM entries WHERE rowid = ? AND {visible()}", (rowid,)).fetchone()
         if meta is None or meta[0] == exclude:
             continue
         out.append({"id": meta[0], "title": meta[1], "type": meta[2], "status": meta[3], "similarity": round(sim, 4)})
     return out[:limit]
 
 
-def _same_time(a: datetime, expected: str | datetime) -> bool:
-    try:
-        want = parse_ts(expected)
-    except ValueError:
-        raise ValidationError(f"expected_updated_at: {expected!r} is not an ISO-8601 timestamp") from None
-    return abs((a - want).total_seconds()) < 1e-6
-
-
 def update_checked(mem: Memory, entry_id: str, expected_updated_at: str | datetime | None = None, **changes: Any) -> Entry:
     """``Memory.update`` with an optional guard: refuse when the entry's ``updated_at`` moved on.
 
-    The guard is checked inside the write transaction, so an edit from another
+    The guard is checked again inside the write transaction, so an edit from another
     process that lands between the caller's read and this write is never overwritten.
     """
-    from .store import _COLUMNS, row_to_entry, vec_blob
-
-    if expected_updated_at is None:
-        return mem.update(entry_id, **changes)
-    unknown = set(changes) - set(EDITABLE_FIELDS)
-    if unknown:
-        raise ValidationError(f"cannot edit {', '.join(sorted(unknown))}; editable: {', '.join(EDITABLE_FIELDS)}")
-    before = mem.get(entry_id)
-    if not _same_time(before.updated_at or before.created_at, expected_updated_at):
-        raise _stale(before)
-    record = before.to_record()
-    record.update({k: (v.value if hasattr(v, "value") else v) for k, v in changes.items()})
-    record["updated_at"] = utcnow()
-    after = mem._validate(record)
-    if "overrides" in changes:
-        mem._check_overrides([after])
-    same_text = after.embed_text == before.embed_text
-    vec = None if same_text else mem._vectors_for([after])[0]
-    with db.transaction(mem.conn, mem.path) as conn:
-        row = conn.execute(f"SELECT rowid, {_COLUMNS} FROM entries WHERE id = ?", (entry_id,)).fetchone()
-        if row is None:
-            raise NotFoundError(f"entry {entry_id!r} was deleted meanwhile")
-        rowid, current = row[0], row_to_entry(row[1:])
-        if not _same_time(current.updated_at or current.created_at, expected_updated_at):
-            raise _stale(current)
-        if vec is None:
-            blob = conn.execute("SELECT embedding FROM entries_vec WHERE rowid = ?", (rowid,)).fetchone()[0]
-        else:
-            blob = vec_blob(vec)
-        mem._write_row(conn, after, rowid)
-        conn.execute("DELETE FROM entries_vec WHERE rowid = ?", (rowid,))
-        mem._insert_vec(conn, rowid, after, blob)
-        seq = mem._audit(
-            conn, "update", after.id, after.wing, current.to_record(), after.to_record(), {"reembedded": not same_text}
-        )
-        mem._bump(conn, {current.wing, after.wing}, seq)
-    return after
-
-
-def _stale(current: Entry) -> StaleUpdateError:
-    when = format_ts(current.updated_at or current.created_at)
-    return StaleUpdateError(
-        f"entry {current.id!r} was changed at {when} since you read it; read it again and re-apply your change"
-    )
+    return mem.update(entry_id, expected_updated_at=expected_updated_at, **changes)
 
 
 def wing_counts(mem: Memory) -> list[dict[str, Any]]:
     """Every wing with its entry count and rooms (room -> count), from one ``GROUP BY`` on the scope index."""
     wings: dict[str, dict[str, Any]] = {}
-    for wing, room, n in mem.conn.execute("SELECT wing, room, count(*) FROM entries GROUP BY wing, room ORDER BY wing, room"):
+    sql = f"SELECT wing, room, count(*) FROM entries WHERE {visible()} GROUP BY wing, room ORDER BY wing, room"
+    for wing, room, n in mem.conn.execute(sql):
         w = wings.setdefault(wing, {"wing": wing, "entries": 0, "rooms": {}})
         w["entries"] += n
         w["rooms"][room or ""] = n

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from memlens import attribution
-from memlens.errors import ValidationError
+from memlens.errors import NotFoundError, ValidationError
 from memlens.writes import StaleUpdateError
 
 from .conftest import snapshot_store
@@ -119,3 +119,33 @@ def test_client_record_is_cleaned():
     assert rec == {"name": "my agent", "version": "x" * attribution.MAX_LEN}
     assert attribution.describe({"name": "cursor", "version": "1.0", "via": "mcp"}) == "cursor 1.0 (mcp)"
     assert attribution.describe(None) == ""
+
+
+def test_guarded_writes_apply_the_entry_cap_like_add_and_update(store_path, settings):
+    from memlens import Memory
+    from memlens.embed import HashEmbedder
+
+    small = settings.model_copy(deep=True)
+    small.limits.max_entry_chars = 40
+    with Memory.open(store_path, settings=small, embedder=HashEmbedder()) as m:
+        e = m.add("short", wing="w")
+        before = snapshot_store(m.path)
+        with pytest.raises(ValidationError, match="40"):
+            m.add_unique("x" * 41, wing="w")
+        with pytest.raises(ValidationError, match="40"):
+            m.update_checked(e.id, e.to_record()["created_at"], text="y" * 41)
+        assert snapshot_store(m.path) == before
+
+
+def test_rows_of_an_unpublished_import_are_invisible_to_add_unique_and_wing_counts(mem):
+    from memlens import staging
+
+    staged = mem.add("Staged by an import still running.", wing="w")
+    mem.add("Published.", wing="w")
+    import_id = staging.begin(mem.conn, mem.path, "test")
+    mem.conn.execute("UPDATE entries SET import_id = ? WHERE id = ?", (import_id, staged.id))
+    assert mem.wing_counts() == [{"wing": "w", "entries": 1, "rooms": {"": 1}}]
+    entry, created, similar = mem.add_unique("Staged by an import still running.", wing="w")
+    assert created and entry.id != staged.id and staged.id not in [s["id"] for s in similar]
+    with pytest.raises(NotFoundError):  # the staged row is not there to edit until the import publishes
+        mem.update_checked(staged.id, staged.to_record()["created_at"], text="edited")
