@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -125,3 +126,22 @@ def snapshot_store(path: Path) -> tuple:
         )
     finally:
         conn.close()
+
+
+def bounded(fn, timeout: float = 30):
+    """fn() in a daemon thread: its result or exception, or a test failure instead of a hang if it blocks (a FIFO would)."""
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            out["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), f"blocked for {timeout} s"
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")

@@ -2,13 +2,14 @@
 
 import os
 import stat
-import threading
 from pathlib import Path
 
 import pytest
 
 from memlens.errors import MemlensError
 from memlens.files import make_private_dirs, read_file, write_private
+
+from .conftest import bounded
 
 
 def mode(path: Path) -> int:
@@ -22,25 +23,6 @@ def umask022():
         yield
     finally:
         os.umask(old)
-
-
-def bounded(fn, timeout: float = 30):
-    """fn() in a daemon thread; a test failure instead of a hang if it blocks."""
-    out: dict = {}
-
-    def run():
-        try:
-            out["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            out["error"] = exc
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(timeout)
-    assert not t.is_alive(), f"blocked for {timeout} s"
-    if "error" in out:
-        raise out["error"]
-    return out.get("value")
 
 
 # -- the model cache -----------------------------------------------------------------------------

@@ -11,26 +11,7 @@ import pytest
 from memlens import Memory, db
 from memlens.errors import StoreError
 
-from .conftest import run_cli, snapshot_store
-
-
-def bounded(fn, timeout: float = 30):
-    """fn() in a daemon thread: its exception or result, or a test failure if it blocks (a FIFO would)."""
-    out: dict = {}
-
-    def run():
-        try:
-            out["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            out["error"] = exc
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(timeout)
-    assert not t.is_alive(), f"blocked for {timeout} s"
-    if "error" in out:
-        raise out["error"]
-    return out.get("value")
+from .conftest import bounded, run_cli, snapshot_store
 
 
 def mode(path: Path) -> int:
