@@ -2,5 +2,5 @@
 
 Run with ``make bench`` or ``.venv/bin/python -m tests.bench [--quick] [--only NAME]``.
 Each suite writes ``tests/bench/results/<suite>.json`` and refreshes its table in
-README.md between ``<!-- bench:<suite>:start -->`` and ``<!-- bench:<suite>:end -->``.
+tests/bench/README.md between ``<!-- bench:<suite>:start -->`` and ``<!-- bench:<suite>:end -->``.
 """

@@ -4,8 +4,8 @@ Runs the suites in order: ``foundation``, ``retrieval``, ``tasks``, ``tui``, ``l
 ``integrity``, ``conflicts``. NAME
 is one suite or one part of the foundation suite (``foundation.search``,
 ``foundation.embed``, ``foundation.import``, ``foundation.cold``). Only a full
-run of a whole suite writes ``tests/bench/results/<suite>.json`` and its README
-table; quick and partial runs write their JSON to the temp directory.
+run of a whole suite writes ``tests/bench/results/<suite>.json`` and its table in
+tests/bench/README.md; quick and partial runs write their JSON to the temp directory.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Helpers shared by the benchmark suites: environment, timing statistics,
-machine description, and writing results (JSON + the README block)."""
+machine description, and writing results (JSON + the table in tests/bench/README.md)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parent / "results"
-README = ROOT / "README.md"
+README = Path(__file__).resolve().parent / "README.md"  # the full tables; the top README has a summary
 
 OFFLINE_ENV = {
     "HF_HUB_OFFLINE": "1",
@@ -180,12 +180,12 @@ def log(msg: str) -> None:
 
 
 def publish(name: str, res: dict[str, Any], table: str, *, official: bool, target_lines: list[str]) -> None:
-    """Where a run's figures go: results/ and the README for an official run, the temp dir otherwise."""
+    """Where a run's figures go: results/ and tests/bench/README.md for an official run, the temp dir otherwise."""
     res["readme_table"] = table
     if official:
         write_json(RESULTS / f"{name}.json", res)
         write_readme_block(name, table, README)
-        log(f"[{name}] wrote {RESULTS / f'{name}.json'} and the README table")
+        log(f"[{name}] wrote {RESULTS / f'{name}.json'} and the table in {README.relative_to(ROOT)}")
     else:
         out = Path(tempfile.gettempdir()) / f"memlens-bench-{name}-{res['mode']}.json"
         write_json(out, res)

@@ -1058,7 +1058,7 @@ def render_table(res: dict[str, Any], plan: Plan) -> str:
 
 
 def run(quick: bool = False, parts: tuple[str, ...] = PARTS, write: bool = True) -> dict[str, Any]:
-    """Run the suite; a full run of every part writes results/foundation.json and the README block."""
+    """Run the suite; a full run of every part writes results/foundation.json and its tests/bench/README.md block."""
     from memlens.config import load_settings
     from memlens.embed import make_embedder
 

@@ -20,7 +20,7 @@ the import.
     python -m tests.bench.imports [--quick]
 
 A full run (200k entries) writes ``tests/bench/results/imports.json`` and the
-README table between the ``bench:imports`` markers; a quick run (20k) writes
+table in tests/bench/README.md between the ``bench:imports`` markers; a quick run (20k) writes
 its JSON to the temp directory and leaves both untouched.
 """
 

@@ -16,7 +16,7 @@ index off as in a one-shot CLI search, cache bypassed):
 
     python -m tests.bench.limits [--quick]
 
-A full run writes ``tests/bench/results/limits.json`` and the README table
+A full run writes ``tests/bench/results/limits.json`` and the table in tests/bench/README.md
 between the ``bench:limits`` markers; a quick run writes its JSON to the temp
 directory and leaves both untouched.
 """

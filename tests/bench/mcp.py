@@ -25,7 +25,7 @@ On a temp copy of the demo memory (167 entries, real model):
 
     python -m tests.bench.mcp [--quick]
 
-A full run writes ``tests/bench/results/mcp.json`` and the README table between
+A full run writes ``tests/bench/results/mcp.json`` and the table in tests/bench/README.md between
 the ``bench:mcp`` markers; a quick run writes its JSON to the temp directory.
 """
 

@@ -32,7 +32,7 @@ of the 10 wings, k=10. Everything runs on one thread (one BLAS thread, faiss
 
     python -m tests.bench.retrieval [--quick]
 
-A full run writes ``tests/bench/results/retrieval.json`` and the README table
+A full run writes ``tests/bench/results/retrieval.json`` and the table in tests/bench/README.md
 between the ``bench:retrieval`` markers; a quick run writes its JSON to the temp
 directory.
 """
@@ -526,7 +526,7 @@ def render_table(res: dict[str, Any]) -> str:
 
 
 def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
-    """Run the suite; a full run writes results/retrieval.json and the README block."""
+    """Run the suite; a full run writes results/retrieval.json and its tests/bench/README.md block."""
     from memlens.config import load_settings
     from memlens.embed import make_embedder
 

@@ -16,7 +16,7 @@ The store uses the hashing embedder: working memory embeds nothing.
 
     python -m tests.bench.tasks [--quick]
 
-A full run writes ``tests/bench/results/tasks.json`` and the README table
+A full run writes ``tests/bench/results/tasks.json`` and the table in tests/bench/README.md
 between the ``bench:tasks`` markers; a quick run writes its JSON to the temp
 directory and leaves both untouched.
 """
@@ -105,7 +105,7 @@ def render_table(res: dict[str, Any]) -> str:
 
 
 def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
-    """Run the suite; a full run writes results/tasks.json and the README block."""
+    """Run the suite; a full run writes results/tasks.json and its tests/bench/README.md block."""
     from memlens import Memory
     from memlens.config import load_settings
     from memlens.embed import HashEmbedder

@@ -18,7 +18,7 @@ terminal: what Textual itself costs before memlens draws anything.
 
     python -m tests.bench.tui [--quick]
 
-A full run writes ``tests/bench/results/tui.json`` and the README table between
+A full run writes ``tests/bench/results/tui.json`` and the table in tests/bench/README.md between
 the ``bench:tui`` markers; a quick run writes its JSON to the temp directory.
 
 ``PtyApp`` (the pty driver) is also used by ``tests/tui/test_e2e_pty.py``.
@@ -232,7 +232,7 @@ def render_table(res: dict[str, Any]) -> str:
 
 
 def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
-    """Run the suite; a full run writes results/tui.json and the README block."""
+    """Run the suite; a full run writes results/tui.json and its tests/bench/README.md block."""
     import importlib.metadata
 
     from .common import log, machine_info, publish
