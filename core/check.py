@@ -13,7 +13,6 @@ and that audit and working-memory rows decode.
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -26,7 +25,7 @@ import numpy as np
 
 from . import corruption, db
 from .errors import StoreError
-from .rows import row_problem, ts_problem
+from .rows import json_object, row_problem, ts_problem
 
 COLUMNS = "id, wing, room, kind, type, status, title, text, key, salience, overrides, created_at, updated_at, meta"
 CHUNK = 256
@@ -317,7 +316,7 @@ class Checker:
         try:
             for seq, before, after, detail in conn.execute("SELECT seq, before, after, detail FROM audit"):
                 for name, value in (("before", before), ("after", after), ("detail", detail)):
-                    if value is not None and not _is_json_object(value):
+                    if value is not None and json_object(value) is None:
                         self.add("audit", f"{name} is not a JSON object", seq)
         except Exception as exc:
             self.add("audit", f"audit rows cannot be read: {' '.join(str(exc).split())}")
@@ -330,7 +329,7 @@ class Checker:
                 self.add("working memory", f"table {table} cannot be read: {err}")
                 continue
             for rowid, task_id, report, ts in rows:
-                if not _is_json_object(report):
+                if json_object(report) is None:
                     self.add("working memory", f"{table}: validation_report is not a JSON object", rowid, str(task_id))
                 bad = ts_problem(ts)
                 if bad:
@@ -343,13 +342,6 @@ class Checker:
             self.add(area, f"entry is not {where}", rowid, str(self.rows[rowid][0]))
         for rowid in extra:
             self.add(area, f"{where} but there is no entry with this rowid", rowid)
-
-
-def _is_json_object(text: Any) -> bool:
-    try:
-        return isinstance(json.loads(text), dict)
-    except (ValueError, TypeError):
-        return False
 
 
 def check_store(path: Path, progress: Callable[[str], None] | None = None) -> dict[str, Any]:

@@ -94,3 +94,12 @@ def _slow_problem(row: tuple[Any, ...]) -> str | None:
 
 def damaged_note(entry_id: Any, problem: str) -> str:
     return f"skipped entry {entry_id!r}: its stored row is damaged ({problem}); {HINT}"
+
+
+def json_object(text: Any) -> dict[str, Any] | None:
+    """A JSON object stored as text, or None if it is not one."""
+    try:
+        value = json.loads(text)
+    except (ValueError, TypeError):
+        return None
+    return value if isinstance(value, dict) else None

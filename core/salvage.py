@@ -26,7 +26,7 @@ import numpy as np
 from .check import open_read_only, read_by_key, read_entries, safe
 from .errors import MemlensError, StoreError, ValidationError
 from .models import Entry
-from .rows import row_problem
+from .rows import json_object, row_problem
 from .vectors import degenerate
 
 ENTRY_ACTIONS = ("add", "import", "update", "salvage")
@@ -179,7 +179,7 @@ def _read_audit(conn: Any) -> tuple[list[tuple[Any, ...]], int]:
         if seq in staged:
             continue
         r = None if row is None else (seq, *row)
-        if r is not None and all(v is None or _json_object(v) is not None for v in r[5:8]) and isinstance(r[1], str):
+        if r is not None and all(v is None or json_object(v) is not None for v in r[5:8]) and isinstance(r[1], str):
             out.append(r)
         else:
             lost += 1
@@ -200,7 +200,7 @@ def _from_audit(audit: list[tuple[Any, ...]], readable: set[str]) -> list[dict[s
         if action == "delete":
             state.pop(entry_id, None)
         elif action in ENTRY_ACTIONS and after:
-            state[entry_id] = _json_object(after) or {}
+            state[entry_id] = json_object(after) or {}
     return [rec for eid, rec in state.items() if eid not in readable and rec]
 
 
@@ -286,10 +286,3 @@ def _try(conn: Any, sql: str, row: tuple[Any, ...]) -> int:
         conn.execute("RELEASE row")
         return 0
 
-
-def _json_object(text: Any) -> dict[str, Any] | None:
-    try:
-        value = json.loads(text)
-    except (ValueError, TypeError):
-        return None
-    return value if isinstance(value, dict) else None

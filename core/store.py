@@ -19,7 +19,7 @@ from .errors import CorruptRowError, MemlensError, NotFoundError, StaleUpdateErr
 from .limits import MAX_LIST, check_int, entry_text_limit, printable
 from .models import EDITABLE_FIELDS, Entry, EntryType, Kind, Status, content_hash, format_ts, parse_ts, utcnow
 from .rows import HINT as ROW_HINT
-from .rows import row_problem
+from .rows import json_object, row_problem
 from .staging import visible, visible_count, visible_groups
 from .vectors import degenerate
 
@@ -269,7 +269,7 @@ class Memory:
         for seq, ts, action, eid, wing, before, after, detail in self.conn.execute(sql, args + (limit,)):
             row = {"seq": seq, "ts": ts, "action": action, "entry_id": eid, "wing": wing}
             for name, value in (("before", before), ("after", after), ("detail", detail)):
-                row[name] = _json_object(value) if value else None
+                row[name] = json_object(value) if value else None
                 if value and row[name] is None:  # a hand-edited value: say so rather than fail the history
                     row.setdefault("damaged", []).append(name)
             out.append(row)
@@ -640,7 +640,7 @@ class Memory:
         ).fetchall()
         out = []
         for seq, ts, detail in rows:
-            metrics = _json_object(detail)
+            metrics = json_object(detail)
             if metrics is not None and isinstance(metrics.get("latency_ms", {}), dict):
                 out.append({"seq": seq, "ts": ts, **metrics})
         return out
@@ -686,15 +686,6 @@ class Memory:
     def read_only(self) -> bool:
         """True for a store in a read-only directory: opened as it is on disk, every write refused."""
         return db.is_read_only(self.conn)
-
-
-def _json_object(text: Any) -> dict[str, Any] | None:
-    """A JSON object stored as text, or None if it is not one."""
-    try:
-        value = json.loads(text)
-    except (ValueError, TypeError):
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def describe_validation(exc: Any) -> str:
