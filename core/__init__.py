@@ -18,19 +18,19 @@ __all__ = ["Memory", "Entry", "Bundle", "Result", "Trace", "MemlensError", "pars
 
 if TYPE_CHECKING:
     from .errors import MemlensError
+    from .memory import Memory
     from .models import Entry
-    from .query import parse as parse_query
-    from .search import Bundle, Result, Trace
-    from .store import Memory
+    from .retrieval.query import parse as parse_query
+    from .retrieval.search import Bundle, Result, Trace
 
 _LAZY = {
-    "Memory": ("store", "Memory"),
+    "Memory": ("memory", "Memory"),
     "Entry": ("models", "Entry"),
-    "Bundle": ("search", "Bundle"),
-    "Result": ("search", "Result"),
-    "Trace": ("search", "Trace"),
+    "Bundle": ("retrieval.search", "Bundle"),
+    "Result": ("retrieval.search", "Result"),
+    "Trace": ("retrieval.search", "Trace"),
     "MemlensError": ("errors", "MemlensError"),
-    "parse_query": ("query", "parse"),
+    "parse_query": ("retrieval.query", "parse"),
 }
 
 

@@ -22,7 +22,7 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
-from .limits import MAX_ENTRY_CHARS_SETTING, MAX_K, SQLITE_VEC_MAX_KNN
+from memlens.limits import MAX_ENTRY_CHARS_SETTING, MAX_K, SQLITE_VEC_MAX_KNN
 
 APP = "memlens"
 BUNDLED_MODEL = "all-MiniLM-L6-v2"
@@ -38,7 +38,7 @@ _FILE_DATA: ContextVar[dict[str, Any] | None] = ContextVar("memlens_config_file_
 
 
 def default_store_path() -> Path:
-    return Path(platformdirs.user_data_dir(APP)) / "memlens.db"
+    return Path(platformdirs.user_data_dir(APP)) / "memlens.store.db"
 
 
 def default_cache_dir() -> Path:
@@ -65,7 +65,7 @@ def check_dir_path(value: Path) -> Path:
     System pseudo-filesystems (``/proc``, ``/sys``, ``/dev`` but ``/dev/shm``)
     are refused: their folders exist but files cannot be made there.
     """
-    from .files import on_pseudo_fs
+    from memlens.files import on_pseudo_fs
 
     path = value.expanduser()
     try:
@@ -76,7 +76,7 @@ def check_dir_path(value: Path) -> Path:
         while not os.path.lexists(probe) and probe.parent != probe:
             probe = probe.parent
         if not probe.is_dir():
-            from .files import kind_of
+            from memlens.files import kind_of
 
             kind = kind_of(os.stat(probe).st_mode) if probe.exists() else "a dangling symbolic link"
             raise ValueError((f"{value}: " if probe != path else "") + f"{probe} is {kind}, not a directory")
@@ -235,8 +235,8 @@ def read_config_file() -> tuple[Path | None, dict[str, Any]]:
     """
     import tomllib
 
-    from .errors import MemlensError
-    from .files import CONFIG_MAX_BYTES, read_file
+    from memlens.errors import MemlensError
+    from memlens.files import CONFIG_MAX_BYTES, read_file
 
     named = os.environ.get("MEMLENS_CONFIG")
     path = config_file()
@@ -342,7 +342,7 @@ def load_settings(**overrides: object) -> Settings:
     from pydantic import ValidationError as PydanticError
     from pydantic_settings import SettingsError
 
-    from .errors import MemlensError
+    from memlens.errors import MemlensError
 
     file, data = read_config_file()
     token = _FILE_DATA.set(data)
@@ -364,7 +364,7 @@ def load_settings(**overrides: object) -> Settings:
         raise MemlensError(f"configuration: {exc}") from None
     finally:
         _FILE_DATA.reset(token)
-    from .profiles import check_profiles
+    from memlens.profiles import check_profiles
 
     check_profiles(settings.profiles, lambda loc: origin_of(loc, overrides, file, data))
     return settings

@@ -28,10 +28,10 @@ from typing import Protocol
 
 import numpy as np
 
-from .config import BUNDLED_MODEL, BUNDLED_SHA256, EmbeddingConfig
-from .errors import MemlensError, ModelError
-from .files import CONFIG_MAX_BYTES, STAMP_MAX_BYTES, make_private_dirs, read_file, write_private
-from .limits import EMBED_INPUT_CHARS
+from memlens.config import BUNDLED_MODEL, BUNDLED_SHA256, EmbeddingConfig
+from memlens.errors import MemlensError, ModelError
+from memlens.files import CONFIG_MAX_BYTES, STAMP_MAX_BYTES, make_private_dirs, read_file, write_private
+from memlens.limits import EMBED_INPUT_CHARS
 
 for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ.setdefault(_var, "1")
@@ -150,7 +150,7 @@ def _load_tokenizer(spec: ModelSpec):  # type: ignore[no-untyped-def]
     """The model's tokenizer.json, read as a capped regular file (a model folder is user-configurable)."""
     from tokenizers import Tokenizer
 
-    from .files import JSON_MAX_BYTES
+    from memlens.files import JSON_MAX_BYTES
 
     try:
         return Tokenizer.from_str(read_file(spec.tokenizer_file, cap=JSON_MAX_BYTES, what="tokenizer").decode("utf-8"))

@@ -15,7 +15,7 @@ import stat
 import sys
 from pathlib import Path
 
-from .errors import MemlensError
+from memlens.errors import MemlensError
 
 KiB = 1024
 MiB = 1024 * KiB

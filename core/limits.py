@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from .errors import QueryError, ValidationError
+from memlens.errors import QueryError, ValidationError
 
 # sqlite-vec refuses a KNN query for more than 4096 rows ("k value in knn query too large").
 SQLITE_VEC_MAX_KNN = 4096

@@ -10,10 +10,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from . import vocab
-from .ids import new_id
-from .limits import entry_field_problem, entry_text_problem
-from .vocab import NAME_RE  # noqa: E402 (one definition, shared with the pydantic-free query parser)
+from memlens import vocab
+from memlens.ids import new_id
+from memlens.limits import entry_field_problem, entry_text_problem
+from memlens.vocab import NAME_RE  # noqa: E402 (one definition, shared with the pydantic-free query parser)
 
 ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 GLOBAL_WING = vocab.GLOBAL_WING

@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .config import K_MAX, check_weights
-from .errors import QueryError
-from .vocab import KINDS
+from memlens.config import K_MAX, check_weights
+from memlens.errors import QueryError
+from memlens.vocab import KINDS
 
 MEMORY_COMMAND = "/memory"
 
@@ -102,8 +102,8 @@ def load_profiles(
     """Defaults with the configuration's ``[profiles.NAME]`` tables merged on top; ranges checked."""
     from pydantic import ValidationError as PydanticError
 
-    from .config import describe_error
-    from .errors import MemlensError
+    from memlens.config import describe_error
+    from memlens.errors import MemlensError
 
     profiles = dict(DEFAULT_PROFILES)
     for name, values in (overrides or {}).items():

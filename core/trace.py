@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from .models import Entry
+from memlens.models import Entry
 
 
 class Droppable(Protocol):

@@ -60,7 +60,7 @@ def hash_embedder():
 
 @pytest.fixture
 def store_path(tmp_path) -> Path:
-    return tmp_path / "store" / "memlens.db"
+    return tmp_path / "store" / "memlens.store.db"
 
 
 @pytest.fixture
@@ -114,7 +114,7 @@ def run_cli(*args: str, input: str | None = None, env: dict[str, str] | None = N
 
 def snapshot_store(path: Path) -> tuple:
     """Everything observable about a store: entries, vectors, audit and generations."""
-    from memlens import db
+    from memlens.store import db
 
     conn = db.connect(path, create=False)
     try:

@@ -127,7 +127,7 @@ def test_store_is_a_directory(tmp_path):
 
 LOCKER = """
 import sys, time
-from memlens import db
+from memlens.store import db
 conn = db.connect(__import__('pathlib').Path(sys.argv[1]))
 conn.execute('BEGIN IMMEDIATE')
 conn.execute("UPDATE store_meta SET value = value WHERE key = 'model'")
@@ -210,7 +210,7 @@ def test_read_only_location(tmp_path, demo_store):
 def test_read_only_location_with_unsaved_wal(tmp_path, demo_store):
     """A store whose last writer left committed changes in -wal cannot be read where -shm cannot be made:
     reading only the main file would silently miss them, so it is refused."""
-    from memlens import db
+    from memlens.store import db
 
     work, ro = tmp_path / "work", tmp_path / "ro"
     work.mkdir()

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memlens import policy
-from memlens.budget import render_context
-from memlens.policy import SAME_SUBJECT, Candidate, subject_conflicts
+from memlens.retrieval import policy
+from memlens.retrieval.budget import render_context
+from memlens.retrieval.policy import SAME_SUBJECT, Candidate, subject_conflicts
 from memlens.trace import Trace
 
 from .bench.conflicts import DEMO_QUERIES

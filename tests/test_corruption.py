@@ -24,7 +24,7 @@ from tests.conftest import run_cli
 
 def page_of(path: Path, table: str, pagetype: str | None) -> int:
     """A page of ``table`` (the middle one of that type), found with SQLite's dbstat table."""
-    from memlens import db
+    from memlens.store import db
 
     conn = db.connect(path, create=False)
     try:
@@ -220,7 +220,7 @@ HAND_EDITS = [
 @pytest.mark.model
 @pytest.mark.parametrize("column,value,problem", HAND_EDITS, ids=[f"{c}={v}" for c, v, _ in HAND_EDITS])
 def test_hand_edited_row_is_skipped_with_a_note(demo_store, tmp_path, column, value, problem):
-    from memlens import db
+    from memlens.store import db
 
     store = tmp_path / "demo.db"
     shutil.copy(demo_store, store)
@@ -248,7 +248,7 @@ def test_hand_edited_row_is_skipped_with_a_note(demo_store, tmp_path, column, va
 
 @pytest.mark.model
 def test_hand_edited_entry_read_directly_is_one_line(demo_store, tmp_path):
-    from memlens import db
+    from memlens.store import db
 
     store = tmp_path / "demo.db"
     shutil.copy(demo_store, store)
@@ -305,8 +305,8 @@ def test_context_falls_back_to_the_workspace_when_the_store_is_damaged(demo_stor
 
 def test_check_finds_indexes_out_of_step_with_the_entries(mem, store_path, tmp_path):
     """Rows missing from the FTS5 index or the vector table, and filter columns that differ, are findings."""
-    from memlens.check import check_store
-    from memlens.salvage import salvage
+    from memlens.store.check import check_store
+    from memlens.store.salvage import salvage
 
     entries = [mem.add(f"Rule {i}: callbacks must not block the executor.", wing=f"w{i % 3}") for i in range(30)]
     assert bounded(lambda: check_store(store_path))["ok"]
@@ -353,7 +353,7 @@ def test_damaged_magic_is_corruption_and_salvage_repairs_the_header(mem, store_p
         f.write(b"\x00" * 16)
     p = run_cli("--store", str(store_path), "stats", timeout=60)
     assert p.returncode == 2 and "is corrupt" in one_line_error(p)
-    from memlens.salvage import salvage
+    from memlens.store.salvage import salvage
 
     out = bounded(lambda: salvage(store_path, tmp_path / "new.db", settings=mem.settings, embedder=mem._embedder))
     assert out["saved"] == 5 and out["lost"] == 0
@@ -380,8 +380,8 @@ def test_truncated_store_is_one_line_and_salvage_keeps_the_readable_part(demo_st
 
 def test_hand_edited_store_meta_is_one_line(mem, store_path):
     from memlens import Memory
-    from memlens.check import check_store
     from memlens.errors import CorruptRowError
+    from memlens.store.check import check_store
 
     mem.add("Callbacks must not block.", wing="w")
     mem.conn.execute("UPDATE store_meta SET value = 'abc' WHERE key = 'dim'")
@@ -395,7 +395,7 @@ def test_hand_edited_store_meta_is_one_line(mem, store_path):
 
 def test_hand_edited_turn_meta_does_not_break_the_conversation_profile(mem):
     """The conversation profile reads meta in SQL (json_extract): a hand-edited turn is left out, nothing fails."""
-    from memlens import corruption
+    from memlens.store import corruption
 
     for i in range(4):
         mem.add(f"we talked about callbacks blocking, turn {i}", wing="w", kind="turn", meta={"session_id": "s1"},
@@ -426,8 +426,8 @@ def test_in_process_vector_index_reports_inconsistent_vector_tables(mem, edit):
 
 def test_a_huge_rowid_from_a_damaged_table_does_not_make_check_or_salvage_crawl(mem, store_path, tmp_path):
     """Bounds read from damaged tables can be anything: reading around damage must not walk every key up to them."""
-    from memlens.check import check_store
-    from memlens.salvage import salvage
+    from memlens.store.check import check_store
+    from memlens.store.salvage import salvage
 
     for i in range(20):
         mem.add(f"Rule {i}: callbacks must not block.", wing="w")
@@ -481,8 +481,8 @@ def test_sigterm_during_salvage_leaves_no_half_made_store(mem, store_path, tmp_p
 
 
 def test_check_reports_a_zero_vector_and_salvage_embeds_it_again(mem, store_path, tmp_path):
-    from memlens.check import check_store
-    from memlens.salvage import salvage
+    from memlens.store.check import check_store
+    from memlens.store.salvage import salvage
 
     entries = [mem.add(f"Rule {i}: callbacks must not block.", wing="w") for i in range(3)]
     conn = mem.conn

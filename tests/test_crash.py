@@ -11,8 +11,9 @@ import time
 import numpy as np
 import pytest
 
-from memlens import Memory, db
+from memlens import Memory
 from memlens.embed import HashEmbedder
+from memlens.store import db
 
 IMPORTER = """
 import sys
@@ -211,7 +212,7 @@ def test_sigterm_during_a_cli_import_removes_scratch_files_and_staged_rows(tmp_p
 def test_scratch_sweep_keeps_live_and_recent_files_and_removes_the_rest(tmp_path, monkeypatch):
     import tempfile
 
-    from memlens import staging
+    from memlens.store import staging
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
@@ -240,9 +241,10 @@ def test_scratch_sweep_keeps_live_and_recent_files_and_removes_the_rest(tmp_path
 def test_killed_check_and_salvage_copies_are_swept(tmp_path, monkeypatch, settings):
     import tempfile
 
-    from memlens import Memory, staging
-    from memlens.check import check_store
+    from memlens import Memory
     from memlens.embed import HashEmbedder
+    from memlens.store import staging
+    from memlens.store.check import check_store
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,

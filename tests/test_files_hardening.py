@@ -240,7 +240,7 @@ def test_a_proc_workspace_is_refused(junk_store):
 
 
 def test_workspace_reads_only_regular_files_within_the_caps(tmp_path):
-    from memlens import fallback
+    from memlens.retrieval import fallback
 
     assert fallback._read_text(Path("/proc/self/status")) is None  # size 0 on stat, kilobytes when read
     assert fallback._read_text(Path("/dev/zero")) is None
@@ -255,7 +255,7 @@ def test_workspace_reads_only_regular_files_within_the_caps(tmp_path):
 
 
 def test_workspace_search_skips_hidden_deep_and_endless_trees(tmp_path, monkeypatch):
-    from memlens import fallback
+    from memlens.retrieval import fallback
 
     ws = tmp_path / "ws"
     ws.mkdir()

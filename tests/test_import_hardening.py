@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from memlens import Memory
 from memlens.embed import HashEmbedder
 from memlens.errors import MemlensError, ValidationError
-from memlens.jsonl import parse_line
+from memlens.io.jsonl import parse_line
 from memlens.models import format_ts, parse_ts
 
 from .conftest import snapshot_store

@@ -7,7 +7,7 @@ CODE = """
 import sys
 import memlens
 from memlens import Memory, Entry, parse_query
-import memlens.cli, memlens.store, memlens.search, memlens.jsonl, memlens.embed, memlens.db
+import memlens.cli.main, memlens.memory, memlens.retrieval.search, memlens.io.jsonl, memlens.embed, memlens.store.db
 from memlens.embed import HashEmbedder
 with Memory.open(sys.argv[1], embedder=HashEmbedder()) as mem:
     mem.add("Callbacks must not block.", wing="w")

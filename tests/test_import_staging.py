@@ -12,9 +12,10 @@ import json
 import numpy as np
 import pytest
 
-from memlens import Memory, db, staging
+from memlens import Memory
 from memlens.embed import HashEmbedder
 from memlens.errors import MemlensError, NotFoundError, ValidationError
+from memlens.store import db, staging
 
 from .conftest import snapshot_store
 
@@ -186,7 +187,7 @@ def test_a_dead_importers_rows_are_swept_but_a_live_ones_are_not(store_path, set
 
 
 def test_salvage_leaves_out_the_rows_of_an_unpublished_import(store_path, settings, tmp_path, small_batches):
-    from memlens.salvage import salvage
+    from memlens.store.salvage import salvage
 
     hooks, _calls = small_batches
     new = tmp_path / "copy.db"

@@ -11,11 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memlens import Memory, db
+from memlens import Memory
 from memlens.config import load_settings
 from memlens.errors import QueryError, ValidationError
 from memlens.limits import MAX_BUDGET, MAX_K, MAX_QUERY_CHARS, MAX_QUERY_TERMS, SQLITE_VEC_MAX_KNN
-from memlens.search import fts_query
+from memlens.retrieval.search import fts_query
+from memlens.store import db
 
 from .conftest import run_cli, snapshot_store
 from .test_cli import one_line_error

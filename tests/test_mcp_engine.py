@@ -9,19 +9,20 @@ import pytest
 
 from memlens import vocab
 from memlens.errors import MemlensError
+from memlens.mcp import meta as mcp_meta
 
 
 def test_tool_vocabularies_match_the_data_model():
-    from memlens import mcp_tools
+    from memlens.mcp import tools as mcp_tools
 
     assert typing.get_args(mcp_tools.TypeName) == vocab.TYPES
     assert typing.get_args(mcp_tools.KindName) == vocab.KINDS
     assert typing.get_args(mcp_tools.StatusName) == vocab.STATUSES
-    assert set(mcp_tools.READ_TOOLS) | set(mcp_tools.WRITE_TOOLS) == set(__import__("memlens.mcp_meta").mcp_meta.DESCRIPTIONS)
+    assert set(mcp_tools.READ_TOOLS) | set(mcp_tools.WRITE_TOOLS) == set(mcp_meta.DESCRIPTIONS)
 
 
 def test_a_call_that_needs_the_model_waits_for_it(mem):
-    from memlens.mcp_tools import Engine
+    from memlens.mcp.tools import Engine
 
     engine = Engine(memory=mem)
     order: list[str] = []
@@ -44,7 +45,7 @@ def test_a_call_that_needs_the_model_waits_for_it(mem):
 
 
 def test_an_engine_that_failed_to_start_answers_every_call_with_one_line(tmp_path):
-    from memlens.mcp_tools import Engine
+    from memlens.mcp.tools import Engine
 
     folder = tmp_path / "a-folder"
     folder.mkdir()
@@ -60,7 +61,7 @@ def test_argument_errors_become_one_line():
     from mcp.server.mcpserver.exceptions import ToolError
     from pydantic import BaseModel, Field, ValidationError
 
-    from memlens.mcp_server import one_line_error
+    from memlens.mcp.server import one_line_error
 
     class Args(BaseModel):
         text: str
@@ -97,7 +98,7 @@ def test_bad_server_options_are_one_line_errors(tmp_path):
 def test_without_the_model_the_store_tools_still_work(demo_store, tmp_path, monkeypatch):
     import shutil
 
-    from memlens.mcp_tools import Engine
+    from memlens.mcp.tools import Engine
 
     path = tmp_path / "demo.db"
     shutil.copy(demo_store, path)
@@ -115,7 +116,7 @@ def test_without_the_model_the_store_tools_still_work(demo_store, tmp_path, monk
 
 
 def test_a_read_only_engine_creates_no_store(tmp_path):
-    from memlens.mcp_tools import Engine
+    from memlens.mcp.tools import Engine
 
     path = tmp_path / "sub" / "none.db"
     engine = Engine(str(path), read_only=True)

@@ -15,7 +15,7 @@ from .mcp_helpers import RawClient, server_env
 # at start-up and at model load, and a crashing tool
 NOISY = """
 import logging, os, sys, warnings
-import memlens.embed, memlens.mcp_server, memlens.store
+import memlens.embed, memlens.mcp.server, memlens.memory
 
 def noisy(tag, fn):
     def wrapper(*a, **kw):
@@ -26,13 +26,13 @@ def noisy(tag, fn):
         return fn(*a, **kw)
     return wrapper
 
-memlens.mcp_server.build = noisy("start-up", memlens.mcp_server.build)
+memlens.mcp.server.build = noisy("start-up", memlens.mcp.server.build)
 memlens.embed.OnnxEmbedder.load = noisy("model load", memlens.embed.OnnxEmbedder.load)
 def crash(self):
     print("stray print in a crashing tool")
     raise RuntimeError("a bug inside the engine")
-memlens.store.Memory.wing_counts = crash
-from memlens.cli import main
+memlens.memory.Memory.wing_counts = crash
+from memlens.cli.main import main
 code = main(sys.argv[1:])
 print("ui modules:", sorted({m.split('.')[0] for m in sys.modules} & {"rich", "textual"}), file=sys.stderr)
 sys.exit(code)
@@ -55,7 +55,7 @@ class Gate:
         return None
 
 sys.meta_path.insert(0, Gate())
-from memlens.cli import main
+from memlens.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -74,7 +74,7 @@ def raw(store, *args, env=None):
 def test_sdk_handshake_versions_match():
     from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-    from memlens.mcp_meta import HANDSHAKE_VERSIONS
+    from memlens.mcp.meta import HANDSHAKE_VERSIONS
 
     assert HANDSHAKE_VERSIONS == HANDSHAKE_PROTOCOL_VERSIONS
 

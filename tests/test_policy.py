@@ -1,6 +1,6 @@
 """Policy on the demo memory: authority, scope, status, overrides, conflicts, budget, fallback, why-not."""
 
-from memlens.budget import render_context
+from memlens.retrieval.budget import block, render_context
 
 from .conftest import run_cli
 
@@ -107,10 +107,8 @@ def test_budget_drops_notes_then_summarises_patterns_then_trims_decisions(demo_m
     types = {r.entry.type.value for r in full.results}
     assert {"decision", "pattern", "note"} <= types
     count = demo_mem.embedder.count_tokens
-    total = full.results and sum(count(__import__("memlens.budget", fromlist=["block"]).block(r)) for r in full.results)
-    notes_cost = sum(
-        count(__import__("memlens.budget", fromlist=["block"]).block(r)) for r in full.results if r.entry.type.value == "note"
-    )
+    total = full.results and sum(count(block(r)) for r in full.results)
+    notes_cost = sum(count(block(r)) for r in full.results if r.entry.type.value == "note")
     # a budget that only requires dropping the notes
     b = demo_mem.search("type=decision|pattern|note executor callbacks blocking", budget=total - notes_cost + 5, **q)
     kept_types = {r.entry.type.value for r in b.results}

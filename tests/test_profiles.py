@@ -142,7 +142,7 @@ def test_eval_metrics(demo_mem, tmp_path):
     ]) + "\n")
     qrels = tmp_path / "qrels.tsv"
     qrels.write_text("query-id\tcorpus-id\tscore\nq1\tlc-arch-001\t2\nq1\tlc-anti-001\t1\nq2\tros2-conv-005\t1\n")
-    from memlens.evaluate import evaluate, load_qrels, load_queries
+    from memlens.retrieval.evaluate import evaluate, load_qrels, load_queries
 
     rep = evaluate(demo_mem, load_queries(queries), load_qrels(qrels))
     assert rep["queries"] == 2 and rep["skipped"] == 1

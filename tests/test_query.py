@@ -1,7 +1,7 @@
 import pytest
 
 from memlens.errors import QueryError
-from memlens.query import ScopeError, parse
+from memlens.retrieval.query import ScopeError, parse
 
 
 def test_filters_alternatives_and_free_text():

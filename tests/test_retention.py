@@ -7,10 +7,11 @@ from datetime import timedelta
 
 import pytest
 
-from memlens import Memory, retention
+from memlens import Memory
 from memlens.config import load_settings
 from memlens.errors import MemlensError
 from memlens.models import format_ts, utcnow
+from memlens.store import retention
 from tests.conftest import run_cli
 
 

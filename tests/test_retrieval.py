@@ -9,7 +9,7 @@ from memlens import Memory
 from memlens.config import load_settings
 from memlens.errors import ValidationError
 from memlens.models import parse_ts, utcnow
-from memlens.scoring import RetrievalWeights, minmax, recency, recency_many
+from memlens.retrieval.scoring import RetrievalWeights, minmax, recency, recency_many
 
 from .conftest import run_cli
 
@@ -268,7 +268,7 @@ def test_rerank_off_by_default(demo_mem):
 def test_rerank_with_a_local_cross_encoder(demo_store, tmp_path, real_embedder, tiny_cross_encoder):
     import shutil
 
-    from memlens.rerank import load_cross_encoder
+    from memlens.retrieval.rerank import load_cross_encoder
 
     path = tmp_path / "d.db"
     shutil.copy(demo_store, path)

@@ -185,7 +185,7 @@ def test_in_process_index_sees_writes_from_any_process(demo_mem):
 def test_lexical_scope_from_the_index_is_the_join(demo_mem, query, kw):
     """With the index warm, FTS5 matches are tested against its in-scope rowids instead of joined to
     entries: the same rows, in the same order, with the same bm25."""
-    from memlens.search import _Plan, lexical
+    from memlens.retrieval.search import _Plan, lexical
 
     def rows():
         plan = _Plan(demo_mem, query, kw.get("active_wing"), kw.get("wings"), 10, "memory", None, None, None)
@@ -198,7 +198,7 @@ def test_lexical_scope_from_the_index_is_the_join(demo_mem, query, kw):
 
 
 def test_lexical_scope_sees_writes_from_any_process(demo_mem):
-    from memlens.search import _Plan, lexical
+    from memlens.retrieval.search import _Plan, lexical
 
     from .conftest import run_cli
 

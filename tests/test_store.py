@@ -6,9 +6,10 @@ import stat
 import numpy as np
 import pytest
 
-from memlens import Memory, db
+from memlens import Memory
 from memlens.embed import HashEmbedder
 from memlens.errors import NotFoundError, StoreError, ValidationError
+from memlens.store import db
 
 
 class CountingEmbedder(HashEmbedder):

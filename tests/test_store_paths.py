@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from memlens import Memory, db
+from memlens import Memory
 from memlens.errors import StoreError
+from memlens.store import db
 
 from .conftest import bounded, run_cli, snapshot_store
 
@@ -271,7 +272,7 @@ def test_an_interrupted_import_into_a_new_store_leaves_nothing(tmp_path, real_em
 
 
 def test_a_new_store_another_process_has_open_is_not_removed(tmp_path, settings, hash_embedder):
-    from memlens.newstore import discard_if_unused
+    from memlens.store.newstore import discard_if_unused
 
     path = tmp_path / "shared.db"
     with Memory.open(path, settings=settings, embedder=hash_embedder) as other:  # open, nothing written yet

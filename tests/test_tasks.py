@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from memlens import Memory, db
+from memlens import Memory
 from memlens.config import load_settings
 from memlens.embed import HashEmbedder
 from memlens.errors import NotFoundError, ValidationError
-from memlens.tasks import Task, demo_tasks_file, load_demo, report_digest, summarize
+from memlens.store import db
+from memlens.working.tasks import Task, demo_tasks_file, load_demo, report_digest, summarize
 
 from .conftest import REPO, run_cli, snapshot_store
 

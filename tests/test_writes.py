@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from memlens import attribution
 from memlens.errors import NotFoundError, ValidationError
-from memlens.writes import StaleUpdateError
+from memlens.mcp import attribution
+from memlens.store.writes import StaleUpdateError
 
 from .conftest import snapshot_store
 
@@ -138,7 +138,7 @@ def test_guarded_writes_apply_the_entry_cap_like_add_and_update(store_path, sett
 
 
 def test_rows_of_an_unpublished_import_are_invisible_to_add_unique_and_wing_counts(mem):
-    from memlens import staging
+    from memlens.store import staging
 
     staged = mem.add("Staged by an import still running.", wing="w")
     mem.add("Published.", wing="w")

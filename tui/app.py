@@ -222,8 +222,8 @@ def _opener(store: str | Path | None, **kwargs: Any) -> tuple[Path, Any]:
 
 def _check_store(path: Path) -> None:
     """Refuse a file that is not a memlens store before the screen switches to the app (one-line error)."""
-    from memlens import db
     from memlens.errors import StoreError
+    from memlens.store import db
 
     if not path.exists():
         return  # created on open
@@ -234,7 +234,7 @@ def _check_store(path: Path) -> None:
     finally:
         conn.close()
     if version < 0:  # a damaged header: the same one line as the engine gives
-        from memlens.corruption import corrupt_error
+        from memlens.store.corruption import corrupt_error
 
         raise corrupt_error(path, f"its header holds schema version {version}")
     if version > db.SCHEMA_VERSION:

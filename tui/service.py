@@ -127,7 +127,7 @@ class Lens:
         return self.call(self.mem.explain, query, entry_id, active_wing=self.active_wing, now=self.now())
 
     def context(self, query: str, budget: int | None, profile: str | None = None) -> tuple[str, Bundle]:
-        from memlens.budget import render_context
+        from memlens.retrieval.budget import render_context
 
         def run() -> tuple[str, Bundle]:
             b = self._filter(self.mem.search(query, active_wing=self.active_wing, budget=budget, profile=profile or "memory",
@@ -160,7 +160,7 @@ class Lens:
     def entry_info(self, entry_id: str) -> dict[str, Any]:
         """Vector freshness (stored content hash and model vs the current text) and who overrides the entry."""
         from memlens.models import content_hash
-        from memlens.staging import visible
+        from memlens.store.staging import visible
 
         def run() -> dict[str, Any]:
             entry = self.mem.get(entry_id)
@@ -177,8 +177,8 @@ class Lens:
 
     def find(self, text: str, limit: int = 20) -> list[Entry]:
         """Entries whose id or title contains ``text`` (for "why not?" pickers)."""
-        from memlens.staging import visible
-        from memlens.store import _COLUMNS, row_to_entry
+        from memlens.memory import _COLUMNS, row_to_entry
+        from memlens.store.staging import visible
 
         def run() -> list[Entry]:
             like = f"%{text}%"
@@ -203,7 +203,7 @@ class Lens:
         """Entry ids, task ids, actively blocked task ids and profile names (assistant-shell completion)."""
 
         def run() -> dict[str, list[str]]:
-            from memlens.staging import visible
+            from memlens.store.staging import visible
 
             ids = [r[0] for r in self.mem.conn.execute(f"SELECT id FROM entries WHERE {visible()} ORDER BY id")]
             blocked = sorted({b.task_id for b in self.mem.tasks.blockers()})
@@ -243,10 +243,10 @@ class Lens:
         return self.call(self.mem.tasks.unblock, task_id, resolved_at=self.now())
 
     def load_demo(self) -> dict[str, Any]:
-        from memlens.cli import demo_file
+        from memlens.cli.main import demo_file
 
         def run() -> dict[str, Any]:
-            from memlens.tasks import load_demo
+            from memlens.working.tasks import load_demo
 
             report = self.mem.import_jsonl(demo_file())
             load_demo(self.mem)

@@ -104,7 +104,7 @@ def git_state() -> dict[str, Any]:
 
 
 def machine_info() -> dict[str, Any]:
-    from memlens import db
+    from memlens.store import db
 
     conn = db.connect(Path(":memory:"))
     try:

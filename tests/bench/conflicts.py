@@ -107,7 +107,8 @@ def scores(pairs: list[dict[str, Any]], sims: np.ndarray, t: float, types: froze
 
 def demo_flags(embedder: Any, settings: Any, types: frozenset[str]) -> list[dict[str, Any]]:
     """Every pair flagged by subject in the demo's searches, with ``types`` as the flagged types."""
-    from memlens import Memory, policy
+    from memlens import Memory
+    from memlens.retrieval import policy
 
     saved = policy.SUBJECT_TYPES
     policy.SUBJECT_TYPES = types
@@ -133,7 +134,7 @@ def demo_flags(embedder: Any, settings: Any, types: frozenset[str]) -> list[dict
 def run(quick: bool = False) -> dict[str, Any]:
     from memlens.config import load_settings
     from memlens.embed import make_embedder
-    from memlens.policy import SUBJECT_TYPES
+    from memlens.retrieval.policy import SUBJECT_TYPES
 
     t0 = time.perf_counter()
     settings = load_settings()

@@ -290,7 +290,7 @@ KNN_PREFIX = "SELECT rowid, distance FROM entries_vec WHERE embedding MATCH ? AN
 
 
 def knn_sql(mem: Any, query: str, wings: list[str] | None) -> tuple[str, list[Any], str]:
-    """The vec0 KNN statement as ``memlens.search`` builds it for this query and scope.
+    """The vec0 KNN statement as ``memlens.retrieval.search`` builds it for this query and scope.
 
     The filters come from the engine's own query plan when it exposes one (so the
     statement follows the engine as it changes); otherwise from the documented
@@ -298,10 +298,10 @@ def knn_sql(mem: Any, query: str, wings: list[str] | None) -> tuple[str, list[An
     ``verify_knn_sql`` checks the result against what the engine really executes.
     """
     try:
-        from memlens.search import _Plan  # private: used only to mirror the engine exactly
+        from memlens.retrieval.search import _Plan  # private: used only to mirror the engine exactly
 
         where, args = _Plan(mem, query, None, wings, K, "memory", None, None, None).filters()
-        source = "memlens.search._Plan.filters()"
+        source = "memlens.retrieval.search._Plan.filters()"
     except Exception:  # an engine without that plan object
         where, args = [], []
         if wings:
@@ -351,7 +351,7 @@ def knn_filters(mem: Any, query: str, wings: list[str] | None) -> dict[str, list
     """The filters ``search`` passes to ``VectorIndex.knn`` for this query (the default
     status filter for the benchmark's plain queries)."""
     try:
-        from memlens.search import _Plan  # private: used only to mirror the engine exactly
+        from memlens.retrieval.search import _Plan  # private: used only to mirror the engine exactly
 
         plan = _Plan(mem, query, None, wings, K, "memory", None, None, None)
         return {c: v for c, v in (("room", plan.rooms), ("kind", plan.kinds), ("type", plan.parsed.types),
@@ -402,7 +402,7 @@ def search_case(
     import faiss
     from threadpoolctl import threadpool_limits
 
-    from memlens.query import parse
+    from memlens.retrieval.query import parse
     from memlens.trace import STAGES
 
     conn = mem.conn

@@ -42,12 +42,13 @@ def _timed(fn: Any, n: int) -> list[float]:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    from memlens import Memory, corruption, retention
-    from memlens.check import check_store
+    from memlens import Memory
     from memlens.config import load_settings
     from memlens.embed import make_embedder
-    from memlens.rows import row_problem
-    from memlens.salvage import salvage
+    from memlens.store import corruption, retention
+    from memlens.store.check import check_store
+    from memlens.store.rows import row_problem
+    from memlens.store.salvage import salvage
 
     from . import foundation as F
 

@@ -19,7 +19,7 @@ of the 10 wings, k=10. Everything runs on one thread (one BLAS thread, faiss
   foundation's hybrid search at its floor: its two candidate generators alone,
   ``VectorIndex.knn`` at the candidate count with the engine's filters plus the
   foundation's FTS5 statement (scope tested by a join to ``entries``). The
-  engine's own lexical generator (``memlens.search.lexical``) must return the
+  engine's own lexical generator (``memlens.retrieval.search.lexical``) must return the
   same rows as that statement (checked on every query). Also against the raw
   KNN at k=10, the sqlite-vec KNN SQL, faiss ``IndexFlatIP`` with the same
   filter and numpy on the same rows. All interleaved per query.
@@ -81,7 +81,7 @@ def _retrieval_rows(mem: Any) -> int:
 
 def _fts_statement(mem: Any, query: str, wings: list[str], n_cand: int) -> tuple[str, list[Any]]:
     """The foundation's FTS5 statement (the reference): each match joined to its entries row to test the scope."""
-    from memlens.search import _Plan, fts_query  # private: used only to mirror the engine exactly
+    from memlens.retrieval.search import _Plan, fts_query  # private: used only to mirror the engine exactly
 
     plan = _Plan(mem, query, None, wings, 10, "memory", None, None, None)
     ewhere, eargs = plan.filters("e.")
@@ -94,8 +94,8 @@ def _fts_statement(mem: Any, query: str, wings: list[str], n_cand: int) -> tuple
 
 
 def _lexical_rows(mem: Any, query: str, wings: list[str], n_cand: int) -> list[tuple[int, float]]:
-    """The engine's lexical generator for ``query``, as ``memlens.search._candidates`` calls it."""
-    from memlens.search import _Plan, lexical  # private: used only to mirror the engine exactly
+    """The engine's lexical generator for ``query``, as ``memlens.retrieval.search._candidates`` calls it."""
+    from memlens.retrieval.search import _Plan, lexical  # private: used only to mirror the engine exactly
 
     plan = _Plan(mem, query, None, wings, 10, "memory", None, None, None)
     return lexical(mem, plan, plan.parsed.text, n_cand)

@@ -35,7 +35,7 @@ def pin_bundle(bundle):
 def tui_demo_store(tmp_path_factory, settings, real_embedder):
     """Demo entries and the demo task history, imported once."""
     from memlens import Memory
-    from memlens.tasks import load_demo
+    from memlens.working.tasks import load_demo
 
     from ..conftest import DEMO
 

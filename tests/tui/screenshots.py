@@ -159,7 +159,7 @@ def _pin_audit(mem) -> None:
 def build_stores(settings, embedder) -> dict[str, Path]:
     from memlens import Memory
     from memlens.models import format_ts
-    from memlens.tasks import load_demo
+    from memlens.working.tasks import load_demo
 
     from .conftest import FIXED_NOW, PINNED_MS
 
@@ -187,8 +187,8 @@ def build_stores(settings, embedder) -> dict[str, Path]:
 
 
 def _fresh_copy(stores: dict[str, Path], kind: str) -> Path:
-    path = WORK / "memlens.db"
-    for p in WORK.glob("memlens.db*"):
+    path = WORK / "memlens.store.db"
+    for p in WORK.glob("memlens.store.db*"):
         p.unlink()
     if kind != "empty":
         shutil.copy(stores[kind], path)

@@ -21,7 +21,7 @@ def pin_times(path, edits: dict[str, list[str]] | None = None) -> None:
 
     ``updated_at`` of an edited entry becomes its last edit time, as the engine would have written it.
     """
-    from memlens import db
+    from memlens.store import db
 
     conn = db.connect(path, create=False)
     try:

@@ -32,7 +32,7 @@ from ..widgets.bars import FLAG_STYLE, TYPE_STYLE, bar
 DEBOUNCE_S = 0.25
 PIPELINE = ("status", "scope", "profile", "candidates", "dedup", "override", "threshold", "relative", "rerank", "cap",
             "budget")
-"""Drop stages in the order the engine applies them (memlens.search): a verdict is a position on this line."""
+"""Drop stages in the order the engine applies them (memlens.retrieval.search): a verdict is a position on this line."""
 STAGE_MEANING = {
     "status": "deprecated entries are excluded unless the query asks for status=deprecated",
     "scope": "only the active wing, _global and the wings the query names are searched; room/kind/type filters apply",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.suggester import Suggester
 
-from memlens.query import KEYS, ScopeError, check_known, parse
+from memlens.retrieval.query import KEYS, ScopeError, check_known, parse
 from memlens.vocab import KINDS, STATUSES, TYPES
 
 

@@ -1,0 +1,80 @@
+"""Command-line arguments at the boundary: numbers in range, text in UTF-8, one-line errors.
+
+argparse's own errors (a usage block, then the message) become one line on
+stderr with exit status 2, like every other user error of ``memlens``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from memlens.errors import ValidationError
+from memlens.limits import MAX_BUDGET, MAX_K, check_int
+
+PROG = "memlens"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the CLI's error convention: one line on stderr, exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{PROG}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def _bounded(lo: int, hi: int, unit: str = "") -> Callable[[str], int]:
+    """An argparse type: a whole number inside ``lo..hi`` (the range is in the message)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number from {lo} to {hi}, not {text[:40]!r}") from None
+        try:
+            return check_int("value", value, lo, hi, unit=unit)
+        except ValidationError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix("value ")) from None
+
+    parse.__name__ = "whole number"
+    return parse
+
+
+def unit_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number from 0 to 1, not {text[:40]!r}")
+    return value
+
+
+K_ARG = _bounded(1, MAX_K)
+BUDGET_ARG = _bounded(1, MAX_BUDGET, "tokens")
+
+
+
+# Arguments that name files: any bytes the file system allows. Every other string is text
+# that is stored, matched or printed, so it must be valid UTF-8.
+PATH_ARGS = frozenset({"store", "file", "queries", "qrels", "workspace", "report"})
+_ARG_NAMES = {"text": "TEXT", "query": "QUERY", "task_id": "ID", "entry_id": "--id", "wings": "--wing"}
+
+
+def check_text_args(args: argparse.Namespace) -> None:
+    """Refuse an argument that is not valid UTF-8 (Python hands it over with lone surrogates)."""
+    for dest, value in vars(args).items():
+        if dest in PATH_ARGS:
+            continue
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, str):
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    bad = v[exc.start].encode("utf-8", "surrogateescape")
+                    name = _ARG_NAMES.get(dest) or "--" + dest.replace("_", "-")
+                    raise ValidationError(
+                        f"{name} is not valid UTF-8 (byte 0x{bad.hex()} at character {exc.start + 1}); "
+                        "pass text in UTF-8 (check the terminal's locale)"
+                    ) from None

@@ -1,0 +1,84 @@
+"""``memlens check`` and ``memlens salvage``: find damage in a store, copy what is readable out of it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+PROG = "memlens"
+
+
+def register(sub: Any) -> None:
+    s = sub.add_parser("check", help="check a store for damage (read-only); exit 1 if anything is wrong")
+    s.add_argument("--store", metavar="PATH", default=argparse.SUPPRESS, help="store file")
+    s.add_argument("--json", action="store_true", help="print the findings as JSON")
+    s = sub.add_parser("salvage", help="copy what is readable from a damaged store into a NEW store")
+    s.add_argument("--store", metavar="PATH", default=argparse.SUPPRESS, help="the damaged store (only read)")
+    s.add_argument("new", metavar="NEW.db", help="the store to create (must not exist)")
+    s.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _store(args: argparse.Namespace) -> Path:
+    from memlens.config import load_settings
+
+    return Path(args.store).expanduser() if args.store else load_settings().store_path()
+
+
+def _progress(stage: str) -> None:
+    if sys.stderr.isatty():
+        print(f"\r{stage}…\033[K", end="", file=sys.stderr, flush=True)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from memlens.store.check import Finding, check_store
+    from memlens.store.corruption import hint
+    from memlens.store.staging import terminate_as_exit
+
+    path = _store(args)
+    with terminate_as_exit():  # SIGTERM unwinds like Ctrl-C: the private copy goes
+        report = check_store(path, _progress)
+    if sys.stderr.isatty():
+        print("\r\033[K", end="", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False))
+        return 0 if report["ok"] else 1
+    for f in report["findings"]:
+        print(Finding(**f).line())
+    shown = len(report["findings"])
+    if report["problems"] > shown:
+        print(f"... and {report['problems'] - shown} more")
+    if report["ok"]:
+        print(f"store {path}: ok ({report.get('entries', 0)} entries; checked {', '.join(report['checks'])})")
+        return 0
+    per = ", ".join(f"{a} {n}" for a, n in report["problems_per_area"].items())
+    print(f"store {path}: {report['problems']} problems ({per}); {hint(path).split(', then ')[-1]}")
+    return 1
+
+
+def cmd_salvage(args: argparse.Namespace) -> int:
+    from memlens.config import load_settings
+    from memlens.store.salvage import salvage
+    from memlens.store.staging import terminate_as_exit
+
+    path = _store(args)
+    with terminate_as_exit():  # SIGTERM unwinds like Ctrl-C: the half-made new store and any scratch copy go
+        report = salvage(path, Path(args.new).expanduser(), settings=load_settings(), progress=_progress)
+    if sys.stderr.isatty():
+        print("\r\033[K", end="", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False))
+        return 0 if report["lost"] == 0 else 1
+    print(f"saved {report['saved']} entries into {report['new_store']} ({report['recovered_from_audit']} more rebuilt "
+          f"from the audit history; {report['vectors_reused']} vectors reused, {report['embedded']} embedded)")
+    print(
+        f"lost {report['lost']} entries ({report['unreadable_rows']} unreadable rows, {report['invalid_rows']} rows "
+        f"that do not decode); copied {report['audit_rows']} audit rows, {report['tasks']} tasks, "
+        f"{report['blockers']} blockers"
+        + (f" ({report['audit_rows_lost']} audit rows unreadable)" if report["audit_rows_lost"] else "")
+    )
+    if report["overrides_dropped"]:
+        print(f"{len(report['overrides_dropped'])} entries override an entry that was lost: their 'overrides' was cleared")
+    return 0 if report["lost"] == 0 else 1

@@ -1,0 +1,158 @@
+"""The stdio wire of ``memlens mcp``: a pure JSON-RPC stdout, and ``initialize`` answered at once.
+
+Stdlib only: this runs before the SDK (about a second of imports here) and
+long before the model loads.
+
+1. Stream protection. The protocol gets a private duplicate of fd 1; fd 1
+   itself (and ``sys.stdout``) then point at stderr, and fd 0 at the null
+   device. A stray ``print``, a dependency's banner or a C library writing to
+   fd 1 lands on stderr and can never corrupt the JSON-RPC stream.
+2. Early ``initialize``. A reader thread takes the client's lines from the real
+   stdin. If the first one is a well-formed ``initialize`` request, it is answered
+   straight away from ``memlens.mcp.meta`` (the same answer the SDK gives), so a
+   client's handshake timeout never waits for imports or the model. The request is
+   still passed on to the SDK session, which sets itself up from it; its own
+   answer to that id is dropped here (and compared: a difference is logged).
+   ``MEMLENS_MCP_EARLY_INIT=0`` turns this off.
+
+The server (``memlens.mcp.server``) attaches a ``deliver`` callback that parses
+each line into the SDK's message type and hands it to the event loop, and
+writes the SDK's answers with ``Wire.write``: one thread hop per message each
+way, as few as the SDK's own stdio transport (which cannot answer early).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from memlens.mcp.meta import initialize_result
+
+
+def _dup_private(fd: int) -> int:
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+class Wire:
+    """The process's stdin/stdout, taken over for the protocol (call ``protect`` first thing)."""
+
+    def __init__(self, version: str, early: bool = True) -> None:
+        self.version = version
+        self.early = early
+        self.early_id: Any = None
+        self.early_answer: dict[str, Any] | None = None
+        self.mismatch: str | None = None
+        self._pending_early = early
+        self.closed = False
+        self._out_lock = threading.Lock()
+        self._in_lock = threading.Lock()
+        self._buffered: list[bytes | None] = []  # lines read before the server attached
+        self._deliver: Callable[[bytes | None], None] | None = None
+
+    def protect(self) -> None:
+        sys.stdout.flush()
+        self.wire_in = _dup_private(0)
+        self.wire_out = _dup_private(1)
+        os.dup2(2, 1)  # stray fd-1 writes (prints, C libraries) go to stderr
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        sys.stdout = sys.stderr
+
+    def start(self) -> None:
+        threading.Thread(target=self._read, name="memlens-wire-in", daemon=True).start()
+
+    def attach(self, deliver: Callable[[bytes | None], None]) -> None:
+        """From now on hand every line (``None`` at end of input) to ``deliver``, the buffered ones first."""
+        with self._in_lock:
+            for line in self._buffered:
+                deliver(line)
+            self._buffered.clear()
+            self._deliver = deliver
+
+    def write(self, line: bytes) -> None:
+        """One outgoing message (a JSON line); the SDK's own answer to an early-answered initialize is dropped."""
+        if self._pending_early and self.early_id is not None and self._is_early_reply(line):
+            self._pending_early = False
+            return
+        self._send(line)
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _send(self, line: bytes) -> None:
+        with self._out_lock:
+            if self.closed:
+                return
+            try:
+                _write_all(self.wire_out, line)
+            except OSError as exc:  # the client is gone: drop the rest; its stdin's end stops the session
+                self.closed = True
+                print(f"memlens mcp: stdout: {exc}", file=sys.stderr, flush=True)
+
+    def _hand(self, line: bytes | None) -> None:
+        with self._in_lock:
+            if self._deliver is None:
+                self._buffered.append(line)
+            else:
+                self._deliver(line)
+
+    def _read(self) -> None:
+        first = True
+        try:
+            with open(self.wire_in, "rb", closefd=False) as src:
+                for line in src:
+                    if not line.strip():
+                        continue
+                    if first:
+                        first = False
+                        if self.early:
+                            self._answer_early(line)
+                    self._hand(line)
+        except OSError as exc:
+            print(f"memlens mcp: stdin: {exc}", file=sys.stderr, flush=True)
+        finally:
+            self._hand(None)  # end of input: the session ends
+
+    def _answer_early(self, line: bytes) -> None:
+        try:
+            msg = json.loads(line)
+        except (ValueError, RecursionError):
+            return
+        if not (isinstance(msg, dict) and msg.get("method") == "initialize" and msg.get("jsonrpc") == "2.0"):
+            return
+        params, rid = msg.get("params"), msg.get("id")
+        if not isinstance(params, dict) or not isinstance(rid, (int, str)) or isinstance(rid, bool):
+            return
+        info = params.get("clientInfo")
+        if not (isinstance(params.get("protocolVersion"), str) and isinstance(params.get("capabilities"), dict)
+                and isinstance(info, dict) and isinstance(info.get("name"), str) and isinstance(info.get("version"), str)):
+            return  # let the SDK answer (and reject) anything unusual
+        self.early_answer = initialize_result(params["protocolVersion"], self.version)
+        self.early_id = rid
+        reply = {"jsonrpc": "2.0", "id": rid, "result": self.early_answer}
+        self._send(json.dumps(reply, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+
+    def _is_early_reply(self, line: bytes) -> bool:
+        try:
+            msg = json.loads(line)
+        except (ValueError, RecursionError):
+            return False
+        if not isinstance(msg, dict) or msg.get("id") != self.early_id or "method" in msg:
+            return False
+        if msg.get("result") != self.early_answer:
+            self.mismatch = json.dumps(msg.get("result") or msg.get("error"), sort_keys=True)
+            print(f"memlens mcp: warning: initialize was answered early with {json.dumps(self.early_answer, sort_keys=True)}"
+                  f" but the server answers {self.mismatch}", file=sys.stderr, flush=True)
+        return True

@@ -1,0 +1,326 @@
+"""The MCP tools: thin adapters from tool calls to ``memlens.Memory``.
+
+Each tool validates its arguments through its signature (the SDK derives the
+JSON schema from it), runs in a worker thread, and turns a ``MemlensError``
+into a tool error with the engine's one-line message. Writes are attributed
+to the calling client (``memlens.mcp.attribution``): its audit rows name it.
+
+The engine opens in the background (``Engine.start``): the store first, then
+the model, then the in-process vector index. A tool that needs the model
+waits for it; the wait shows in the result's trace as ``model_wait_ms``.
+"""
+
+import sys
+import threading
+import time
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from memlens.errors import MemlensError
+from memlens.mcp import attribution
+
+TypeName = Literal["invariant", "decision", "pattern", "note"]
+KindName = Literal["turn", "fact", "entity", "procedure", "document", "code"]
+StatusName = Literal["active", "under_review", "deprecated"]
+OutcomeName = Literal["success", "failure"]
+
+READ_TOOLS = ("memory_search", "memory_context", "memory_get", "memory_explain", "memory_wings", "working_memory")
+WRITE_TOOLS = ("memory_add", "memory_update", "memory_set_status", "memory_delete", "task_complete", "task_block",
+               "task_unblock")
+ENGINE_WAIT_S = 120.0  # a call that arrives while the store or model loads waits this long at most
+
+
+class Engine:
+    """One ``Memory`` for the server process, opened and warmed in a background thread."""
+
+    def __init__(self, store: str | None = None, *, memory: Any = None, read_only: bool = False) -> None:
+        self.store = store
+        self.read_only = read_only
+        self._mem = memory
+        self._error: BaseException | None = None  # the store could not be opened
+        self._model_error: BaseException | None = None  # the store is open, the model could not be loaded
+        self.store_ready = threading.Event()
+        self.model_ready = threading.Event()
+        self.timings: dict[str, float] = {}
+        self._closing = threading.Event()
+        self._thread: threading.Thread | None = None
+        if memory is not None:
+            self.store_ready.set()
+
+    def start(self, warm: bool = True) -> None:
+        self._thread = threading.Thread(target=self._warm, args=(warm,), name="memlens-warm", daemon=True)
+        self._thread.start()
+
+    def _warm(self, warm: bool) -> None:
+        t0 = time.perf_counter()
+        try:
+            if self._mem is None:
+                from memlens.config import load_settings
+                from memlens.memory import Memory
+
+                settings = load_settings()
+                if self.read_only:  # write nothing at all, not even the retrieval metrics
+                    settings.audit.level = "writes"
+                # a read-only server creates no store: a missing one is an error naming the path
+                self._mem = Memory.open(self.store, settings=settings, create=not self.read_only)
+            self.timings["store_ms"] = (time.perf_counter() - t0) * 1000
+        except BaseException as exc:  # every tool call reports it; the server keeps serving
+            self._error = exc
+            print(f"memlens mcp: error: {exc}", file=sys.stderr, flush=True)
+            self.model_ready.set()
+            return
+        finally:
+            self.store_ready.set()
+        try:
+            if warm:
+                self._mem.embedder.load()
+                self._mem.check_model()
+            self.timings["model_ms"] = (time.perf_counter() - t0) * 1000
+            print(f"memlens mcp: store {self._mem.path} open, model ready in {self.timings['model_ms'] / 1000:.1f} s",
+                  file=sys.stderr, flush=True)
+        except BaseException as exc:  # the tools that need the model report it; the others work
+            self._model_error = exc
+            print(f"memlens mcp: error: {exc}", file=sys.stderr, flush=True)
+            return
+        finally:
+            self.model_ready.set()
+        if warm and not self._closing.is_set():
+            try:
+                self._mem.warm_index()
+            except Exception as exc:  # searches fall back to sqlite-vec
+                print(f"memlens mcp: warning: in-process vector index not loaded: {exc}", file=sys.stderr, flush=True)
+
+    def memory(self, need_model: bool = False) -> tuple[Any, float]:
+        """The Memory (waiting for the store, or also the model), and how long this call waited in ms."""
+        event = self.model_ready if need_model else self.store_ready
+        t0 = time.perf_counter()
+        if not event.wait(ENGINE_WAIT_S):
+            what = "the embedding model is still loading" if need_model else "the store is still opening"
+            raise MemlensError(f"{what}; try again in a moment")
+        for error in (self._error, self._model_error if need_model else None):
+            if isinstance(error, MemlensError):
+                raise MemlensError(str(error))
+            if error is not None:
+                raise MemlensError(f"the memory engine failed to start: {error}")
+        return self._mem, (time.perf_counter() - t0) * 1000
+
+    def close(self, timeout: float = 60.0) -> bool:
+        """Let a model load in progress finish (native code must not be torn down mid-load), then close.
+
+        False when the loader is still busy after ``timeout``: the caller should then exit hard.
+        """
+        self._closing.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                return False
+        if self._mem is not None:
+            self._mem.close()
+        return True
+
+
+def client_of(ctx: Context | None) -> dict[str, str] | None:
+    """The connection's client as named in its ``initialize`` (or request envelope)."""
+    try:
+        params = ctx.session.client_params if ctx is not None else None
+        info = params.client_info if params is not None else None
+    except Exception:
+        return None
+    return attribution.client_record(getattr(info, "name", None), getattr(info, "version", None), via="mcp")
+
+
+def compact(result: Any, full: bool) -> dict[str, Any]:
+    e = result.entry
+    out = {"id": e.id, "wing": e.wing, "room": e.room, "kind": e.kind.value, "type": e.type.value,
+           "status": e.status.value, "title": e.title, "text": result.summary or e.text, "score": round(result.score, 4),
+           "rank": result.rank, "flags": result.flags}
+    for name in ("conflicts_with", "hides"):
+        if getattr(result, name):
+            out[name] = getattr(result, name)
+    if full:
+        out["components"] = result.components.model_dump()
+    return out
+
+
+def trace_summary(trace: Any, waited_ms: float) -> dict[str, Any]:
+    return {"query": trace.query, "active_wing": trace.active_wing, "profile": trace.profile,
+            "wings_searched": trace.wings_searched, "cache_hit": trace.cache_hit, "latency_ms": trace.latency_ms,
+            "dropped": len(trace.dropped), "counts": trace.counts, "degraded": trace.degraded,
+            "model_wait_ms": round(waited_ms, 1)}
+
+
+def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> list[str]:
+    """Add the tools to ``server`` (only the read tools when ``read_only``); returns their names."""
+    from memlens.mcp.meta import DESCRIPTIONS
+
+    names: list[str] = []
+
+    def call(ctx: Context | None, fn: Any, need_model: bool = False) -> Any:
+        with attribution.acting_as(client_of(ctx)):
+            try:
+                mem, waited = engine.memory(need_model)
+                return fn(mem, waited)
+            except MemlensError as exc:
+                raise ToolError(str(exc)) from None
+
+    def tool(name: str, title: str, *, read: bool, destructive: bool = False, idempotent: bool = True,
+             structured: bool = True) -> Any:
+        def deco(fn: Any) -> Any:
+            if read_only and not read:
+                return fn
+            hints = ToolAnnotations(title=title, read_only_hint=read, destructive_hint=False if read else destructive,
+                                    idempotent_hint=idempotent, open_world_hint=False)
+            server.add_tool(fn, name=name, title=title, description=DESCRIPTIONS[name], annotations=hints,
+                            structured_output=structured)
+            names.append(name)
+            return fn
+        return deco
+
+    Id = Annotated[str, Field(description="the entry id, as returned by memory_search or memory_add", min_length=1)]
+    Wing = Annotated[str, Field(description="a project name (letters, digits, _ . -); '_global' holds cross-project knowledge")]
+
+    @tool("memory_search", "Search memory", read=True)
+    def memory_search(
+        query: Annotated[
+            str, Field(description="what to look for; may start with filters: wing=W room=R type=T kind=K status=S")
+        ],
+        active_wing: Annotated[str | None, Field(description="the project you are working in: its entries rank higher")] = None,
+        wings: Annotated[
+            list[str] | None,
+            Field(description="search only these wings (default: the active wing and _global; all wings without an active wing)"),
+        ] = None,
+        k: Annotated[int | None, Field(ge=1, le=100, description="results to return (default 10)")] = None,
+        profile: Annotated[
+            str, Field(description="retrieval profile, e.g. memory (default), academic, personal, conversation")
+        ] = "memory",
+        budget: Annotated[int | None, Field(ge=1, description="token budget for the results' text")] = None,
+        full_trace: Annotated[bool, Field(description="also return every score component and the full trace")] = False,
+        ctx: Context = None,  # type: ignore[assignment]
+    ) -> dict[str, Any]:
+        def run(mem: Any, waited: float) -> dict[str, Any]:
+            b = mem.search(query, active_wing=active_wing, wings=wings, k=k, profile=profile, budget=budget)
+            out = {"results": [compact(r, full_trace) for r in b.results], "trace": trace_summary(b.trace, waited)}
+            if full_trace:
+                out["full_trace"] = b.trace.model_dump(mode="json")
+            return out
+        return call(ctx, run, need_model=True)
+
+    @tool("memory_context", "Memory context for a task", read=True, structured=False)
+    def memory_context(
+        query: Annotated[str, Field(description="the task or question you need context for")],
+        active_wing: Annotated[str, Field(description="the project you are working in")],
+        budget: Annotated[int | None, Field(ge=1, description="token budget for the whole context")] = None,
+        ctx: Context = None,  # type: ignore[assignment]
+    ) -> str:
+        return call(ctx, lambda mem, _w: mem.context(query, active_wing=active_wing, budget=budget), need_model=True)
+
+    @tool("memory_add", "Remember something", read=False, destructive=False, idempotent=True)
+    def memory_add(
+        text: Annotated[str, Field(description="the knowledge itself, self-contained", min_length=1)],
+        wing: Wing,
+        room: Annotated[str, Field(description="a topic inside the wing, e.g. architecture")] = "",
+        type: Annotated[TypeName, Field(description="authority: invariant > decision > pattern > note")] = "note",
+        kind: Annotated[KindName, Field(description="what it is")] = "fact",
+        title: Annotated[str, Field(description="short title (default: the start of the text)")] = "",
+        key: Annotated[str | None, Field(description="a stable key: entries with one key describe one thing")] = None,
+        status: Annotated[StatusName, Field(description="active unless you are unsure (under_review)")] = "active",
+        salience: Annotated[float, Field(ge=0.0, le=1.0, description="importance 0..1")] = 0.5,
+        overrides: Annotated[str | None, Field(description="id of an entry this one replaces")] = None,
+        ctx: Context = None,  # type: ignore[assignment]
+    ) -> dict[str, Any]:
+        def run(mem: Any, _w: float) -> dict[str, Any]:
+            entry, created, similar = mem.add_unique(text, wing=wing, room=room, type=type, kind=kind, title=title,
+                                                     key=key, status=status, salience=salience, overrides=overrides)
+            return {"id": entry.id, "status": "created" if created else "already_exists", "wing": entry.wing,
+                    "updated_at": entry.to_record()["updated_at"], "similar": similar}
+        return call(ctx, run, need_model=True)
+
+    @tool("memory_get", "Read one entry", read=True)
+    def memory_get(id: Id, ctx: Context = None) -> dict[str, Any]:  # type: ignore[assignment]
+        return call(ctx, lambda mem, _w: mem.get(id).to_record())
+
+    @tool("memory_update", "Edit an entry", read=False, destructive=True, idempotent=True)
+    def memory_update(
+        id: Id,
+        text: Annotated[str | None, Field(description="new text (re-embedded)")] = None,
+        title: Annotated[str | None, Field(description="new title")] = None,
+        wing: Annotated[str | None, Field(description="move to this wing")] = None,
+        room: Annotated[str | None, Field(description="new room ('' for none)")] = None,
+        type: Annotated[TypeName | None, Field(description="new authority type")] = None,
+        kind: Annotated[KindName | None, Field(description="new kind")] = None,
+        status: Annotated[StatusName | None, Field(description="new status")] = None,
+        key: Annotated[str | None, Field(description="new key ('' clears it)")] = None,
+        salience: Annotated[float | None, Field(ge=0.0, le=1.0, description="new importance")] = None,
+        overrides: Annotated[str | None, Field(description="id of an entry this one replaces ('' clears it)")] = None,
+        expected_updated_at: Annotated[str | None, Field(
+            description="the updated_at you read: the update is refused if the entry changed since")] = None,
+        ctx: Context = None,  # type: ignore[assignment]
+    ) -> dict[str, Any]:
+        fields = {"text": text, "title": title, "wing": wing, "room": room, "type": type, "kind": kind,
+                  "status": status, "key": key, "salience": salience, "overrides": overrides}
+        changes = {k: v for k, v in fields.items() if v is not None}
+        if not changes:
+            raise ToolError("nothing to change: give at least one field (text, title, wing, room, type, ...)")
+        return call(ctx, lambda mem, _w: mem.update_checked(id, expected_updated_at, **changes).to_record(),
+                    need_model="text" in changes or "title" in changes)
+
+    @tool("memory_set_status", "Set an entry's status", read=False, destructive=True, idempotent=True)
+    def memory_set_status(id: Id, status: Annotated[StatusName, Field(
+            description="active, under_review (still retrieved, flagged) or deprecated (no longer retrieved)")],
+            ctx: Context = None) -> dict[str, Any]:  # type: ignore[assignment]
+        return call(ctx, lambda mem, _w: mem.set_status(id, status).to_record())
+
+    @tool("memory_delete", "Delete an entry", read=False, destructive=True, idempotent=True)
+    def memory_delete(id: Id, ctx: Context = None) -> dict[str, Any]:  # type: ignore[assignment]
+        def run(mem: Any, _w: float) -> dict[str, Any]:
+            e = mem.delete(id)
+            return {"id": e.id, "deleted": True, "wing": e.wing, "title": e.title}
+        return call(ctx, run)
+
+    @tool("memory_explain", "Why (not) this entry?", read=True)
+    def memory_explain(
+        query: Annotated[str, Field(description="the query you searched with")],
+        id: Id,
+        active_wing: Annotated[str | None, Field(description="the active wing of that search")] = None,
+        ctx: Context = None,  # type: ignore[assignment]
+    ) -> dict[str, Any]:
+        return call(ctx, lambda mem, _w: mem.explain(query, id, active_wing=active_wing), need_model=True)
+
+    @tool("memory_wings", "List wings and rooms", read=True)
+    def memory_wings(ctx: Context = None) -> dict[str, Any]:  # type: ignore[assignment]
+        def run(mem: Any, _w: float) -> dict[str, Any]:
+            wings = mem.wing_counts()
+            return {"entries": sum(w["entries"] for w in wings), "wings": wings}
+        return call(ctx, run)
+
+    TaskId = Annotated[str, Field(description="your task's id", min_length=1)]
+
+    @tool("task_complete", "Record a finished task", read=False, destructive=False, idempotent=True)
+    def task_complete(
+        task_id: TaskId,
+        intent: Annotated[str, Field(description="what the task set out to do, in one sentence")],
+        outcome: Annotated[OutcomeName, Field(description="success or failure")] = "success",
+        report: Annotated[dict[str, Any] | None, Field(description="validation report, e.g. {'tests': 'passed'}")] = None,
+        ctx: Context = None,  # type: ignore[assignment]
+    ) -> dict[str, Any]:
+        return call(ctx, lambda mem, _w: mem.tasks.complete(task_id, intent, outcome=outcome,
+                                                            validation_report=report).to_record())
+
+    @tool("task_block", "Mark a task blocked", read=False, destructive=False, idempotent=False)
+    def task_block(task_id: TaskId, reason: Annotated[str, Field(description="why the task cannot proceed")],
+                   ctx: Context = None) -> dict[str, Any]:  # type: ignore[assignment]
+        return call(ctx, lambda mem, _w: mem.tasks.block(task_id, reason).to_record())
+
+    @tool("task_unblock", "Resolve a task's blocker", read=False, destructive=False, idempotent=False)
+    def task_unblock(task_id: TaskId, ctx: Context = None) -> dict[str, Any]:  # type: ignore[assignment]
+        return call(ctx, lambda mem, _w: mem.tasks.unblock(task_id).to_record())
+
+    @tool("working_memory", "Recent tasks and blockers", read=True)
+    def working_memory(ctx: Context = None) -> dict[str, Any]:  # type: ignore[assignment]
+        return call(ctx, lambda mem, _w: mem.tasks.window().to_dict())
+
+    return names

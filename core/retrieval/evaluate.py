@@ -1,0 +1,115 @@
+"""Retrieval evaluation on a BEIR-style question set, so weights can be tuned on real questions.
+
+``queries.jsonl``: one ``{"_id": ..., "text": ...}`` per line (BEIR), optionally
+with ``active_wing`` / ``wings``. ``qrels.tsv``: ``query-id<TAB>corpus-id<TAB>score``
+with an optional header line; corpus ids are entry ids and scores are graded
+relevance (> 0 means relevant).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memlens.errors import MemlensError
+
+if TYPE_CHECKING:
+    from memlens.memory import Memory
+
+CUTOFFS = (1, 5, 10)
+
+
+def _read_lines(path: Path, what: str) -> list[str]:
+    """The lines of a regular UTF-8 file of at most JSON_MAX_BYTES (a FIFO or /dev/zero is refused, not read)."""
+    from memlens.files import JSON_MAX_BYTES, read_file
+
+    data = read_file(path, cap=JSON_MAX_BYTES, what=what)
+    try:
+        return data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise MemlensError(f"{what} {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def read_json_lines(path: Path, what: str = "queries") -> list[tuple[int, Any]]:
+    """(line number, parsed value) for every non-blank line of a small JSONL file; bad JSON is a one-line error."""
+    lines = _read_lines(path, what)
+    out = []
+    for n, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                out.append((n, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                from memlens.io.jsonl import json_error_text  # the message with its column, as import gives it
+
+                raise MemlensError(f"{path}: line {n}: invalid JSON: {json_error_text(exc)}") from None
+            except RecursionError:
+                raise MemlensError(f"{path}: line {n}: invalid JSON: nested too deeply") from None
+    return out
+
+
+def load_queries(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for n, obj in read_json_lines(path):
+        if not isinstance(obj, dict) or "_id" not in obj or not isinstance(obj.get("text"), str):
+            raise MemlensError(f"{path}: line {n}: expected {{\"_id\": ..., \"text\": \"...\"}}")
+        if not isinstance(obj.get("active_wing", ""), (str, type(None))):
+            raise MemlensError(f"{path}: line {n}: active_wing: expected a string")
+        wings = obj.get("wings")
+        if wings is not None and (not isinstance(wings, list) or not all(isinstance(w, str) for w in wings)):
+            raise MemlensError(f"{path}: line {n}: wings: expected a list of strings")
+        out.append(obj)
+    return out
+
+
+def load_qrels(path: Path) -> dict[str, dict[str, float]]:
+    qrels: dict[str, dict[str, float]] = {}
+    lines = _read_lines(path, "qrels")
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) < 3:
+            raise MemlensError(f"{path}: line {n}: expected query-id<TAB>corpus-id<TAB>score")
+        try:
+            score = float(parts[2])
+        except ValueError:
+            if n == 1:
+                continue  # header
+            raise MemlensError(f"{path}: line {n}: score {parts[2]!r} is not a number") from None
+        qrels.setdefault(parts[0], {})[parts[1]] = score
+    return qrels
+
+
+def _dcg(gains: list[float]) -> float:
+    return sum((2**g - 1) / math.log2(i + 2) for i, g in enumerate(gains))
+
+
+def evaluate(mem: Memory, queries: list[dict[str, Any]], qrels: dict[str, dict[str, float]], *, profile: str = "memory",
+             active_wing: str | None = None, wings: list[str] | None = None, k: int = 10) -> dict[str, Any]:
+    per_query = []
+    for q in queries:
+        rel = {d: s for d, s in qrels.get(str(q["_id"]), {}).items() if s > 0}
+        if not rel:
+            continue
+        try:
+            b = mem.search(q["text"], profile=profile, active_wing=q.get("active_wing", active_wing),
+                           wings=q.get("wings", wings), k=k, use_cache=False)
+        except MemlensError as exc:
+            raise MemlensError(f"query {str(q['_id'])[:40]!r}: {exc}") from None
+        ranked = [r.entry.id for r in b.results][:k]
+        row: dict[str, Any] = {"id": q["_id"], "retrieved": ranked}
+        for c in CUTOFFS:
+            row[f"recall@{c}"] = len(set(ranked[:c]) & set(rel)) / len(rel)
+        rr = next((1 / (i + 1) for i, d in enumerate(ranked[:10]) if d in rel), 0.0)
+        row["mrr@10"] = rr
+        ideal = _dcg(sorted(rel.values(), reverse=True)[:10])
+        row["ndcg@10"] = _dcg([rel.get(d, 0.0) for d in ranked[:10]]) / ideal if ideal else 0.0
+        per_query.append(row)
+    if not per_query:
+        raise MemlensError("no query has a relevant document in the qrels; check the ids")
+    metrics = [f"recall@{c}" for c in CUTOFFS] + ["mrr@10", "ndcg@10"]
+    summary = {m: round(sum(r[m] for r in per_query) / len(per_query), 4) for m in metrics}
+    return {"profile": profile, "queries": len(per_query), "skipped": len(queries) - len(per_query), **summary,
+            "per_query": per_query}

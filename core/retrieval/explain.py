@@ -1,0 +1,93 @@
+""""Why not?": the exact stage at which an entry left the pipeline for a query.
+
+It runs the very same pipeline (cache bypassed) and reads its trace. For an
+entry that never became a candidate, it checks the pre-candidate gates in
+pipeline order: status, scope (wings), the query's filters, the profile, and
+finally the over-fetch limit, reporting the entry's own similarity and BM25
+rank within the scope.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from memlens.retrieval.search import fts_query
+from memlens.store.staging import visible
+from memlens.store.vectors import clean, from_blob
+
+if TYPE_CHECKING:
+    from memlens.memory import Memory
+
+
+def explain(mem: Memory, query: str, entry_id: str, **kwargs: Any) -> dict[str, Any]:
+    entry = mem.get(entry_id)
+    kwargs.pop("use_cache", None)
+    bundle = mem.search(query, use_cache=False, **kwargs)
+    t = bundle.trace
+    base: dict[str, Any] = {"id": entry_id, "title": entry.title, "wing": entry.wing, "query": query, "profile": t.profile}
+    for r in bundle.results:
+        if r.entry.id == entry_id:
+            return {**base, "verdict": "returned", "stage": None, "rank": r.rank, "score": r.score, "flags": r.flags,
+                    "components": r.components.model_dump(),
+                    "detail": f"returned at rank {r.rank} of {len(bundle.results)} with score {r.score:.3f}"}
+    for d in t.dropped:
+        if d.id == entry_id:
+            return {**base, "verdict": "dropped", "stage": d.stage, "detail": d.detail, "score": d.score}
+    stage, detail = _never_a_candidate(mem, entry, bundle, kwargs)
+    return {**base, "verdict": "not retrieved", "stage": stage, "detail": detail}
+
+
+def _never_a_candidate(mem: Memory, entry: Any, bundle: Any, kwargs: dict[str, Any]) -> tuple[str, str]:
+    t = bundle.trace
+    statuses = t.filters.get("status") or ["active", "under_review"]
+    if entry.status.value not in statuses:
+        how = "ask with status=deprecated" if entry.status.value == "deprecated" else f"status filter is {'|'.join(statuses)}"
+        return "status", f"entry is {entry.status.value}; excluded unless the query asks for it ({how})"
+    if entry.wing not in t.wings_searched:
+        return "scope", f"wing {entry.wing!r} is not among the wings searched ({', '.join(t.wings_searched)})"
+    for key, value in (("room", entry.room), ("kind", entry.kind.value), ("type", entry.type.value)):
+        allowed = t.filters.get(key)
+        if allowed and value not in allowed:
+            return "scope", f"the query filters {key}={'|'.join(allowed)}; the entry's {key} is {value!r}"
+    prof = t.profile_settings
+    if prof.get("kinds") and entry.kind.value not in prof["kinds"]:
+        return "profile", f"profile {t.profile!r} retrieves kind {'|'.join(prof['kinds'])}; the entry is a {entry.kind.value}"
+    if prof.get("rooms") and entry.room not in prof["rooms"] and not t.filters.get("room"):
+        return "profile", f"profile {t.profile!r} retrieves room {'|'.join(prof['rooms'])}; the entry is in {entry.room!r}"
+    for note in t.notes:
+        if "needs" in note or "allows no kind" in note:
+            return "profile", note
+    if not t.text:
+        return "candidates", "the query has no free text; only the first entries of the scope by authority are listed"
+    # it passed every gate but neither generator ranked it high enough
+    vec = clean(mem.vector(entry.id))
+    qvec = clean(mem.embed([t.text])[0])
+    sim = float(vec @ qvec)
+    conn = mem.conn
+    wings = t.wings_searched
+    where = f"wing IN ({','.join('?' * len(wings))}) AND status IN ({','.join('?' * len(statuses))})"
+    higher = 0
+    rows = conn.execute(
+        f"SELECT v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid WHERE e.{where.replace(' AND ', ' AND e.')} "
+        f"AND {visible('e')}",
+        [*wings, *statuses],
+    )
+    for (blob,) in rows:
+        higher += float(from_blob(blob) @ qvec) > sim
+    lexical = "does not match any query term"
+    fq = fts_query(t.text)
+    if fq:
+        rows = conn.execute(
+            "SELECT e.id FROM entries_fts JOIN entries e ON e.rowid = entries_fts.rowid WHERE entries_fts MATCH ? "
+            f"AND e.wing IN ({','.join('?' * len(wings))}) AND {visible('e')} ORDER BY bm25(entries_fts, 2.0, 1.0)",
+            [fq, *wings],
+        ).fetchall()
+        ids = [r[0] for r in rows]
+        if entry.id in ids:
+            lexical = f"BM25 rank {ids.index(entry.id) + 1}"
+    over = t.candidates.get("over_fetch", mem.settings.search.candidates)
+    unusable = " (its stored vector is all zeros or not finite, so it is never a vector neighbour)" if not vec.any() else ""
+    return "candidates", (
+        f"similarity {sim:.3f}{unusable} ranks {higher + 1} in scope and {lexical}; only the top {over} of each "
+        f"generator become candidates (search.candidates)"
+    )

@@ -1,0 +1,98 @@
+"""A store created by a command that then fails is removed again.
+
+The commands that write (add, import, demo, task) create a missing store. When
+their input is refused after that (an invalid JSONL line, a bad wing name, a
+bad ``--at``) or they are interrupted, the new store would stay behind, empty:
+the next read command would then find a store where there was none. So a
+store this command created is removed when the command fails and the store
+still holds nothing: no entry, audit row, task, blocker or import. A store
+that held anything, or that existed before, is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+_TABLES = ("entries", "audit", "tasks", "blockers", "imports")
+
+
+def _unused(path: Path) -> bool:
+    """Whether the store at ``path`` holds no rows a user wrote (False when that cannot be told)."""
+    from memlens.store.db import driver
+
+    try:
+        # no -wal (checked first): the file is all there is, and nobody else is writing it
+        conn = driver().connect(f"file:{quote(str(path))}?immutable=1", uri=True, timeout=1.0)
+    except Exception:
+        return False
+    try:
+        for table in _TABLES:
+            try:
+                if conn.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is not None:
+                    return False
+            except Exception as exc:
+                if "no such table" not in str(exc):
+                    return False  # locked, damaged, ...: leave it
+        return True
+    finally:
+        conn.close()
+
+
+def _missing_folders(path: Path) -> list[Path]:
+    """The folders above ``path`` that do not exist yet, deepest first (creating the store makes them)."""
+    out = []
+    folder = Path(os.path.realpath(path)).parent
+    while not folder.exists() and folder != folder.parent:
+        out.append(folder)
+        folder = folder.parent
+    return out
+
+
+def discard_if_unused(path: Path, folders: Sequence[Path] = ()) -> None:
+    """Remove the store file at ``path`` (and its -wal, -shm, -journal) if it holds nothing,
+    then those of ``folders`` (deepest first) that are empty."""
+    real = Path(os.path.realpath(path))
+    if os.path.exists(f"{real}-wal"):  # SQLite removes it when the last connection closes: another process has it open
+        return
+    if not real.is_file() or not _unused(real):
+        return
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        try:
+            os.unlink(f"{real}{suffix}")
+        except OSError:
+            pass
+    for folder in folders:
+        try:
+            folder.rmdir()  # only an empty folder goes
+        except OSError:
+            break
+
+
+@contextmanager
+def open_for_write(store: str | None) -> Iterator[Any]:
+    """``Memory.open(store)``, creating a missing store that is removed again if the block fails."""
+    from memlens.config import load_settings
+    from memlens.memory import Memory
+
+    settings = load_settings()
+    target = Path(store).expanduser() if store is not None else settings.store_path()
+    existed = os.path.exists(target)
+    folders = [] if existed else _missing_folders(target)
+    try:
+        mem = Memory.open(target, settings=settings, create=True)
+    except BaseException:
+        if not existed:
+            discard_if_unused(target, folders)
+        raise
+    try:
+        with mem:
+            yield mem
+    except BaseException:
+        if not existed:
+            discard_if_unused(target, folders)  # after close: the WAL is folded back
+        raise

@@ -1,0 +1,288 @@
+"""``memlens salvage``: copy what is readable from a damaged store into a new one.
+
+The damaged store is only read (see ``check.open_read_only``). Entry rows are
+read in rowid order around damaged pages (``check.read_by_key``); a row that
+reads but does not validate is lost like an unreadable one. Entries
+the audit history says should exist but whose row was lost are rebuilt from
+their last audited version. Readable vectors of the same model are reused;
+the rest are embedded again. Readable audit rows (the write history), tasks
+and blockers are copied as they are. Everything is written to the new store in
+one transaction through the engine's own insert; on any failure the new file
+is removed, so nothing half-written is left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memlens.errors import MemlensError, StoreError, ValidationError
+from memlens.models import Entry
+from memlens.store.check import open_read_only, read_by_key, read_entries, safe
+from memlens.store.rows import json_object, row_problem
+from memlens.store.vectors import degenerate
+
+ENTRY_ACTIONS = ("add", "import", "update", "salvage")
+FIELDS = ("id", "wing", "room", "kind", "type", "status", "title", "text", "key", "salience", "overrides",
+          "created_at", "updated_at", "meta")
+
+
+def salvage(src: Path, dst: Path, *, settings: Any = None, embedder: Any = None,
+            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    from memlens.memory import Memory
+
+    say = progress or (lambda stage: None)
+    if dst.exists() or Path(f"{dst}-wal").exists():
+        raise MemlensError(f"{dst} already exists; salvage writes a new store (choose a path that does not exist)")
+    tmp = None
+    conn = open_read_only(src)
+    if safe(conn, "SELECT count(*) FROM sqlite_master")[1] is not None:
+        # a schema that does not load (a table's root page past the end of a truncated file):
+        # SQLite then reads what it can of the rest (the connection stays read-only)
+        conn.execute("PRAGMA writable_schema = ON")
+    if safe(conn, "SELECT count(*) FROM sqlite_master")[1] is not None:
+        conn.close()  # the header itself is damaged: read a private copy with a repaired header instead
+        from memlens.store.staging import sweep_scratch
+
+        sweep_scratch()  # a killed salvage's copy goes here (or at the next import or check)
+        tmp = tempfile.mkdtemp(prefix=f"memlens-salvage-{os.getpid()}-")
+        try:
+            conn = _repaired_copy(src, Path(tmp) / "copy.db")
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    try:
+        say("reading entries")
+        found = _read(conn)
+        say("reading the audit history")
+        audit, lost_audit = _read_audit(conn)
+        tasks = _read_table(
+            conn, "tasks", "task_id, intent, summary, outcome, completed_at, requires_context, validation_report, seq"
+        )
+        blockers = _read_table(conn, "blockers", "id, task_id, reason, blocked_at, resolved_at, resolution")
+        meta, _ = safe(conn, "SELECT key, value FROM store_meta")
+        old_model = dict(meta or []).get("model")
+    finally:
+        conn.close()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    recovered = _from_audit(audit, found["ids"])
+    say("writing the new store")
+    try:
+        with Memory.open(dst, settings=settings, embedder=embedder) as mem:
+            report = _write(mem, src, found, recovered, audit, tasks, blockers, old_model)
+    except BaseException:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(f"{dst}{suffix}").unlink(missing_ok=True)
+        raise
+    lost_unreadable = max(0, len(found["unreadable"]) - len([r for r in recovered if r["id"] not in found["invalid"]]))
+    lost_invalid = [i for i in found["invalid"] if i not in {r["id"] for r in recovered}]
+    report.update({
+        "store": str(src),
+        "new_store": str(dst),
+        "unreadable_rows": len(found["unreadable"]),
+        "invalid_rows": len(found["invalid"]),
+        "lost": lost_unreadable + len(lost_invalid) + report.pop("rejected"),
+        "lost_ids": lost_invalid,
+        "audit_rows_lost": lost_audit,
+        "unpublished_import_rows": found["staged"],
+    })
+    return report
+
+
+def _repaired_copy(src: Path, copy: Path) -> Any:
+    """A copy of ``src`` whose header's fixed fields (page size, format bytes) are set to what SQLite writes.
+
+    Tries each page size SQLite allows, the store's default first; the first
+    copy whose schema reads is used. Without one, the store cannot be salvaged.
+    """
+    shutil.copyfile(src, copy)
+    for size in (4096, 1024, 2048, 8192, 16384, 32768, 65536, 512):
+        with open(copy, "r+b") as f:
+            f.write(b"SQLite format 3\x00")
+            f.seek(16)
+            f.write((size if size < 65536 else 1).to_bytes(2, "big") + bytes([1, 1, 0, 64, 32, 32]))
+            f.seek(44)
+            f.write((4).to_bytes(4, "big"))  # schema format 4
+            f.seek(56)
+            f.write((1).to_bytes(4, "big"))  # UTF-8
+        conn = open_read_only(copy)
+        conn.execute("PRAGMA writable_schema = ON")
+        if safe(conn, "SELECT count(*) FROM entries")[1] is None:
+            return conn
+        conn.close()
+    raise StoreError(f"{src}: its header is damaged beyond repair; nothing can be salvaged")
+
+
+def _staged(conn: Any, table: str, key: str) -> set[int]:
+    """Keys of ``table`` rows staged by an import that never published (killed): not part of the store."""
+    rows, _ = safe(conn, f"SELECT {key} FROM {table} WHERE import_id IN (SELECT id FROM imports)")
+    return {int(r[0]) for r in rows or []}
+
+
+def _read(conn: Any) -> dict[str, Any]:
+    staged = _staged(conn, "entries", "rowid")
+    known: set[int] = set()
+    for sql in ("SELECT rowid FROM entries_vec_rowids", "SELECT id FROM entries_fts_docsize"):
+        rows, _ = safe(conn, sql)
+        known.update(int(r[0]) for r in rows or [])
+    good: list[tuple[int, dict[str, Any]]] = []
+    unreadable: list[int] = []
+    invalid: dict[str, str] = {}
+    ids: set[str] = set()
+    read: set[int] = set()
+    for rowid, row, _err in read_entries(conn):
+        if row is None:
+            if not known:  # nothing else to tell an entry on a damaged page from a deleted one
+                unreadable.append(rowid)
+            continue
+        read.add(rowid)
+        if rowid in staged:  # an unpublished import stays invisible in the copy too
+            continue
+        problem = row_problem(row)
+        if problem is not None:
+            invalid[str(row[0])] = problem
+            continue
+        rec = dict(zip(FIELDS, row))
+        rec["meta"] = json.loads(rec["meta"]) if rec["meta"] else {}
+        good.append((rowid, rec))
+        ids.add(rec["id"])
+    unreadable += sorted(known - read)  # the FTS5 index or the vectors know of it, but its row is gone
+    vectors: dict[int, bytes] = {}
+    for rowid, _ in good:
+        rows, _ = safe(conn, "SELECT embedding FROM entries_vec WHERE rowid = ?", (rowid,))
+        if rows:
+            vectors[rowid] = rows[0][0]
+    return {"good": good, "unreadable": unreadable, "invalid": invalid, "ids": ids, "vectors": vectors,
+            "staged": len(staged)}
+
+
+def _read_audit(conn: Any) -> tuple[list[tuple[Any, ...]], int]:
+    """Readable audit rows in seq order, and how many could not be read or decoded."""
+    top = 0
+    for sql in ("SELECT max(seq) FROM audit", "SELECT max(seq) FROM audit INDEXED BY audit_entry",
+                "SELECT max(seq) FROM audit INDEXED BY audit_action"):
+        bound, _ = safe(conn, sql)
+        top = max(top, int(bound[0][0] or 0) if bound else 0)
+    out: list[tuple[Any, ...]] = []
+    lost = 0
+    staged = _staged(conn, "audit", "seq")
+    for seq, row, _err in read_by_key(conn, "audit", "seq", "ts, action, entry_id, wing, before, after, detail", top):
+        if seq in staged:
+            continue
+        r = None if row is None else (seq, *row)
+        if r is not None and all(v is None or json_object(v) is not None for v in r[5:8]) and isinstance(r[1], str):
+            out.append(r)
+        else:
+            lost += 1
+    return out, lost
+
+
+def _read_table(conn: Any, table: str, cols: str) -> list[tuple[Any, ...]]:
+    rows, _ = safe(conn, f"SELECT {cols} FROM {table}")
+    return [tuple(r) for r in rows or []]
+
+
+def _from_audit(audit: list[tuple[Any, ...]], readable: set[str]) -> list[dict[str, Any]]:
+    """The last audited version of each entry that should exist but was not read."""
+    state: dict[str, dict[str, Any]] = {}
+    for _seq, _ts, action, entry_id, _wing, _before, after, _detail in audit:
+        if not entry_id:
+            continue
+        if action == "delete":
+            state.pop(entry_id, None)
+        elif action in ENTRY_ACTIONS and after:
+            state[entry_id] = json_object(after) or {}
+    return [rec for eid, rec in state.items() if eid not in readable and rec]
+
+
+def _write(mem: Any, src: Path, found: dict[str, Any], recovered: list[dict[str, Any]], audit: list[tuple[Any, ...]],
+           tasks: list[tuple[Any, ...]], blockers: list[tuple[Any, ...]], old_model: str | None) -> dict[str, Any]:
+    from memlens.store import db
+
+    entries: list[tuple[Entry, bytes | None, str]] = []
+    rejected = 0
+    dim = mem.dim
+    same_model = old_model == mem.model_id
+    for rowid, rec in found["good"]:
+        blob = found["vectors"].get(rowid) if same_model else None
+        if blob is not None and (len(blob) != dim * 4 or degenerate(np.frombuffer(blob, dtype="<f4"))):
+            blob = None  # embedded again
+        entries.append((rec, blob, "entries"))
+    for rec in recovered:
+        entries.append((rec, None, "audit"))
+    valid: list[tuple[Entry, bytes | None, str]] = []
+    for rec, blob, source in entries:
+        try:
+            valid.append((mem._validate({k: rec.get(k) for k in FIELDS if k in rec}), blob, source))
+        except ValidationError:
+            rejected += 1
+    ids = {e.id for e, _, _ in valid}
+    dropped_overrides = []
+    for e, _, _ in valid:
+        if e.overrides and e.overrides not in ids:
+            dropped_overrides.append(e.id)
+            object.__setattr__(e, "overrides", None)
+    need = [i for i, (_, blob, _) in enumerate(valid) if blob is None]
+    embedded = 0
+    if need:
+        vecs = mem._vectors_for([valid[i][0] for i in need])
+        for i, vec in zip(need, vecs):
+            valid[i] = (valid[i][0], np.asarray(vec, dtype="<f4").tobytes(), valid[i][2])
+        embedded = len(need)
+    conn = mem.conn
+    with db.transaction(conn, mem.path):
+        for row in audit:
+            conn.execute(
+                "INSERT INTO audit(seq, ts, action, entry_id, wing, before, after, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row
+            )
+        wings: set[str] = set()
+        seq = 0
+        for e, blob, source in valid:
+            mem._insert(conn, e, blob)
+            seq = mem._audit(conn, "salvage", e.id, e.wing, None, e.to_record(), {"from": str(src), "source": source})
+            wings.add(e.wing)
+        if wings:
+            mem._bump(conn, wings, seq)
+        copied_tasks = copied_blockers = 0
+        for row in tasks:
+            copied_tasks += _try(conn, "INSERT INTO tasks(task_id, intent, summary, outcome, completed_at, requires_context, "
+                                       "validation_report, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+        for row in blockers:
+            copied_blockers += _try(conn, "INSERT INTO blockers(id, task_id, reason, blocked_at, resolved_at, resolution) "
+                                          "VALUES (?, ?, ?, ?, ?, ?)", row)
+        if copied_tasks or copied_blockers:
+            last = int(conn.execute("SELECT max(seq) FROM audit").fetchone()[0])
+            mem._bump(conn, {"_tasks"}, last)
+    return {
+        "saved": sum(1 for _, _, s in valid if s == "entries"),
+        "recovered_from_audit": sum(1 for _, _, s in valid if s == "audit"),
+        "rejected": rejected,
+        "vectors_reused": len(valid) - embedded,
+        "embedded": embedded,
+        "overrides_dropped": dropped_overrides,
+        "audit_rows": len(audit),
+        "tasks": copied_tasks,
+        "blockers": copied_blockers,
+    }
+
+
+def _try(conn: Any, sql: str, row: tuple[Any, ...]) -> int:
+    try:
+        conn.execute("SAVEPOINT row")
+        conn.execute(sql, row)
+        conn.execute("RELEASE row")
+        return 1
+    except Exception:
+        conn.execute("ROLLBACK TO row")
+        conn.execute("RELEASE row")
+        return 0
+
