@@ -38,7 +38,7 @@ _FILE_DATA: ContextVar[dict[str, Any] | None] = ContextVar("memlens_config_file_
 
 
 def default_store_path() -> Path:
-    return Path(platformdirs.user_data_dir(APP)) / "memlens.store.db"
+    return Path(platformdirs.user_data_dir(APP)) / "memlens.db"
 
 
 def default_cache_dir() -> Path:

@@ -60,7 +60,7 @@ def hash_embedder():
 
 @pytest.fixture
 def store_path(tmp_path) -> Path:
-    return tmp_path / "store" / "memlens.store.db"
+    return tmp_path / "store" / "memlens.db"
 
 
 @pytest.fixture

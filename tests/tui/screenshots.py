@@ -187,8 +187,8 @@ def build_stores(settings, embedder) -> dict[str, Path]:
 
 
 def _fresh_copy(stores: dict[str, Path], kind: str) -> Path:
-    path = WORK / "memlens.store.db"
-    for p in WORK.glob("memlens.store.db*"):
+    path = WORK / "memlens.db"
+    for p in WORK.glob("memlens.db*"):
         p.unlink()
     if kind != "empty":
         shutil.copy(stores[kind], path)
