@@ -41,7 +41,8 @@ class Source:
     title: str = ""
     flagged: int = 0
     final_url: str | None = None
-    text: str = ""  # cleaned text, capped per source; what the context shows of it may be shorter
+    text: str = ""  # cleaned text, capped per source (what --save stores)
+    shown: str = ""  # what the context shows of it (the total cap may cut it further)
 
     def status_record(self) -> dict[str, Any]:
         return {"url": self.url, "ok": self.ok, "status": self.status, "error": self.error, "chars": self.chars,
@@ -88,7 +89,7 @@ def frame(sources: list[Source], nonce: str) -> str:
         head = _one_line(s.final_url or s.url, 500)
         if s.title:
             head += f" | {_one_line(s.title, 200)}"
-        lines += [f"<<<SOURCE {i} {nonce}: {head}>>>", s.text, f"<<<END SOURCE {i} {nonce}>>>"]
+        lines += [f"<<<SOURCE {i} {nonce}: {head}>>>", s.shown, f"<<<END SOURCE {i} {nonce}>>>"]
     lines.append(f"<<<END UNTRUSTED WEB CONTENT {nonce}>>>")
     return "\n".join(lines)
 
@@ -103,10 +104,11 @@ def _fit_total(sources: list[Source], total: int) -> None:
             s.chars, s.truncated = 0, True
             s.error = f"left out: the {total}-character total cap is used up"
             continue
-        if len(s.text) > left:
-            s.text, _ = cap_text(s.text, left)
+        s.shown = s.text
+        if len(s.shown) > left:
+            s.shown, _ = cap_text(s.text, left)
             s.truncated = True
-        s.chars = len(s.text)
+        s.chars = len(s.shown)
         left -= s.chars
 
 
@@ -184,7 +186,6 @@ async def gather(cfg: Any, *, urls: Iterable[str] | str | None = None, query: st
             search_info["error"] = f"{name}: no answer within {cfg.deadline_seconds:g} s"
     if not wanted and query is None:
         raise ValidationError("web context needs at least one URL or a search query")
-    nonce = secrets.token_hex(16)
     sources = [Source(url=u) for u in wanted]
     if wanted:
         extractor = Extractor(cfg.extract_timeout, workers=min(2, len(wanted)))
@@ -208,9 +209,10 @@ async def gather(cfg: Any, *, urls: Iterable[str] | str | None = None, query: st
         finally:
             await extractor.close()
     _fit_total(sources, cfg.total_chars)
-    for s in sources:
-        while nonce in s.text:  # cannot happen by chance; a page that learned the nonce gets a new one
-            nonce = secrets.token_hex(16)
+    nonce = secrets.token_hex(16)  # made after every page was read: no page can have seen it
+    seen = "\n".join(f"{s.shown}\n{s.title}\n{s.final_url or s.url}" for s in sources)
+    while nonce in seen:  # 128 random bits: only a test would get here
+        nonce = secrets.token_hex(16)
     return WebContext(sources=[s.status_record() for s in sources], context=frame(sources, nonce), nonce=nonce,
                       query=query, search=search_info, texts=sources)
 

@@ -100,25 +100,23 @@ def _embedded_v4(ip: IPAddress) -> ipaddress.IPv4Address | None:
     return None
 
 
-def address_problem(ip: IPAddress) -> str | None:
-    """Why ``ip`` is not a public internet address, or None when it is."""
+def address_kind(ip: IPAddress) -> str | None:
+    """What kind of non-public address ``ip`` is ("a loopback address", ...), or None for a public one."""
     inner = _embedded_v4(ip)
     if inner is not None:
-        why = address_problem(inner)
-        return f"{why} (inside the IPv6 address {ip})" if why else None
+        what = address_kind(inner)
+        return f"{what} inside an IPv6 address" if what else None
     for test, what in (
-        ("is_loopback", "a loopback"),
-        ("is_link_local", "a link-local"),
-        ("is_multicast", "a multicast"),
-        ("is_unspecified", "an unspecified"),
-        ("is_private", "a private"),
-        ("is_reserved", "a reserved"),
+        ("is_loopback", "a loopback address"),
+        ("is_link_local", "a link-local address"),
+        ("is_multicast", "a multicast address"),
+        ("is_unspecified", "an unspecified address"),
+        ("is_private", "a private address"),
+        ("is_reserved", "a reserved address"),
     ):
         if getattr(ip, test):
-            return f"{ip} is {what} address"
-    if not ip.is_global:
-        return f"{ip} is not a public address"
-    return None
+            return what
+    return None if ip.is_global else "not a public address"
 
 
 async def system_resolver(host: str, port: int) -> list[str]:
@@ -185,9 +183,8 @@ async def check_url(url: str, allow: AllowList, resolver: Resolver = system_reso
         except ValueError:
             problems.append(f"{addr!r} is not an address")
             continue
-        why = address_problem(ip)
-        if why is None or host_allowed or allow.allows_ip(ip):
+        what = address_kind(ip)
+        if what is None or host_allowed or allow.allows_ip(ip):
             return Target(url=url.strip(), scheme=scheme, host=host, port=port, ip=str(ip))
-        problems.append(why)
-    named = "" if literal is not None else f"{host} resolves to "
-    raise Refused(f"{named}{problems[0]}; not fetched (list the host in [web] allow_hosts to allow it)")
+        problems.append(f"{ip} is {what}" if literal is not None else f"{host} resolves to {ip}, {what}")
+    raise Refused(f"{problems[0]}; not fetched (list the host in [web] allow_hosts to allow it)")
