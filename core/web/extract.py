@@ -124,17 +124,17 @@ class _Worker:
 class Extractor:
     """Worker processes for one web-context call, started when first needed (``close()`` ends them)."""
 
-    def __init__(self, timeout: float, workers: int = 2) -> None:
+    def __init__(self, timeout: float, workers: int = 2, command: list[str] | None = None) -> None:
         self.timeout = timeout
         self.workers = max(1, workers)
+        self.command = command or [sys.executable, "-m", "memlens.web.worker"]
         self._idle: list[_Worker] = []
         self._all: list[_Worker] = []
         self._slots: asyncio.Semaphore | None = None
 
     async def _start(self) -> _Worker:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "memlens.web.worker",
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+            *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
         )
         worker = _Worker(proc)
         self._all.append(worker)
