@@ -111,8 +111,8 @@ def address_kind(ip: IPAddress) -> str | None:
         ("is_link_local", "a link-local address"),
         ("is_multicast", "a multicast address"),
         ("is_unspecified", "an unspecified address"),
-        ("is_private", "a private address"),
         ("is_reserved", "a reserved address"),
+        ("is_private", "a private address"),
     ):
         if getattr(ip, test):
             return what

@@ -70,7 +70,7 @@ _INJECTION = [
         r"\b(ignore|disregard|forget|override|bypass|skip)\b.{0,40}\b(previous|prior|above|earlier|preceding|all|any|your|the|these|those)\b"
         r".{0,40}\b(instructions?|prompts?|rules|directions|guidelines|guardrails|context|messages?|commands?)\b",
         r"\byou are now\b|\bfrom now on,? you\b|\bact as (an? )?(ai|assistant|model|dan|unrestricted|jailbroken)\b",
-        r"\b(system|developer)\s*(prompt|message|instructions?)\b",
+        r"\bsystem prompt\b|\b(your|my) (system|developer) (message|instructions?)\b|\bdeveloper (message|instructions?)\b",
         r"\bnew (instructions?|task|objective|directive)s?\s*[:\-]",
         r"^\s*[#>*\-\s]*(system|assistant|user|developer)\s*:",
         r"<\|?\s*/?\s*(im_start|im_end|system|assistant|user|endoftext)\s*\|?>",
