@@ -157,6 +157,16 @@ def test_robots_txt_is_respected_unless_turned_off(site):
     assert ctx.sources[0]["ok"]
 
 
+def test_robots_txt_server_error_means_nothing_is_fetched_and_missing_means_all(site):
+    site.robots_code = 503
+    ctx = bounded(lambda: gather_sync(cfg(), urls=[site.url("/good")]), 60)
+    assert ctx.sources[0]["error"] == f"robots.txt of {site.base} could not be read (HTTP 503), so nothing there is fetched"
+    assert site.paths() == ["/robots.txt"]
+    site.robots_code = 404
+    ctx = bounded(lambda: gather_sync(cfg(), urls=[site.url("/private/page")]), 60)
+    assert ctx.sources[0]["ok"]
+
+
 def test_loopback_is_refused_unless_allowed(site):
     url = site.url("/good")
     ctx = bounded(lambda: gather_sync(cfg(allow_hosts=[]), urls=[url]), 60)
@@ -243,3 +253,28 @@ def test_bad_arguments_are_refused_before_any_fetch(site):
     with pytest.raises(ValidationError, match="at most 2 URLs"):
         asyncio.run(gather(cfg(max_urls=2), urls=[site.url("/a"), site.url("/b"), site.url("/c")]))
     assert site.requests == []
+
+
+def test_connection_refused_and_meta_charset(site):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}/x"
+    ctx = bounded(lambda: gather_sync(cfg(), urls=[closed, site.url("/latin1")]), 60)
+    refused, latin = ctx.sources
+    assert not refused["ok"] and refused["error"].startswith("cannot connect") and refused["status"] is None
+    assert latin["ok"] and latin["title"] == "Caf\u00e9" and "Cr\u00e8me br\u00fbl\u00e9e" in ctx.context
+
+
+def test_a_cancelled_call_leaves_nothing_running(site):
+    async def run():
+        task = asyncio.ensure_future(gather(cfg(), urls=[site.url("/hang"), site.url("/good")]))
+        while "/hang" not in site.paths():
+            await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+    assert bounded(lambda: asyncio.run(run()), 60) == []

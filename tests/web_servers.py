@@ -69,6 +69,7 @@ class Site(ThreadingHTTPServer):
         self.release = threading.Event()  # set at stop: the hanging and endless pages end
         self.other = ""  # "http://127.0.0.2:PORT": where /redirect-out points
         self.search_results: list[str] = []
+        self.robots_code = 200  # what /robots.txt answers
         super().__init__((host, 0), _Handler)
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
         self.thread.start()
@@ -127,7 +128,7 @@ class _Handler(BaseHTTPRequestHandler):
         path, query = self._record()
         site = self.server
         if path == "/robots.txt":
-            self._send(200, ROBOTS.encode(), "text/plain")
+            self._send(site.robots_code, ROBOTS.encode() if site.robots_code == 200 else b"", "text/plain")
         elif path in ("/good", "/private/page"):
             self._send(200, GOOD_PAGE.encode())
         elif path == "/plain":
@@ -136,6 +137,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, HIDDEN_PAGE.encode())
         elif path == "/missing":
             self._send(404, b"<html><body>not here</body></html>")
+        elif path == "/latin1":  # the charset only in a meta tag
+            page = ("<html><head><meta charset='iso-8859-1'><title>Caf\u00e9</title></head>"
+                    "<body><p>Cr\u00e8me br\u00fbl\u00e9e</p>")
+            self._send(200, page.encode("latin-1"), "text/html")
         elif path == "/binary":
             self._send(200, b"\x89PNG\r\n\x1a\n" + b"\0" * 100, "image/png")
         elif path == "/hang":  # accepts the request, never answers

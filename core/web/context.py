@@ -193,19 +193,22 @@ async def gather(cfg: Any, *, urls: Iterable[str] | str | None = None, query: st
             async with Fetcher(cfg, resolver=resolver) as fetcher:
                 sem = asyncio.Semaphore(cfg.max_concurrency)
                 tasks = [asyncio.ensure_future(_one(u, fetcher, extractor, sem, cfg)) for u in wanted]
-                left = max(cfg.deadline_seconds - (time.monotonic() - start), 0.0)
-                await asyncio.wait(tasks, timeout=left)
+                try:
+                    left = max(cfg.deadline_seconds - (time.monotonic() - start), 0.0)
+                    await asyncio.wait(tasks, timeout=left)
+                finally:  # at the deadline, or when the caller cancels this call
+                    pending = [t for t in tasks if not t.done()]
+                    for t in pending:
+                        t.cancel()
+                    if pending:
+                        await asyncio.wait(pending, timeout=2.0)  # cancelled fetches close their sockets
                 for i, t in enumerate(tasks):
                     if t.done() and not t.cancelled() and t.exception() is None:
                         sources[i] = t.result()
+                    elif t.done() and not t.cancelled():
+                        sources[i].error = " ".join(str(t.exception()).split())[:300] or type(t.exception()).__name__
                     else:
-                        t.cancel()
                         sources[i].error = f"not finished within the {cfg.deadline_seconds:g} s deadline"
-                        if t.done() and not t.cancelled() and t.exception() is not None:
-                            sources[i].error = " ".join(str(t.exception()).split())[:300]
-                pending = [t for t in tasks if not t.done()]
-                if pending:
-                    await asyncio.wait(pending, timeout=2.0)  # cancelled fetches close their sockets
         finally:
             await extractor.close()
     _fit_total(sources, cfg.total_chars)

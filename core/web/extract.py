@@ -31,7 +31,14 @@ _BLOCKS = {"p", "div", "section", "article", "li", "ul", "ol", "h1", "h2", "h3",
 MAX_TREE_ELEMENTS = 200_000
 
 
+_META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]{1,40})""", re.IGNORECASE)
+
+
 def decode(body: bytes, charset: str | None) -> str:
+    """The page as text: the header's charset, else a ``<meta charset>`` in its first 4 KB, else UTF-8, else cp1252."""
+    if not charset:
+        m = _META_CHARSET.search(body[:4096])
+        charset = m.group(1).decode("ascii") if m else None
     for enc in (charset, "utf-8"):
         if enc:
             try:

@@ -70,7 +70,7 @@ class Fetcher:
         self.cfg = cfg
         self.allow = AllowList(cfg.allow_hosts)
         self.resolver = resolver or system_resolver
-        self._robots: dict[str, asyncio.Task[RobotFileParser | None]] = {}
+        self._robots: dict[str, asyncio.Task[tuple[RobotFileParser | None, str]]] = {}
         self.client = httpx.AsyncClient(
             trust_env=False,
             follow_redirects=False,
@@ -84,6 +84,8 @@ class Fetcher:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        for task in self._robots.values():
+            task.cancel()
         await self.client.aclose()
 
     async def check(self, url: str) -> Target:
@@ -162,27 +164,33 @@ class Fetcher:
         return got
 
     async def robots_allow(self, target: Target) -> bool:
-        """Whether the origin's robots.txt lets this user agent fetch ``target`` (fetched once per origin per call)."""
+        """Whether the origin's robots.txt lets this user agent fetch ``target`` (read once per origin per call).
+
+        FetchFailed when the rules cannot be read: a server error means nothing may be fetched, and a
+        connection that fails is that page's error too.
+        """
         task = self._robots.get(target.origin)
         if task is None:
             task = asyncio.ensure_future(self._load_robots(target.origin))
             self._robots[target.origin] = task
-        parser = await asyncio.shield(task)
+        parser, why = await asyncio.shield(task)
         if parser is None:
-            return False
+            raise FetchFailed(why)
         return parser.can_fetch(self.cfg.user_agent, target.url)
 
-    async def _load_robots(self, origin: str) -> RobotFileParser | None:
-        """The origin's rules: a missing file (4xx) allows everything; a server error or no answer allows nothing."""
+    async def _load_robots(self, origin: str) -> tuple[RobotFileParser | None, str]:
+        """The origin's rules: a missing file (4xx) allows everything; a server error allows nothing."""
         parser = RobotFileParser()
         try:
             got = await self._hops(origin + "/robots.txt", accept="text/plain", cap=ROBOTS_MAX_BYTES, robots=False)
         except FetchFailed as exc:
             if exc.status is not None and 400 <= exc.status < 500:
                 parser.allow_all = True
-                return parser
-            return None
-        except (Refused, httpx.HTTPError):
-            return None
+                return parser, ""
+            return None, f"robots.txt of {origin} could not be read ({exc}), so nothing there is fetched"
+        except Refused as exc:
+            return None, f"refused: {exc}"
+        except httpx.HTTPError as exc:
+            return None, describe_http_error(exc, self.cfg)
         parser.parse(got.body.decode("utf-8", "replace").splitlines())
-        return parser
+        return parser, ""
