@@ -278,3 +278,43 @@ def test_a_cancelled_call_leaves_nothing_running(site):
         return [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
 
     assert bounded(lambda: asyncio.run(run()), 60) == []
+
+
+def test_https_speaks_tls_to_the_checked_address_under_the_real_host_name(tmp_path):
+    """The TLS name (SNI) and certificate check use the URL's host, though the connection goes to the checked address."""
+    import datetime
+    import ssl
+
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tls.example")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("tls.example")]), critical=False)
+            .sign(key, hashes.SHA256()))
+    (tmp_path / "c.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "k.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                       serialization.NoEncryption()))
+    server_names: list[str | None] = []
+    ctx_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx_tls.load_cert_chain(tmp_path / "c.pem", tmp_path / "k.pem")
+    ctx_tls.sni_callback = lambda sock, server_name, _: server_names.append(server_name)
+    site = Site("127.0.0.1")
+    site.socket = ctx_tls.wrap_socket(site.socket, server_side=True)
+    try:
+        async def resolver(host, port):
+            return ["127.0.0.1"]
+
+        url = f"https://tls.example:{site.server_address[1]}/good"
+        ctx = bounded(lambda: gather_sync(cfg(respect_robots=False), urls=[url], resolver=resolver), 60)
+    finally:
+        site.stop()
+    src = ctx.sources[0]
+    assert not src["ok"] and "certificate verify failed" in src["error"].lower()  # self-signed: refused, as it must be
+    assert server_names == ["tls.example"]
+    assert site.requests == []
