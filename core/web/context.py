@@ -190,6 +190,7 @@ async def gather(cfg: Any, *, urls: Iterable[str] | str | None = None, query: st
     if wanted:
         extractor = Extractor(cfg.extract_timeout, workers=min(2, len(wanted)))
         try:
+            extractor.warm()
             async with Fetcher(cfg, resolver=resolver) as fetcher:
                 sem = asyncio.Semaphore(cfg.max_concurrency)
                 tasks = [asyncio.ensure_future(_one(u, fetcher, extractor, sem, cfg)) for u in wanted]

@@ -102,7 +102,7 @@ def extract_html(body: bytes, charset: str | None, url: str) -> dict[str, str]:
 
         doc = trafilatura.bare_extraction(
             tree, url=url or None, include_comments=False, include_tables=True, include_links=False,
-            include_images=False, include_formatting=False, with_metadata=True, deduplicate=False,
+            include_images=False, include_formatting=False, with_metadata=False, deduplicate=False,
         )
         if doc is not None:
             text = getattr(doc, "text", None)
@@ -138,6 +138,12 @@ class Extractor:
         self._idle: list[_Worker] = []
         self._all: list[_Worker] = []
         self._slots: asyncio.Semaphore | None = None
+        self._warming: asyncio.Task[_Worker] | None = None
+
+    def warm(self) -> None:
+        """Start one worker now, so its start-up (Python, lxml, trafilatura) overlaps the fetches."""
+        if self._warming is None and not self._all:
+            self._warming = asyncio.ensure_future(self._start())
 
     async def _start(self) -> _Worker:
         proc = await asyncio.create_subprocess_exec(
@@ -152,7 +158,15 @@ class Extractor:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.workers)
         async with self._slots:
-            worker = self._idle.pop() if self._idle else await self._start()
+            worker = None
+            if not self._idle and self._warming is not None:
+                warming, self._warming = self._warming, None
+                try:
+                    worker = await warming
+                except OSError:
+                    worker = None
+            if worker is None:
+                worker = self._idle.pop() if self._idle else await self._start()
             ok = False
             try:
                 head = json.dumps({"url": url, "charset": charset, "size": len(body)}).encode("utf-8") + b"\n"
@@ -188,6 +202,14 @@ class Extractor:
 
     async def close(self) -> None:
         """End every worker (a runaway one included) and wait for them briefly."""
+        if self._warming is not None:
+            warming, self._warming = self._warming, None
+            if not warming.done():
+                warming.cancel()
+            try:
+                self._idle.append(await warming)
+            except (asyncio.CancelledError, OSError):
+                pass
         for w in self._all:
             if w.proc.stdin is not None and not w.proc.stdin.is_closing():
                 w.proc.stdin.close()

@@ -16,6 +16,9 @@ import sys
 def serve(inp: object = None, out: object = None) -> None:
     from memlens.web.extract import extract_html
 
+    # trafilatura's imports and first-use set-up happen now, while the parent is still fetching
+    extract_html(b"<html><body><article><p>" + b"warm up " * 40 + b"</p></article></body></html>", "utf-8", "")
+
     src = inp or sys.stdin.buffer
     dst = out or sys.stdout.buffer
     while True:
