@@ -233,16 +233,23 @@ def test_the_extraction_worker_is_killed_when_it_runs_too_long():
 
     async def run():
         ex = Extractor(timeout=1.0, workers=1, command=[sys.executable, "-c", "import time; time.sleep(120)"])
-        try:
-            with pytest.raises(ExtractTimeout, match="longer than 1 s"):
-                await ex.extract(b"<html><body><p>x</p></body></html>", "utf-8", "text/html", "http://127.0.0.1/")
-            procs = [w.proc for w in ex._all]
-        finally:
-            await ex.close()
-        return procs
+        with pytest.raises(ExtractTimeout, match="longer than 1 s"):
+            await ex.extract(b"<html><body><p>x</p></body></html>", "utf-8", "text/html", "http://127.0.0.1/")
+        await ex.close()
+        return ex.used
 
-    procs = bounded(lambda: asyncio.run(run()), 60)
-    assert len(procs) == 1 and procs[0].returncode is not None
+    used = bounded(lambda: asyncio.run(run()), 60)
+    assert len(used) == 1 and used[0].proc.poll() is not None  # killed, not left running
+
+
+def test_workers_are_reused_by_later_calls_from_other_loops(site):
+    from memlens.web.pool import DEFAULT_COMMAND, POOL
+
+    first = bounded(lambda: gather_sync(cfg(), urls=[site.url("/good")]), 60)
+    idle = [w.proc.pid for w in POOL._idle.get(DEFAULT_COMMAND, [])]
+    second = bounded(lambda: gather_sync(cfg(), urls=[site.url("/hidden")]), 60)
+    assert first.sources[0]["ok"] and second.sources[0]["ok"]
+    assert idle and set(idle) & {w.proc.pid for w in POOL._idle.get(DEFAULT_COMMAND, [])}
 
 
 def test_bad_arguments_are_refused_before_any_fetch(site):

@@ -2,8 +2,9 @@
 
 Extraction can run away on a huge or pathological page, and a thread cannot be
 stopped, so HTML is handed to worker processes (``memlens.web.worker``, at most
-two per call, started when the first HTML page arrives); a page whose
-extraction passes ``extract_timeout`` gets an error and its worker is killed.
+two pages at once per call; ``memlens.web.pool`` keeps them for later calls); a
+page whose extraction passes ``extract_timeout`` gets an error and its worker
+is killed.
 Only text comes back: scripts, styles, forms, templates and elements a
 browser would not show (``hidden``, ``aria-hidden``, ``display: none``,
 ``visibility: hidden``, zero font size or opacity, and the usual hiding
@@ -13,9 +14,7 @@ classes) are removed before trafilatura reads the page.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
-import sys
 from typing import Any
 
 _HIDDEN_STYLE = re.compile(
@@ -116,84 +115,48 @@ class ExtractTimeout(Exception):
     pass
 
 
-class _Worker:
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-
-    def kill(self) -> None:
-        if self.proc.returncode is None:
-            try:
-                self.proc.kill()
-            except ProcessLookupError:
-                pass
-
-
 class Extractor:
-    """Worker processes for one web-context call, started when first needed (``close()`` ends them)."""
+    """Text extraction for one web-context call: at most ``workers`` pages at once, each within ``timeout``."""
 
     def __init__(self, timeout: float, workers: int = 2, command: list[str] | None = None) -> None:
+        from memlens.web.pool import DEFAULT_COMMAND
+
         self.timeout = timeout
         self.workers = max(1, workers)
-        self.command = command or [sys.executable, "-m", "memlens.web.worker"]
-        self._idle: list[_Worker] = []
-        self._all: list[_Worker] = []
+        self.command = tuple(command) if command else DEFAULT_COMMAND
         self._slots: asyncio.Semaphore | None = None
-        self._warming: asyncio.Task[_Worker] | None = None
+        self.used: list[Any] = []  # the workers this call used (a test looks at them)
 
     def warm(self) -> None:
-        """Start one worker now, so its start-up (Python, lxml, trafilatura) overlaps the fetches."""
-        if self._warming is None and not self._all:
-            self._warming = asyncio.ensure_future(self._start())
+        """Have a worker starting while the pages are fetched (none is started when one is idle)."""
+        from memlens.web.pool import POOL
 
-    async def _start(self) -> _Worker:
-        proc = await asyncio.create_subprocess_exec(
-            *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-        )
-        worker = _Worker(proc)
-        self._all.append(worker)
-        return worker
+        POOL.prestart(self.command)
 
     async def extract_html(self, body: bytes, charset: str | None, url: str) -> dict[str, str]:
         """``extract_html`` in a worker; ExtractTimeout (and the worker killed) after ``timeout`` seconds."""
+        from memlens.web.pool import POOL
+
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.workers)
         async with self._slots:
-            worker = None
-            if not self._idle and self._warming is not None:
-                warming, self._warming = self._warming, None
-                try:
-                    worker = await warming
-                except OSError:
-                    worker = None
-            if worker is None:
-                worker = self._idle.pop() if self._idle else await self._start()
+            worker = POOL.take(self.command)
+            self.used.append(worker)
             ok = False
             try:
-                head = json.dumps({"url": url, "charset": charset, "size": len(body)}).encode("utf-8") + b"\n"
-                answer = await asyncio.wait_for(self._ask(worker, head + body), self.timeout)
+                head = {"url": url, "charset": charset, "size": len(body)}
+                answer = await asyncio.wait_for(asyncio.to_thread(worker.ask, head, body), self.timeout)
                 ok = True
             except asyncio.TimeoutError:
                 raise ExtractTimeout(f"text extraction took longer than {self.timeout:g} s") from None
             finally:
                 if ok:
-                    self._idle.append(worker)
-                else:
-                    worker.kill()
+                    POOL.give_back(worker)
+                else:  # timed out, cancelled or broken: its thread's read ends when it dies
+                    POOL.discard(worker)
         if "error" in answer:
             raise RuntimeError(f"text extraction failed: {answer['error']}")
         return {"title": str(answer.get("title") or ""), "text": str(answer.get("text") or "")}
-
-    @staticmethod
-    async def _ask(worker: _Worker, request: bytes) -> dict[str, Any]:
-        proc = worker.proc
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(request)
-        await proc.stdin.drain()
-        line = await proc.stdout.readline()
-        if not line:
-            raise RuntimeError("text extraction failed: the worker process ended")
-        answer = json.loads(line)
-        return answer if isinstance(answer, dict) else {"error": "unexpected answer"}
 
     async def extract(self, body: bytes, charset: str | None, content_type: str | None, url: str) -> dict[str, str]:
         if content_type == "text/plain":
@@ -201,23 +164,4 @@ class Extractor:
         return await self.extract_html(body, charset, url)
 
     async def close(self) -> None:
-        """End every worker (a runaway one included) and wait for them briefly."""
-        if self._warming is not None:
-            warming, self._warming = self._warming, None
-            if not warming.done():
-                warming.cancel()
-            try:
-                self._idle.append(await warming)
-            except (asyncio.CancelledError, OSError):
-                pass
-        for w in self._all:
-            if w.proc.stdin is not None and not w.proc.stdin.is_closing():
-                w.proc.stdin.close()
-            w.kill()
-        for w in self._all:
-            try:
-                await asyncio.wait_for(w.proc.wait(), 5.0)
-            except (asyncio.TimeoutError, ProcessLookupError):
-                pass
-        self._all.clear()
-        self._idle.clear()
+        """Nothing to end: workers that finished wait for the next call; the others were killed."""
