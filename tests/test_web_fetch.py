@@ -194,19 +194,20 @@ def test_the_connection_goes_to_the_checked_address(site, no_network):
     assert (method, path, headers["host"]) == ("GET", "/good", f"rebind.example:{port}")
 
 
-def test_sync_api_inside_a_running_event_loop(site, mem):
+def test_sync_api_inside_a_running_event_loop(site, mem, monkeypatch):
     url = site.url("/good")
 
     async def caller():
+        asyncio.get_running_loop()  # the caller is inside a running loop
         return mem.web_context_sync(urls=[url])
 
-    mem.settings.web.allow_hosts = ["127.0.0.1"]
+    monkeypatch.setattr(mem.settings.web, "allow_hosts", ["127.0.0.1"])
     ctx = bounded(lambda: asyncio.run(caller()), 60)
     assert ctx.sources[0]["ok"] and GOOD_TEXT in ctx.context
 
 
-def test_async_api(site, mem):
-    mem.settings.web.allow_hosts = ["127.0.0.1"]
+def test_async_api(site, mem, monkeypatch):
+    monkeypatch.setattr(mem.settings.web, "allow_hosts", ["127.0.0.1"])
     ctx = bounded(lambda: asyncio.run(mem.web_context(urls=[site.url("/good")])), 60)
     assert ctx.sources[0]["ok"] and ctx.to_json()["untrusted"] is True
 
