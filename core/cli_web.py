@@ -83,7 +83,8 @@ def cmd_web(args: argparse.Namespace) -> int:
     else:
         if ctx.search is not None:
             s = ctx.search
-            print(f"search ({s['provider']}): " + (f"{s['results']} results" if s["ok"] else f"failed: {s['error']}"))
+            found = f"{s['results']} result{'' if s['results'] == 1 else 's'}"
+            print(f"search ({s['provider']}): " + (found if s["ok"] else f"failed: {s['error']}"))
         for src in ctx.sources:
             print(status_line(src))
         if ctx.context:

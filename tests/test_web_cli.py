@@ -157,3 +157,21 @@ def test_cli_save_stores_web_entries_with_the_real_model(site, tmp_path, real_em
     assert kinds == {("web", "note", "under_review", True)}
     found = run_cli("--store", str(store), "search", "kind=web tide tables", "--json", timeout=120)
     assert json.loads(found.stdout)["results"][0]["kind"] == "web"
+
+
+def test_cli_search_with_the_provider_from_environment_variables(site):
+    site.search_results = [site.url("/good")]
+    env = env_for(site, MEMLENS_WEB__PROVIDER="brave", MEMLENS_WEB__PROVIDERS__BRAVE__API_KEY="env-key",
+                  MEMLENS_WEB__PROVIDERS__BRAVE__BASE_URL=site.base)
+    out = run_cli("web", "--search", "lighthouse", env=env, timeout=90)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0] == "search (brave): 1 result"
+    assert GOOD_TEXT in out.stdout
+    assert site.requests[0][2]["x-subscription-token"] == "env-key"
+
+
+def test_cli_web_setting_out_of_range_is_one_line(site):
+    out = run_cli("web", site.url("/good"), env=env_for(site, MEMLENS_WEB__MAX_REDIRECTS="5"), timeout=90)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert "web.max_redirects = 5 is out of range: allowed from 0 to 3" in out.stderr
+    assert site.requests == []
