@@ -91,7 +91,7 @@ class Fetcher:
     async def check(self, url: str) -> Target:
         return await check_url(url, self.allow, self.resolver, timeout=self.cfg.connect_timeout)
 
-    async def _hops(self, url: str, *, accept: str, cap: int, robots: bool) -> Page:
+    async def _hops(self, url: str, *, accept: str, cap: int, robots: bool, types: tuple[str, ...] = ()) -> Page:
         """GET ``url`` following up to ``max_redirects`` redirects, each checked before it is requested."""
         page = Page(url=url)
         current = url
@@ -121,6 +121,9 @@ class Fetcher:
                 page.charset = response.charset_encoding
                 if response.status_code >= 400 or response.status_code < 200:
                     raise FetchFailed(f"HTTP {response.status_code}", response.status_code)
+                if types and page.content_type not in types:  # refused before the body is read
+                    raise FetchFailed(f"content type {page.content_type or 'missing'} is not {' or '.join(types)}",
+                                      response.status_code)
                 page.body, page.truncated = await self._read(response, cap)
                 return page
             finally:
@@ -146,7 +149,7 @@ class Fetcher:
         page = Page(url=url)
         try:
             got = await self._hops(url, accept="text/html, text/plain;q=0.9", cap=self.cfg.max_bytes,
-                                   robots=self.cfg.respect_robots)
+                                   robots=self.cfg.respect_robots, types=ACCEPTED_TYPES)
         except Refused as exc:
             page.error = f"refused: {exc}"
             return page
@@ -156,10 +159,6 @@ class Fetcher:
         except httpx.HTTPError as exc:
             page.error = describe_http_error(exc, self.cfg)
             return page
-        if got.content_type not in ACCEPTED_TYPES:
-            got.ok, got.body = False, b""
-            got.error = f"content type {got.content_type or 'missing'} is not text/html or text/plain"
-            return got
         got.ok = True
         return got
 
