@@ -25,6 +25,7 @@ from typing import Any
 from memlens.errors import MemlensError, ValidationError
 from memlens.web.sanitize import break_delimiters, cap_text, clean_text, strip_invisible
 
+RAW_CHARS_PER_SHOWN = 4  # extracted characters cleaned per character a source may show
 MIN_SOURCE_CHARS = 80  # below this, a source's share of the total cap is left out rather than shown as a stub
 
 
@@ -140,14 +141,19 @@ async def _one(url: str, fetcher: Any, extractor: Any, sem: asyncio.Semaphore, c
             src.error = page.error
             return src
         got = await extractor.extract(page.body, page.charset, page.content_type, page.final_url or url)
-        cleaned = clean_text(got.get("text") or "")
+        raw = got.get("text") or ""
+        # only a page's first characters can be shown: cleaning (line by line) is bounded by this, not the page
+        limit = RAW_CHARS_PER_SHOWN * cfg.source_chars + 4000
+        cleaned = clean_text(raw[:limit])
         src.title = _one_line(got.get("title") or "", 200)
         src.flagged = len(cleaned.flagged)
         if not cleaned.text.strip():
             src.error = "no text found on the page"
             return src
         src.text, cut = cap_text(cleaned.text, cfg.source_chars)
-        src.truncated = page.truncated or cut
+        if len(raw) > limit and not cut:
+            src.text += f"\n[truncated: the page's text after its first {limit} characters is left out]"
+        src.truncated = page.truncated or cut or len(raw) > limit
         src.ok = True
     except asyncio.CancelledError:
         raise

@@ -35,24 +35,40 @@ def _invisible(cp: int, cat: str) -> bool:
     return cp in _INVISIBLE_EXTRA
 
 
-def strip_invisible(text: str) -> tuple[str, int]:
-    """``text`` NFKC-normalised without invisible characters, and how many were removed."""
-    text = unicodedata.normalize("NFKC", text)
-    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\u2028", "\n").replace("\u2029", "\n\n")
+_ODD_PRINTABLE = re.compile(
+    "[\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000\ufe00-\ufe0f\U000e0100-\U000e01ef"
+    "\u115f\u1160\u3164\uffa0\u180b-\u180f\u034f]"
+)
+
+
+def _clean_line(line: str) -> tuple[str, int]:
+    if line.isprintable() and not _ODD_PRINTABLE.search(line):
+        return line, 0  # the common case, checked in C: nothing invisible on this line
     out: list[str] = []
     removed = 0
-    for ch in text:
-        if ch == "\n":
-            out.append(ch)
-        elif ch == "\t":
-            out.append(" ")
-        elif _invisible(ord(ch), unicodedata.category(ch)):
+    for ch in line:
+        cat = unicodedata.category(ch)
+        if _invisible(ord(ch), cat):
             removed += 1
-        elif unicodedata.category(ch) in ("Zs",):
+        elif cat == "Zs":
             out.append(" ")
         else:
             out.append(ch)
     return "".join(out), removed
+
+
+def strip_invisible(text: str) -> tuple[str, int]:
+    """``text`` NFKC-normalised without invisible characters, and how many were removed."""
+    text = unicodedata.normalize("NFKC", text)
+    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\u2028", "\n").replace("\u2029", "\n\n")
+    text = text.replace("\t", " ")
+    lines: list[str] = []
+    removed = 0
+    for line in text.split("\n"):
+        line, n = _clean_line(line)
+        lines.append(line)
+        removed += n
+    return "\n".join(lines), removed
 
 
 _DELIMITER_RUN = re.compile(r"[<>]{3,}|[\u2039\u203a\u00ab\u00bb]{2,}")
