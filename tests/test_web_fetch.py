@@ -326,3 +326,14 @@ def test_https_speaks_tls_to_the_checked_address_under_the_real_host_name(tmp_pa
     assert not src["ok"] and "certificate verify failed" in src["error"].lower()  # self-signed: refused, as it must be
     assert server_names == ["tls.example"]
     assert site.requests == []
+
+
+def test_proxy_variables_are_ignored(site, other_site, monkeypatch):
+    """A proxy would make the connection on the fetcher's behalf, past the guard: the environment's proxies are not used."""
+    for var in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(var, other_site.base)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    ctx = bounded(lambda: gather_sync(cfg(), urls=[site.url("/good")]), 60)
+    assert ctx.sources[0]["ok"] and other_site.requests == []
+    assert "/good" in site.paths()
