@@ -190,6 +190,8 @@ async def gather(cfg: Any, *, urls: Iterable[str] | str | None = None, query: st
             search_info["error"] = str(exc)
         except asyncio.TimeoutError:
             search_info["error"] = f"{name}: no answer within {cfg.deadline_seconds:g} s"
+        except Exception as exc:  # e.g. a base URL the HTTP client cannot use: the given URLs are still fetched
+            search_info["error"] = f"{name}: " + (" ".join(str(exc).split())[:200] or type(exc).__name__)
     if not wanted and query is None:
         raise ValidationError("web context needs at least one URL or a search query")
     sources = [Source(url=u) for u in wanted]
