@@ -181,6 +181,43 @@ class WorkingMemoryConfig(_Section):
     )
 
 
+class WebProviderConfig(_Section):
+    """One search provider: its API key and, to use a proxy or a test server, its base URL."""
+
+    api_key: str | None = Field(None, min_length=1, max_length=4096)
+    base_url: str | None = Field(None, pattern=r"^https?://[^\s]+$", max_length=2048)
+
+
+class WebProvidersConfig(_Section):
+    brave: WebProviderConfig = WebProviderConfig()
+    serpapi: WebProviderConfig = WebProviderConfig()
+    tavily: WebProviderConfig = WebProviderConfig()
+
+
+class WebConfig(_Section):
+    """Web context (`memlens web`): where fetches may go, their bounds, and the search provider."""
+
+    allow_hosts: list[str] = Field(
+        default_factory=list, max_length=1000,
+        description="hosts, addresses or networks that may be fetched although private or loopback",
+    )
+    respect_robots: bool = True
+    user_agent: str = Field("memlens-web/0.1", min_length=1, max_length=200, pattern=r"^[\x21-\x7e][\x20-\x7e]*$")
+    max_concurrency: int = Field(4, ge=1, le=32)
+    connect_timeout: float = Field(5.0, gt=0, le=120)
+    read_timeout: float = Field(10.0, gt=0, le=600)
+    deadline_seconds: float = Field(20.0, gt=0, le=600, description="the whole call: fetches still running then are dropped")
+    max_bytes: int = Field(2_000_000, ge=1024, le=50_000_000, description="bytes read of one page; the rest is not read")
+    max_redirects: int = Field(3, ge=0, le=3)
+    extract_timeout: float = Field(10.0, gt=0, le=300, description="seconds the text extraction of one page may take")
+    source_chars: int = Field(4000, ge=100, le=1_000_000, description="characters kept of one page")
+    total_chars: int = Field(12000, ge=100, le=10_000_000, description="characters of web text in one context")
+    max_urls: int = Field(10, ge=1, le=100, description="URLs one call may fetch")
+    provider: Literal["brave", "serpapi", "tavily"] | None = Field(None, description="search provider for --search")
+    max_results: int = Field(5, ge=1, le=20, description="search results fetched")
+    providers: WebProvidersConfig = WebProvidersConfig()
+
+
 class LimitsConfig(BaseModel):
     max_entry_chars: int = Field(100_000, ge=1, le=MAX_ENTRY_CHARS_SETTING,
                                  description="longest entry text add/update/import accept; split longer documents")
@@ -200,6 +237,7 @@ class Settings(BaseSettings):
     rerank: RerankConfig = RerankConfig()
     audit: AuditConfig = AuditConfig()
     limits: LimitsConfig = LimitsConfig()
+    web: WebConfig = WebConfig()
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     _blank = field_validator("store", "cache_dir", mode="before")(_not_blank)

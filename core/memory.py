@@ -538,6 +538,18 @@ class Memory:
         bundle = self.search(query, active_wing=active_wing, budget=budget, **kwargs)
         return render_context(self, bundle)
 
+    async def web_context(self, urls: Any = None, query: str | None = None, **kwargs: Any) -> Any:
+        """Untrusted web text for ``urls`` and/or a search ``query`` (see ``memlens.web``); nothing is stored."""
+        from memlens.web.context import gather
+
+        return await gather(self.settings.web, urls=urls, query=query, **kwargs)
+
+    def web_context_sync(self, urls: Any = None, query: str | None = None, **kwargs: Any) -> Any:
+        """``web_context`` from synchronous code, also from inside a running event loop."""
+        from memlens.web.context import gather_sync
+
+        return gather_sync(self.settings.web, urls=urls, query=query, **kwargs)
+
     @property
     def vector_index(self) -> Any:
         """The in-process vector index when in use (see core/store/vindex.py), else None (sqlite-vec)."""

@@ -26,6 +26,7 @@ class Kind(str, Enum):
     procedure = "procedure"
     document = "document"
     code = "code"
+    web = "web"
 
 
 class EntryType(str, Enum):
@@ -246,6 +247,10 @@ class Entry(BaseModel):
             object.__setattr__(self, "title", first if len(first) <= 60 else first[:59].rstrip() + "…")
         if self.overrides == self.id:
             raise ValueError("an entry cannot override itself")
+        if self.kind.value in vocab.UNTRUSTED_KINDS and self.type in (EntryType.invariant, EntryType.decision):
+            raise ValueError(f"a {self.kind.value} entry is untrusted text and cannot be an {self.type.value}"
+                             if self.type is EntryType.invariant else
+                             f"a {self.kind.value} entry is untrusted text and cannot be a {self.type.value}")
         return self
 
     @property

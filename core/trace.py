@@ -1,7 +1,7 @@
 """The retrieval trace: data produced by the pipeline that ranks, never recomputed beside it.
 
 Flags (part of the ``search --json`` contract): ``mandatory``, ``under_review``, ``active_wing``,
-``conflict``, ``summarised``, ``fallback``.
+``conflict``, ``summarised``, ``fallback``, ``untrusted`` (text saved from the web).
 Drop stages: ``status``, ``scope``, ``profile``, ``candidates``, ``threshold``,
 ``relative``, ``dedup``, ``override``, ``cap``, ``budget``.
 """

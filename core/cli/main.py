@@ -16,6 +16,7 @@ from typing import Any
 
 from memlens.cli import check as cli_check
 from memlens.cli import tasks as cli_tasks
+from memlens.cli import web as cli_web
 from memlens.cli.args import BUDGET_ARG, K_ARG, PROG, Parser, check_text_args, unit_float
 from memlens.errors import MemlensError
 from memlens.limits import MAX_BUDGET, MAX_K, check_query
@@ -132,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8765, help="HTTP: port (default 8765; 0 picks a free one)")
     s.add_argument("--read-only", action="store_true", help="serve only the tools that read")
     cli_check.register(sub)  # check, salvage
+    cli_web.register(sub)  # web
     return p
 
 
@@ -431,6 +433,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "mcp": cmd_mcp,
     "check": cli_check.cmd_check,
     "salvage": cli_check.cmd_salvage,
+    "web": cli_web.cmd_web,
 }
 
 

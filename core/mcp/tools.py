@@ -24,7 +24,7 @@ from memlens.errors import MemlensError
 from memlens.mcp import attribution
 
 TypeName = Literal["invariant", "decision", "pattern", "note"]
-KindName = Literal["turn", "fact", "entity", "procedure", "document", "code"]
+KindName = Literal["turn", "fact", "entity", "procedure", "document", "code", "web"]
 StatusName = Literal["active", "under_review", "deprecated"]
 OutcomeName = Literal["success", "failure"]
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from memlens.models import AUTHORITY, Entry
 from memlens.trace import Components, Trace
+from memlens.vocab import UNTRUSTED_KINDS
 
 
 @dataclass(eq=False, slots=True)
@@ -268,6 +269,8 @@ def flags_for(c: Candidate, active_wing: str | None) -> list[str]:
         flags.append("active_wing")
     if c.conflicts_with:
         flags.append("conflict")
+    if c.kind in UNTRUSTED_KINDS:
+        flags.append("untrusted")
     return flags
 
 

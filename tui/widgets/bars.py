@@ -16,6 +16,7 @@ FLAG_STYLE = {
     "conflict": "bold magenta",
     "summarised": "blue",
     "fallback": "bold yellow",
+    "untrusted": "bold red",
 }
 FLAG_MEANING = {
     "mandatory": "an active invariant of the active wing: always included, however low its score",
@@ -24,6 +25,7 @@ FLAG_MEANING = {
     "conflict": "states the same rule as an entry of another wing, with no override: resolve by hand",
     "summarised": "shortened to fit the context budget",
     "fallback": "not a semantic match: returned because nothing passed (profile fallback or workspace)",
+    "untrusted": "text saved from a web page: information to weigh, never instructions",
 }
 
 
@@ -47,7 +49,7 @@ def age(then: datetime, now: datetime) -> str:
 
 
 FLAG_SHORT = {"mandatory": "must", "under_review": "review", "active_wing": "active", "conflict": "conflict",
-              "summarised": "summ", "fallback": "fallback"}
+              "summarised": "summ", "fallback": "fallback", "untrusted": "web"}
 
 
 def flag_text(flags: list[str], short: bool = False) -> Text:

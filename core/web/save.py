@@ -1,0 +1,39 @@
+"""Saving web text to the store: the one place the web package writes entries (through the public ``Memory`` API).
+
+Each source that gave text becomes one entry of kind ``web``, type ``note``,
+status ``under_review``, with ``meta.untrusted = true`` and ``meta.source`` (the
+URL the text came from). A web entry can never be an invariant or a decision
+(the data model refuses it). The same page text saved twice in a wing is
+stored once.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from memlens.limits import MAX_NAME_CHARS
+from memlens.web.sanitize import cap_text
+
+
+def save_sources(mem: Any, ctx: Any, *, wing: str, room: str = "") -> list[dict[str, Any]]:
+    """Store every source of ``ctx`` that has text; returns ``{"id", "url", "created"}`` per saved source."""
+    fetched = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    limit = mem.settings.limits.max_entry_chars
+    saved: list[dict[str, Any]] = []
+    for src in ctx.texts:
+        if not src.ok or not src.text.strip():
+            continue
+        url = src.final_url or src.url
+        text, _ = cap_text(src.text, limit)
+        meta: dict[str, Any] = {"source": url, "untrusted": True, "fetched_at": fetched, "flagged_lines": src.flagged,
+                                "truncated": bool(src.truncated)}
+        if url != src.url:
+            meta["requested_url"] = src.url
+        if ctx.query:
+            meta["search_query"] = ctx.query
+        title = (src.title or url)[: min(MAX_NAME_CHARS, 200)]
+        entry, created, _ = mem.add_unique(text, wing=wing, room=room, kind="web", type="note", status="under_review",
+                                           title=title, meta=meta)
+        saved.append({"id": entry.id, "url": url, "created": created})
+    return saved
