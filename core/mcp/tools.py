@@ -20,8 +20,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
+from memlens import attribution
 from memlens.errors import MemlensError
-from memlens.mcp import attribution
 
 TypeName = Literal["invariant", "decision", "pattern", "note"]
 KindName = Literal["turn", "fact", "entity", "procedure", "document", "code"]
