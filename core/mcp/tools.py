@@ -3,7 +3,7 @@
 Each tool validates its arguments through its signature (the SDK derives the
 JSON schema from it), runs in a worker thread, and turns a ``MemlensError``
 into a tool error with the engine's one-line message. Writes are attributed
-to the calling client (``memlens.mcp.attribution``): its audit rows name it.
+to the calling client (``memlens.attribution``): its audit rows name it.
 
 The engine opens in the background (``Engine.start``): the store first, then
 the model, then the in-process vector index. A tool that needs the model
