@@ -30,7 +30,7 @@ def load_entries(mem: Memory) -> dict[str, Any]:
 
 def load_tasks(mem: Memory) -> dict[str, Any] | None:
     """Load the demo's working memory (completed tasks and blockers); the report, or None if there is none."""
-    from memlens.working.task_state import load_demo
+    from memlens.working.tasks import load_demo  # re-exported there; importing task_state first would close its cycle
 
     return load_demo(mem)
 

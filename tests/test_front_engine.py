@@ -5,6 +5,8 @@ hashing embedder is enough here (no ranking is checked)."""
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 
@@ -83,3 +85,18 @@ def test_demo_loads_entries_and_tasks_once(mem):
     assert report["imported"] == mem.count() > 0
     assert not mem.tasks.is_empty()
     assert demo.load_tasks(mem) is None  # the working memory is no longer empty
+
+
+def test_demo_loads_in_a_fresh_process(tmp_path):
+    """Nothing else imported first: the demo's task history must load on its own (import order is part of it)."""
+    code = (
+        "import sys\n"
+        "from memlens import Memory, demo\n"
+        "from memlens.embed import HashEmbedder\n"
+        "with Memory.open(sys.argv[1], embedder=HashEmbedder()) as mem:\n"
+        "    tasks = demo.load_tasks(mem)\n"
+        "    print(tasks['tasks_imported'] > 0, mem.count())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s.db")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "0"]

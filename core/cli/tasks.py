@@ -154,7 +154,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     if getattr(args, "tasks_action", None) == "import-state":
         if not args.file:
             raise MemlensError("tasks import-state needs a FILE.json ('-' reads stdin)")
-        from memlens.working.task_state import parse_state, read_state
+        from memlens.working.tasks import parse_state, read_state
 
         name, obj = read_state(args.file)
         parse_state(obj, name)  # a bad file is refused before a missing store is created
