@@ -22,6 +22,7 @@ violation fails the test, so whoever fixes one also deletes its line.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -310,6 +311,27 @@ def test_the_app_never_imports_the_cli():
     bad = [i.where() for i in _internal(imports, modules)
            if i.importer.startswith("memlens.tui") and i.imported.startswith("memlens.cli")]
     assert not bad, "\n".join(bad)
+
+
+_SQL = re.compile(r"\b(SELECT\b.+\bFROM|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+TABLE|PRAGMA)\b", re.S)
+
+
+def test_the_app_runs_no_sql():
+    """The app reaches the store through the engine's calls: no sqlite3, no connection, no SQL text."""
+    bad = []
+    for name, path in _modules().items():
+        if not name.startswith("memlens.tui"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                bad += [f"{where}: imports {m}" for m in mods if m.split(".")[0] in ("sqlite3", "sqlite_vec")]
+            elif isinstance(node, ast.Attribute) and node.attr == "conn":
+                bad.append(f"{where}: uses a store connection (.conn)")
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _SQL.search(node.value):
+                bad.append(f"{where}: SQL text {node.value[:60]!r}")
+    assert not bad, "the app touches the database directly:\n" + "\n".join(bad)
 
 
 def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
