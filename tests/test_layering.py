@@ -74,8 +74,6 @@ def _modules() -> dict[str, Path]:
         for path in sorted(base.rglob("*.py")):
             rel = path.relative_to(base).with_suffix("")
             parts = [p for p in rel.parts if p != "__init__"]
-            if package == "memlens" and parts[:1] == ["tui"]:
-                continue  # core/ has no tui/; guard against a stray one shadowing the app
             out[".".join([package, *parts])] = path
     return out
 
@@ -104,8 +102,18 @@ def _import_nodes(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
+def _lazy_names() -> dict[str, str]:
+    """``from memlens import Memory`` really imports memlens.memory: the package's lazy names (its ``_LAZY``)."""
+    tree = ast.parse((SOURCES["memlens"] / "__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_LAZY" for t in node.targets):
+            return {name: f"memlens.{module}" for name, (module, _attr) in ast.literal_eval(node.value).items()}
+    raise AssertionError("core/__init__.py has no _LAZY table")
+
+
 def _imports(modules: dict[str, Path]) -> list[Import]:
     out = []
+    lazy = _lazy_names()
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         for node in _import_nodes(ast.parse(path.read_text(encoding="utf-8"), str(path))):
@@ -118,7 +126,8 @@ def _imports(modules: dict[str, Path]) -> list[Import]:
                     anchor = anchor[: len(anchor) - (node.level - 1)]
                     base = ".".join(anchor + ([node.module] if node.module else []))
                 # ``from pkg import mod`` imports the module pkg.mod; ``from mod import name`` imports mod
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules
+                           else lazy.get(a.name, base) if base == "memlens" else base for a in node.names]
             for target in dict.fromkeys(targets):
                 if target != name:
                     out.append(Import(name, target, path, node.lineno))
@@ -354,3 +363,8 @@ def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
     cli = next(i for i in _imports(modules) if i.imported == "memlens.cli.main")
     assert "front end memlens.tui imports front end memlens.cli" in (_breaks_rules(cli, {}) or "")
     assert cli.where().endswith("fake.py:6: memlens.tui.screens.fake imports memlens.cli.main")
+    lazy = tmp_path / "lazy.py"
+    lazy.write_text("from memlens import Memory\n", encoding="utf-8")
+    (up,) = _imports({"memlens.store.lazy": lazy, "memlens.memory": fake})
+    assert up.imported == "memlens.memory"  # a lazy package name counts as the module behind it
+    assert _breaks_rules(up, {}) == "store imports facade"
