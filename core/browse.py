@@ -35,7 +35,7 @@ def entry_info(mem: Memory, entry_id: str) -> dict[str, Any]:
 
 def find(mem: Memory, text: str, limit: int = 20) -> list[Entry]:
     """Entries whose id or title contains ``text`` (SQL LIKE: ASCII letters match either case), by id."""
-    out = []
+    out: list[Entry] = []
     for entry_id in browse_sql.find_ids(mem.conn, text, limit):
         try:
             out.append(mem.get(entry_id))
