@@ -28,11 +28,19 @@ def load_entries(mem: Memory) -> dict[str, Any]:
     return mem.import_jsonl(demo_file())
 
 
-def load_tasks(mem: Memory) -> dict[str, Any] | None:
-    """Load the demo's working memory (completed tasks and blockers); the report, or None if there is none."""
-    from memlens.working.tasks import load_demo  # re-exported there; importing task_state first would close its cycle
+def demo_tasks_file() -> Path:
+    """The demo task history: completed tasks and blockers, in the legacy state-file shape with full fields."""
+    from importlib.resources import files
 
-    return load_demo(mem)
+    return Path(str(files("memlens.data") / "demo_tasks.json"))
+
+
+def load_tasks(mem: Memory) -> dict[str, Any] | None:
+    """Load the demo task history into an empty working memory: the import report; None if it is not empty."""
+    if not mem.tasks.is_empty():
+        return None
+    report: dict[str, Any] = mem.tasks.import_state(demo_tasks_file())
+    return report
 
 
 def load(mem: Memory) -> dict[str, Any]:

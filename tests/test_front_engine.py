@@ -80,7 +80,7 @@ def test_retrieval_stats_splits_hits_from_misses():
 
 
 def test_demo_loads_entries_and_tasks_once(mem):
-    assert demo.demo_file().is_file()
+    assert demo.demo_file().is_file() and demo.demo_tasks_file().is_file()
     report = demo.load(mem)
     assert report["imported"] == mem.count() > 0
     assert not mem.tasks.is_empty()
