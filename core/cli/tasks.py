@@ -154,7 +154,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     if getattr(args, "tasks_action", None) == "import-state":
         if not args.file:
             raise MemlensError("tasks import-state needs a FILE.json ('-' reads stdin)")
-        from memlens.working.tasks import parse_state, read_state
+        import memlens.working.tasks  # noqa: F401  (first: task_state and tasks import each other)
+        from memlens.working.task_state import parse_state, read_state
 
         name, obj = read_state(args.file)
         parse_state(obj, name)  # a bad file is refused before a missing store is created
