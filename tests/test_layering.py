@@ -41,14 +41,14 @@ UI_TOOLKITS = ("textual", "rich")
 # import (a lower layer reaching up) or an edge that closes a cycle. Delete a line when its
 # import is gone; never add one for new code.
 KNOWN: dict[tuple[str, str], str] = {
-    # lower layers reach up into the Memory facade (for its column list, row mapping, vector blobs and
-    # private write protocol); they go when the storage interface carries those
-    ("memlens.store.newstore", "memlens.memory"): "open_for_write builds and returns a Memory",
+    # lower layers reach up into the Memory facade (for its column list, row mapping, vector blobs,
+    # or a Memory itself); they go when the storage interface carries those
+    ("memlens.store.newstore", "memlens.memory"): "open_for_write opens the new store as a Memory",
     ("memlens.store.salvage", "memlens.memory"): "salvage writes the new store through Memory",
-    ("memlens.store.writes", "memlens.memory"): "the write helpers take Memory's row mapping",
-    ("memlens.retrieval.policy", "memlens.memory"): "policy reads rows with Memory's column list",
-    ("memlens.retrieval.search", "memlens.memory"): "search reads rows with Memory's column list",
-    ("memlens.io.jsonl", "memlens.memory"): "the importer uses Memory's write protocol",
+    ("memlens.store.writes", "memlens.memory"): "near-duplicate lookups use Memory's column list, row mapping and vector blobs",
+    ("memlens.retrieval.policy", "memlens.memory"): "a policy candidate builds its entry with Memory's row mapping",
+    ("memlens.retrieval.search", "memlens.memory"): "the session lookup uses Memory's row mapping",
+    ("memlens.io.jsonl", "memlens.memory"): "import and export use Memory's validation message, column list and row mapping",
     # cycles inside a layer
     ("memlens.config", "memlens.profiles"): "load_settings checks profiles; profiles import config's bounds",
     ("memlens.working.tasks", "memlens.working.task_state"): "tasks re-exports task_state, which imports tasks",
