@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from memlens import attribution
 from memlens.config import Settings, load_settings
 from memlens.errors import CorruptRowError, MemlensError, NotFoundError, StaleUpdateError, StoreError, ValidationError
 from memlens.limits import MAX_LIST, check_int, entry_text_limit, printable
-from memlens.mcp import attribution
 from memlens.models import EDITABLE_FIELDS, Entry, EntryType, Kind, Status, content_hash, format_ts, parse_ts, utcnow
 from memlens.store import corruption, db, retention
 from memlens.store.rows import HINT as ROW_HINT

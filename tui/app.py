@@ -222,25 +222,9 @@ def _opener(store: str | Path | None, **kwargs: Any) -> tuple[Path, Any]:
 
 def _check_store(path: Path) -> None:
     """Refuse a file that is not a memlens store before the screen switches to the app (one-line error)."""
-    from memlens.errors import StoreError
-    from memlens.store import db
+    from memlens.browse import check_store_file
 
-    if not path.exists():
-        return  # created on open
-    conn = db.connect(path, create=False)
-    try:
-        version = db.schema_version(conn)
-        tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'").fetchone()[0]
-    finally:
-        conn.close()
-    if version < 0:  # a damaged header: the same one line as the engine gives
-        from memlens.store.corruption import corrupt_error
-
-        raise corrupt_error(path, f"its header holds schema version {version}")
-    if version > db.SCHEMA_VERSION:
-        raise StoreError(f"{path} was written by a newer memlens (schema {version} > {db.SCHEMA_VERSION}); upgrade memlens")
-    if version == 0 and tables:
-        raise StoreError(f"{path} is a SQLite database but not a memlens store")
+    check_store_file(path)
 
 
 def run_app(store: str | Path | None, *, demo: bool = False, active_wing: str | None = None) -> int:

@@ -159,36 +159,15 @@ class Lens:
 
     def entry_info(self, entry_id: str) -> dict[str, Any]:
         """Vector freshness (stored content hash and model vs the current text) and who overrides the entry."""
-        from memlens.models import content_hash
-        from memlens.store.staging import visible
+        from memlens.browse import entry_info
 
-        def run() -> dict[str, Any]:
-            entry = self.mem.get(entry_id)
-            conn = self.mem.conn
-            stored_hash, model = conn.execute(
-                f"SELECT content_hash, model FROM entries WHERE id = ? AND {visible()}", (entry_id,)).fetchone()
-            by = [r[0] for r in conn.execute(
-                f"SELECT id FROM entries WHERE overrides = ? AND {visible()} ORDER BY id", (entry_id,))]
-            return {"entry": entry, "content_hash": stored_hash, "model": model, "store_model": self.mem.model_id,
-                    "fresh": stored_hash == content_hash(entry.embed_text) and model == self.mem.model_id,
-                    "overridden_by": by}
-
-        return self.call(run)
+        return self.call(lambda: entry_info(self.mem, entry_id))
 
     def find(self, text: str, limit: int = 20) -> list[Entry]:
         """Entries whose id or title contains ``text`` (for "why not?" pickers)."""
-        from memlens.memory import _COLUMNS, row_to_entry
-        from memlens.store.staging import visible
+        from memlens.browse import find
 
-        def run() -> list[Entry]:
-            like = f"%{text}%"
-            rows = self.mem.conn.execute(
-                f"SELECT {_COLUMNS} FROM entries WHERE (id LIKE ? OR title LIKE ?) AND {visible()} ORDER BY id LIMIT ?",
-                (like, like, limit),
-            ).fetchall()
-            return [row_to_entry(r) for r in rows]
-
-        return self.call(run)
+        return self.call(lambda: find(self.mem, text, limit))
 
     def generations(self) -> dict[str, int]:
         return self.call(self.mem.generations)
@@ -201,16 +180,9 @@ class Lens:
 
     def shell_known(self) -> dict[str, list[str]]:
         """Entry ids, task ids, actively blocked task ids and profile names (assistant-shell completion)."""
+        from memlens.browse import known_names
 
-        def run() -> dict[str, list[str]]:
-            from memlens.store.staging import visible
-
-            ids = [r[0] for r in self.mem.conn.execute(f"SELECT id FROM entries WHERE {visible()} ORDER BY id")]
-            blocked = sorted({b.task_id for b in self.mem.tasks.blockers()})
-            tasks = sorted({t.task_id for t in self.mem.tasks.all()} | {b.task_id for b in self.mem.tasks.blockers(False)})
-            return {"entry_ids": ids, "task_ids": tasks, "blocked_ids": blocked, "profiles": list(self.mem.profiles)}
-
-        return self.call(run)
+        return self.call(lambda: known_names(self.mem))
 
     def audit_level(self) -> str:
         """``audit.level``: retrievals are only logged (and shown as metrics) at "reads"."""
@@ -243,13 +215,10 @@ class Lens:
         return self.call(self.mem.tasks.unblock, task_id, resolved_at=self.now())
 
     def load_demo(self) -> dict[str, Any]:
-        from memlens.cli.main import demo_file
-
         def run() -> dict[str, Any]:
-            from memlens.working.tasks import load_demo
+            from memlens.demo import load
 
-            report = self.mem.import_jsonl(demo_file())
-            load_demo(self.mem)
+            report = load(self.mem)
             if self.active_wing is None:
                 self.active_wing = self._default_wing(self.mem)
             return report

@@ -19,13 +19,8 @@ import json
 import sys
 from typing import Any
 
+from memlens.cli.common import open_store, store_arg
 from memlens.errors import MemlensError, ValidationError
-
-
-def _store_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--store", metavar="PATH", default=argparse.SUPPRESS, help="store file (default: $MEMLENS_STORE or the user data dir)"
-    )
 
 
 def _json_arg(p: argparse.ArgumentParser, help: str, default: Any = False) -> None:
@@ -35,11 +30,11 @@ def _json_arg(p: argparse.ArgumentParser, help: str, default: Any = False) -> No
 def register(sub: Any) -> None:
     """Add ``task`` and ``tasks`` to the top-level sub-parsers."""
     s = sub.add_parser("task", help="working memory: complete, block or unblock a task")
-    _store_arg(s)
+    store_arg(s)
     actions = s.add_subparsers(dest="task_action", metavar="ACTION")
 
     c = actions.add_parser("complete", help="record a completed task (captures intent, builds the summary, prunes)")
-    _store_arg(c)
+    store_arg(c)
     c.add_argument("task_id", metavar="ID")
     c.add_argument("--intent", help="what the task set out to do (required unless --no-context)")
     c.add_argument("--failed", action="store_true", help="the task failed (default: success)")
@@ -49,32 +44,26 @@ def register(sub: Any) -> None:
     _json_arg(c, "print the stored task as JSON")
 
     b = actions.add_parser("block", help="mark a task blocked")
-    _store_arg(b)
+    store_arg(b)
     b.add_argument("task_id", metavar="ID")
     b.add_argument("--reason", help="why the task cannot proceed")
     b.add_argument("--at", metavar="TIME", help="blocked since, ISO-8601 (default: now)")
     _json_arg(b, "print the blocker as JSON")
 
     u = actions.add_parser("unblock", help="resolve a task's active blocker")
-    _store_arg(u)
+    store_arg(u)
     u.add_argument("task_id", metavar="ID")
     _json_arg(u, "print the resolved blocker as JSON")
 
     t = sub.add_parser("tasks", help="show recent tasks and active blockers (the agent's working memory)")
-    _store_arg(t)
+    store_arg(t)
     t.add_argument("-n", "--window", metavar="N", help="completed tasks to show (default: working_memory.window, 5)")
     _json_arg(t, "print {tasks, blockers, markdown} as JSON")
     tsub = t.add_subparsers(dest="tasks_action", metavar="ACTION")
     i = tsub.add_parser("import-state", help="load a legacy state file (completed_tasks, blocked_tasks), all or nothing")
-    _store_arg(i)
+    store_arg(i)
     i.add_argument("file", metavar="FILE.json", nargs="?")
     _json_arg(i, "print the import report as JSON", default=argparse.SUPPRESS)
-
-
-def _open(args: argparse.Namespace, *, create: bool) -> Any:
-    from memlens.cli.main import _open as open_store
-
-    return open_store(args, create=create)
 
 
 def _read_report(source: str) -> dict[str, Any]:
@@ -111,7 +100,7 @@ def cmd_task(args: argparse.Namespace) -> int:
         else:
             intent = _text(args.intent, "--intent", "what the task set out to do (or --no-context for an opaque task)")
         report = _read_report(args.report) if args.report else None
-        with _open(args, create=True) as mem:
+        with open_store(args, create=True) as mem:
             task = mem.tasks.complete(
                 task_id,
                 intent,
@@ -129,7 +118,7 @@ def cmd_task(args: argparse.Namespace) -> int:
         return 0
     if action == "block":
         reason = _text(args.reason, "--reason", "why the task is blocked")
-        with _open(args, create=True) as mem:
+        with open_store(args, create=True) as mem:
             blocker = mem.tasks.block(task_id, reason, blocked_at=args.at)
         if args.json:
             _dump(blocker.to_record())
@@ -137,7 +126,7 @@ def cmd_task(args: argparse.Namespace) -> int:
             print(f"blocked {blocker.task_id}: {blocker.reason}")
         return 0
     # unblock: there is nothing to unblock in a store that does not exist
-    with _open(args, create=False) as mem:
+    with open_store(args, create=False) as mem:
         blocker = mem.tasks.unblock(task_id)
     if args.json:
         _dump(blocker.to_record())
@@ -165,11 +154,12 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     if getattr(args, "tasks_action", None) == "import-state":
         if not args.file:
             raise MemlensError("tasks import-state needs a FILE.json ('-' reads stdin)")
-        from memlens.working.tasks import parse_state, read_state
+        import memlens.working.tasks  # noqa: F401  (first: task_state and tasks import each other)
+        from memlens.working.task_state import parse_state, read_state
 
         name, obj = read_state(args.file)
         parse_state(obj, name)  # a bad file is refused before a missing store is created
-        with _open(args, create=True) as mem:
+        with open_store(args, create=True) as mem:
             rep = mem.tasks.import_state(args.file, parsed=(name, obj))
         if as_json:
             _dump(rep)
@@ -183,7 +173,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             print(f"ignored fields: {', '.join(rep['ignored_fields'])}", file=sys.stderr)
         return 0
     n = _window_size(args.window)
-    with _open(args, create=False) as mem:
+    with open_store(args, create=False) as mem:
         window = mem.tasks.window(n)
     if as_json:
         _dump(window.to_dict())

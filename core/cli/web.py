@@ -69,10 +69,10 @@ def cmd_web(args: argparse.Namespace) -> int:
     ctx = gather_sync(settings.web, urls=args.urls, query=args.search)
     saved: list[dict[str, Any]] | None = None
     if args.save and any(s.ok and s.text for s in ctx.texts):
-        from memlens.cli.main import _open
+        from memlens.cli.common import open_store
         from memlens.web.save import save_sources
 
-        with _open(args, create=True) as mem:
+        with open_store(args, create=True) as mem:
             saved = save_sources(mem, ctx, wing=args.wing.strip(), room=(args.room or "").strip())
     got_text = any(s["ok"] and s["chars"] for s in ctx.sources)
     if args.json:

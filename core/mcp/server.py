@@ -31,7 +31,7 @@ def build(engine: Any, *, read_only: bool = False) -> Any:
 
     # The SDK would set up logging through rich (a UI toolkit the engine never loads, and boxed
     # multi-line tracebacks in a client's server log): plain one-line records on stderr instead.
-    sdk_server.configure_logging = _plain_logging  # type: ignore[assignment]
+    sdk_server.configure_logging = _plain_logging  # type: ignore[attr-defined]  # the SDK does not export its logging hook; replaced on purpose
 
     from memlens import __version__
     from memlens.mcp.meta import INSTRUCTIONS, SERVER_NAME

@@ -3,7 +3,7 @@
 Each tool validates its arguments through its signature (the SDK derives the
 JSON schema from it), runs in a worker thread, and turns a ``MemlensError``
 into a tool error with the engine's one-line message. Writes are attributed
-to the calling client (``memlens.mcp.attribution``): its audit rows name it.
+to the calling client (``memlens.attribution``): its audit rows name it.
 
 The engine opens in the background (``Engine.start``): the store first, then
 the model, then the in-process vector index. A tool that needs the model
@@ -13,15 +13,18 @@ waits for it; the wait shows in the result's trace as ``model_wait_ms``.
 import sys
 import threading
 import time
-from typing import Annotated, Any, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
+from memlens import attribution
 from memlens.errors import MemlensError
-from memlens.mcp import attribution
+
+F = TypeVar("F", bound=Callable[..., Any])  # a tool function, returned as it came
 
 TypeName = Literal["invariant", "decision", "pattern", "note"]
 KindName = Literal["turn", "fact", "entity", "procedure", "document", "code", "web"]
@@ -159,7 +162,7 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
 
     names: list[str] = []
 
-    def call(ctx: Context | None, fn: Any, need_model: bool = False) -> Any:
+    def call(ctx: Context | None, fn: Callable[[Any, float], Any], need_model: bool = False) -> Any:
         with attribution.acting_as(client_of(ctx)):
             try:
                 mem, waited = engine.memory(need_model)
@@ -167,9 +170,13 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
             except MemlensError as exc:
                 raise ToolError(str(exc)) from None
 
+    def record(ctx: Context | None, fn: Callable[[Any, float], Any], need_model: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = call(ctx, fn, need_model)  # a tool's JSON object
+        return out
+
     def tool(name: str, title: str, *, read: bool, destructive: bool = False, idempotent: bool = True,
-             structured: bool = True) -> Any:
-        def deco(fn: Any) -> Any:
+             structured: bool = True) -> Callable[[F], F]:
+        def deco(fn: F) -> F:
             if read_only and not read:
                 return fn
             hints = ToolAnnotations(title=title, read_only_hint=read, destructive_hint=False if read else destructive,
@@ -207,7 +214,7 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
             if full_trace:
                 out["full_trace"] = b.trace.model_dump(mode="json")
             return out
-        return call(ctx, run, need_model=True)
+        return record(ctx, run, need_model=True)
 
     @tool("memory_context", "Memory context for a task", read=True, structured=False)
     def memory_context(
@@ -216,7 +223,8 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         budget: Annotated[int | None, Field(ge=1, description="token budget for the whole context")] = None,
         ctx: Context = None,  # type: ignore[assignment]
     ) -> str:
-        return call(ctx, lambda mem, _w: mem.context(query, active_wing=active_wing, budget=budget), need_model=True)
+        text: str = call(ctx, lambda mem, _w: mem.context(query, active_wing=active_wing, budget=budget), need_model=True)
+        return text
 
     @tool("memory_add", "Remember something", read=False, destructive=False, idempotent=True)
     def memory_add(
@@ -237,11 +245,11 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
                                                      key=key, status=status, salience=salience, overrides=overrides)
             return {"id": entry.id, "status": "created" if created else "already_exists", "wing": entry.wing,
                     "updated_at": entry.to_record()["updated_at"], "similar": similar}
-        return call(ctx, run, need_model=True)
+        return record(ctx, run, need_model=True)
 
     @tool("memory_get", "Read one entry", read=True)
     def memory_get(id: Id, ctx: Context = None) -> dict[str, Any]:  # type: ignore[assignment]
-        return call(ctx, lambda mem, _w: mem.get(id).to_record())
+        return record(ctx, lambda mem, _w: mem.get(id).to_record())
 
     @tool("memory_update", "Edit an entry", read=False, destructive=True, idempotent=True)
     def memory_update(
@@ -265,21 +273,21 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         changes = {k: v for k, v in fields.items() if v is not None}
         if not changes:
             raise ToolError("nothing to change: give at least one field (text, title, wing, room, type, ...)")
-        return call(ctx, lambda mem, _w: mem.update_checked(id, expected_updated_at, **changes).to_record(),
+        return record(ctx, lambda mem, _w: mem.update_checked(id, expected_updated_at, **changes).to_record(),
                     need_model="text" in changes or "title" in changes)
 
     @tool("memory_set_status", "Set an entry's status", read=False, destructive=True, idempotent=True)
     def memory_set_status(id: Id, status: Annotated[StatusName, Field(
             description="active, under_review (still retrieved, flagged) or deprecated (no longer retrieved)")],
             ctx: Context = None) -> dict[str, Any]:  # type: ignore[assignment]
-        return call(ctx, lambda mem, _w: mem.set_status(id, status).to_record())
+        return record(ctx, lambda mem, _w: mem.set_status(id, status).to_record())
 
     @tool("memory_delete", "Delete an entry", read=False, destructive=True, idempotent=True)
     def memory_delete(id: Id, ctx: Context = None) -> dict[str, Any]:  # type: ignore[assignment]
         def run(mem: Any, _w: float) -> dict[str, Any]:
             e = mem.delete(id)
             return {"id": e.id, "deleted": True, "wing": e.wing, "title": e.title}
-        return call(ctx, run)
+        return record(ctx, run)
 
     @tool("memory_explain", "Why (not) this entry?", read=True)
     def memory_explain(
@@ -288,14 +296,14 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         active_wing: Annotated[str | None, Field(description="the active wing of that search")] = None,
         ctx: Context = None,  # type: ignore[assignment]
     ) -> dict[str, Any]:
-        return call(ctx, lambda mem, _w: mem.explain(query, id, active_wing=active_wing), need_model=True)
+        return record(ctx, lambda mem, _w: mem.explain(query, id, active_wing=active_wing), need_model=True)
 
     @tool("memory_wings", "List wings and rooms", read=True)
     def memory_wings(ctx: Context = None) -> dict[str, Any]:  # type: ignore[assignment]
         def run(mem: Any, _w: float) -> dict[str, Any]:
             wings = mem.wing_counts()
             return {"entries": sum(w["entries"] for w in wings), "wings": wings}
-        return call(ctx, run)
+        return record(ctx, run)
 
     TaskId = Annotated[str, Field(description="your task's id", min_length=1)]
 
@@ -307,20 +315,20 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         report: Annotated[dict[str, Any] | None, Field(description="validation report, e.g. {'tests': 'passed'}")] = None,
         ctx: Context = None,  # type: ignore[assignment]
     ) -> dict[str, Any]:
-        return call(ctx, lambda mem, _w: mem.tasks.complete(task_id, intent, outcome=outcome,
+        return record(ctx, lambda mem, _w: mem.tasks.complete(task_id, intent, outcome=outcome,
                                                             validation_report=report).to_record())
 
     @tool("task_block", "Mark a task blocked", read=False, destructive=False, idempotent=False)
     def task_block(task_id: TaskId, reason: Annotated[str, Field(description="why the task cannot proceed")],
                    ctx: Context = None) -> dict[str, Any]:  # type: ignore[assignment]
-        return call(ctx, lambda mem, _w: mem.tasks.block(task_id, reason).to_record())
+        return record(ctx, lambda mem, _w: mem.tasks.block(task_id, reason).to_record())
 
     @tool("task_unblock", "Resolve a task's blocker", read=False, destructive=False, idempotent=False)
     def task_unblock(task_id: TaskId, ctx: Context = None) -> dict[str, Any]:  # type: ignore[assignment]
-        return call(ctx, lambda mem, _w: mem.tasks.unblock(task_id).to_record())
+        return record(ctx, lambda mem, _w: mem.tasks.unblock(task_id).to_record())
 
     @tool("working_memory", "Recent tasks and blockers", read=True)
     def working_memory(ctx: Context = None) -> dict[str, Any]:  # type: ignore[assignment]
-        return call(ctx, lambda mem, _w: mem.tasks.window().to_dict())
+        return record(ctx, lambda mem, _w: mem.tasks.window().to_dict())
 
     return names

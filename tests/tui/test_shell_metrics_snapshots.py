@@ -115,7 +115,7 @@ def test_metrics_refresh_picks_up_new_searches(make_app):
     """Empty at first; after a search elsewhere, ``r`` shows it, with the engine's own percentiles."""
     import asyncio
 
-    from memlens.cli.main import retrieval_stats
+    from memlens.stats import retrieval_stats
 
     app = make_app()
 

@@ -28,8 +28,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, Select, Static, TextArea
 from textual.worker import Worker, WorkerState
 
+from memlens.attribution import describe as describe_client
 from memlens.errors import MemlensError
-from memlens.mcp.attribution import describe as describe_client
 from memlens.models import KINDS, STATUSES, TYPES, Entry, parse_ts
 
 from ..widgets.bars import TYPE_STYLE, age, bar

@@ -26,8 +26,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Sparkline, Static
 from textual.worker import Worker, WorkerState
 
-from memlens.cli.main import retrieval_stats
 from memlens.models import parse_ts
+from memlens.stats import retrieval_stats
 
 from ..widgets.bars import age, bar, ms
 

@@ -1,0 +1,43 @@
+"""What every ``memlens`` command shares: the ``--store`` option, opening the store, printing results."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def store_arg(p: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) -> None:
+    p.add_argument("--store", metavar="PATH", default=default, help="store file (default: $MEMLENS_STORE or the user data dir)")
+
+
+def open_store(args: argparse.Namespace, *, create: bool = False) -> Any:
+    """The store for a command: only commands that write (add, import, demo, tui, task) create a missing one."""
+    from memlens.memory import Memory
+
+    if create:  # a store this command creates goes again if the command fails (see memlens.store.newstore)
+        from memlens.store.newstore import open_for_write
+
+        return open_for_write(args.store)
+    return Memory.open(args.store, create=False)
+
+
+def format_results(bundle: Any) -> str:
+    """A search's results as text: one line per result plus its id, then a summary line."""
+    lines = []
+    t = bundle.trace
+    for r in bundle.results:
+        e = r.entry
+        where = f"{e.wing}/{e.room}" if e.room else e.wing
+        flags = f"  [{', '.join(r.flags)}]" if r.flags else ""
+        lines.append(f"{r.rank:>3}  {r.score:6.3f}  {e.type.value:<9} {where:<32} {e.title}{flags}")
+        lines.append(f"{'':>5}{e.id}")
+    if not bundle.results:
+        lines.append("no results")
+    if t.degraded:
+        lines.append(f"-- degraded: {t.degraded['reason']}; used {t.degraded.get('source') or 'nothing'}")
+    lines.append(
+        f"-- {len(bundle.results)} results from {', '.join(t.wings_searched) or 'no wings'}"
+        f" in {t.latency_ms.get('total', 0):.1f} ms"
+        f" ({'cache hit' if t.cache_hit else 'cache miss'})"
+    )
+    return "\n".join(lines)
