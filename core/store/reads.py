@@ -204,31 +204,36 @@ def _where(where: list[str]) -> str:
 
 
 class SqliteReads:
-    """``Reads`` over one ``Memory``'s SQLite file (this thread's connection), sqlite-vec and FTS5."""
+    """``Reads`` with SQLite, sqlite-vec and FTS5: a mixin over this thread's connection.
+
+    The host class provides ``conn`` (this thread's connection), ``vector_index`` (the in-process
+    ``VectorIndex`` when in use, else None), ``wings()``, ``rooms()``, ``generations()`` and
+    ``index_host``: what the ``VectorIndex`` methods read the store through (today the ``Memory``).
+    """
 
     backend = "sqlite"
     lexical_scorer = "fts5-bm25"
-
-    def __init__(self, mem: Memory) -> None:
-        self.mem = mem
+    conn: Any
+    vector_index: Any
+    index_host: Any
 
     def wings(self) -> list[str]:
-        return self.mem.wings()
+        raise NotImplementedError
 
     def rooms(self) -> list[str]:
-        return self.mem.rooms()
+        raise NotImplementedError
 
     def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
-        return self.mem.generations(wings)
+        raise NotImplementedError
 
     def vector_index(self) -> str:
-        return "memory" if self.mem.vector_index is not None else "sqlite-vec"
+        return "memory" if self.vector_index is not None else "sqlite-vec"
 
     def knn(self, qvec: np.ndarray, scope: Scope, n: int) -> Knn:
-        mem = self.mem
-        vindex = mem.vector_index
+        mem = self.index_host
+        vindex = self.vector_index
         if vindex is not None:
-            gens = mem.generations()  # one read for both generators: the blocks and the scope set they check
+            gens = self.generations()  # one read for both generators: the blocks and the scope set they check
             return Knn(vindex.knn(mem, qvec, scope.wings, scope.index_filters(), n, gens), "memory", gens)
         hits = self._vec0(qvec.astype("<f4").tobytes(), scope, n)
         if hits is None:  # an import in progress has rows in the scope: rank the visible vectors in process
@@ -238,7 +243,7 @@ class SqliteReads:
                     from memlens.store.vindex import VectorIndex
 
                     vindex = _staged_indexes[mem] = VectorIndex()
-            gens = mem.generations()
+            gens = self.generations()
             return Knn(vindex.knn(mem, qvec, scope.wings, scope.index_filters(), n, gens), "memory", gens,
                        "an import in progress has rows in this scope: vectors ranked in process, without them")
         with _staged_lock:
@@ -248,7 +253,7 @@ class SqliteReads:
     def _vec0(self, blob: bytes, scope: Scope, n: int) -> list[tuple[int, float]] | None:
         """vec0 KNN inside the scope; None when an import in progress has staged rows in the scope (the KNN
         would rank them and lose visible rows). One read snapshot for both."""
-        conn = self.mem.conn
+        conn = self.conn
         where, args = sql_filters(scope)
         own = not conn.in_transaction
         if own:
@@ -274,11 +279,10 @@ class SqliteReads:
         fq = fts_query(text)
         if not fq:
             return []
-        mem = self.mem
-        conn = mem.conn
-        vindex = mem.vector_index
+        conn = self.conn
+        vindex = self.vector_index
         if vindex is not None:
-            allowed = vindex.in_scope(mem, scope.wings, scope.index_filters(), gens)
+            allowed = vindex.in_scope(self.index_host, scope.wings, scope.index_filters(), gens)
             conn.create_function("memlens_in_scope", 1, allowed.__contains__, deterministic=True)
             sql = ("SELECT rowid, bm25(entries_fts, 2.0, 1.0) AS s FROM entries_fts "
                    "WHERE entries_fts MATCH ? AND memlens_in_scope(rowid) ORDER BY s, rowid LIMIT ?")
@@ -298,11 +302,11 @@ class SqliteReads:
         sql = "SELECT rowid FROM entries" + _where(where)
         sql += (" ORDER BY CASE type WHEN 'invariant' THEN 0 WHEN 'decision' THEN 1 WHEN 'pattern' THEN 2 ELSE 3 END,"
                 " salience DESC, updated_at DESC LIMIT ?")
-        return [r for (r,) in self.mem.conn.execute(sql, [*args, n])]
+        return [r for (r,) in self.conn.execute(sql, [*args, n])]
 
     def rows(self, rowids: Sequence[int]) -> Rows:
         out = Rows()
-        conn = self.mem.conn
+        conn = self.conn
         for i in range(0, len(rowids), 400):
             chunk = rowids[i : i + 400]
             found = conn.execute(f"{_SELECT} WHERE rowid IN ({','.join('?' * len(chunk))}) AND {staging.visible()}",
@@ -314,13 +318,13 @@ class SqliteReads:
         return out
 
     def vectors(self, need: dict[int, str]) -> dict[int, np.ndarray]:
-        mem = self.mem
         out: dict[int, np.ndarray] = {}
-        if need and mem.vector_index is not None:
-            out.update(mem.vector_index.vectors(need))
+        vindex = self.vector_index
+        if need and vindex is not None:
+            out.update(vindex.vectors(need))
         # one lookup per rowid: vec0 answers `rowid = ?` from its index but scans the table for `rowid IN (...)`
         for rowid in (r for r in need if r not in out):
-            row = mem.conn.execute("SELECT embedding FROM entries_vec WHERE rowid = ?", (rowid,)).fetchone()
+            row = self.conn.execute("SELECT embedding FROM entries_vec WHERE rowid = ?", (rowid,)).fetchone()
             if row is not None:
                 out[rowid] = from_blob(row[0])
         return out
@@ -332,12 +336,12 @@ class SqliteReads:
             c, v = _in("room", rooms)
             sql += " AND " + c
             args += v
-        return {r for (r,) in self.mem.conn.execute(sql, args)}
+        return {r for (r,) in self.conn.execute(sql, args)}
 
     def related(self, ids: list[str], keys: Iterable[str], scope: Scope) -> list[int]:
         # look up by the overrides / key indexes alone and apply the scope here: with the scope in the
         # SQL, the planner (no ANALYZE stats) prefers the wing index and scans the whole wing
-        conn = self.mem.conn
+        conn = self.conn
         cols = "rowid, wing, room, kind, type, status"
         out: list[int] = []
         for i in range(0, len(ids), 400):
@@ -352,7 +356,7 @@ class SqliteReads:
     def latest(self, scope: Scope) -> Rows:
         where, args = entry_filters(scope)
         sql = _SELECT + _where(where) + " ORDER BY created_at DESC, rowid DESC LIMIT 1"
-        return _sound(self.mem.conn.execute(sql, args).fetchmany(1), Rows())
+        return _sound(self.conn.execute(sql, args).fetchmany(1), Rows())
 
     def session_turns(self, session: Any, wings: list[str] | None, n: int) -> Rows:
         sql = (f"{_SELECT} WHERE kind = 'turn' AND CASE WHEN json_valid(meta) THEN json_extract(meta, '$.session_id') END = ?"
@@ -363,10 +367,10 @@ class SqliteReads:
             sql += " AND " + c
             args += v
         sql += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
-        return _sound(self.mem.conn.execute(sql, [*args, n]).fetchall(), Rows())
+        return _sound(self.conn.execute(sql, [*args, n]).fetchall(), Rows())
 
     def session_vectors(self, session: str) -> list[np.ndarray]:
-        rows = self.mem.conn.execute(
+        rows = self.conn.execute(
             "SELECT v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid "
             "WHERE e.kind = 'turn' AND CASE WHEN json_valid(e.meta) THEN json_extract(e.meta, '$.session_id') END = ? "
             f"AND {staging.visible('e')}",
@@ -377,14 +381,38 @@ class SqliteReads:
     def top_salient(self, scope: Scope, n: int) -> Rows:
         where, args = entry_filters(scope)
         sql = _SELECT + _where(where) + " ORDER BY salience DESC, updated_at DESC LIMIT ?"
-        return _sound(self.mem.conn.execute(sql, [*args, n]).fetchall(), Rows())
+        return _sound(self.conn.execute(sql, [*args, n]).fetchall(), Rows())
+
+
+class MemoryReads(SqliteReads):
+    """``SqliteReads`` over a ``Memory``: its connection, in-process index, wings and generations."""
+
+    def __init__(self, mem: Memory) -> None:
+        self.index_host = mem
+
+    @property  # type: ignore[override]
+    def conn(self) -> Any:  # read at each use: the connection is per thread
+        return self.index_host.conn
+
+    @property  # type: ignore[override]
+    def vector_index(self) -> Any:  # created on first use by the host
+        return self.index_host.vector_index
+
+    def wings(self) -> list[str]:
+        return self.index_host.wings()
+
+    def rooms(self) -> list[str]:
+        return self.index_host.rooms()
+
+    def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
+        return self.index_host.generations(wings)
 
 
 def reads_of(mem: Memory) -> Reads:
     """The read interface of a ``Memory``: its own when it has one, else SQLite over its connection."""
     own = getattr(mem, "reads", None)
-    return own if own is not None else SqliteReads(mem)
+    return own if own is not None else MemoryReads(mem)
 
 
-__all__ = ["ENTRY_COLUMNS", "Knn", "Reads", "Rows", "Scope", "SqliteReads", "StoredRow", "entry_filters", "fts_query",
-           "query_terms", "reads_of", "sql_filters"]
+__all__ = ["ENTRY_COLUMNS", "Knn", "MemoryReads", "Reads", "Rows", "Scope", "SqliteReads", "StoredRow", "entry_filters",
+           "fts_query", "query_terms", "reads_of", "sql_filters"]
