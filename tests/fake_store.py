@@ -153,6 +153,13 @@ class FakeStore:
         rows = sorted(self._visible(scope), key=lambda r: r[14], reverse=True)
         return self._read(sorted(rows, key=lambda r: -r[11])[:n])
 
+    def scope_vectors(self, wings: list[str], statuses: list[str]) -> list[np.ndarray]:
+        return [self.vecs[r[0]] for r in self._visible(Scope(wings=wings, statuses=statuses))]
+
+    def text_matches(self, text: str, wings: list[str]) -> list[str]:
+        found = self.lexical(text, Scope(wings=wings), len(self.rows_by_rowid))
+        return [self.rows_by_rowid[r][2] for r, _ in found]
+
 
 class FakeEngine:
     """What the pipeline asks of the engine besides storage: settings, profiles, embedder, cache, retrieval log."""
