@@ -13,8 +13,7 @@ from memlens.limits import MAX_QUERY_TERMS
 from memlens.profiles import Profile
 from memlens.retrieval import candidates, hooks, pipeline, stages
 from memlens.retrieval.run import Run
-from memlens.store.reads import Reads, Scope
-from memlens.store.sqlite_reads import MemoryReads
+from memlens.store.reads import MemoryReads, Reads, Scope
 from memlens.trace import STAGES
 
 from .fake_store import FakeEngine, FakeStore
@@ -248,3 +247,12 @@ def test_stage_functions_are_short():
         for name, fn in inspect.getmembers(module, inspect.isfunction):
             if fn.__module__ == module.__name__:
                 assert len(inspect.getsource(fn).splitlines()) <= 60, f"{module.__name__}.{name}"
+
+
+def test_sqlite_trace_names_the_index_and_scorer_for_a_degenerate_query(mem, monkeypatch):
+    """On the real SQLite store: a query whose vector is degenerate still says which index and scorer ran."""
+    mem.add("Parameters are declared in on_configure.", wing="ros")
+    monkeypatch.setattr(mem, "embed", lambda texts: np.zeros((1, mem.dim), dtype=np.float32))
+    b = mem.search("parameters declared", wings=["ros"], use_cache=False)
+    assert (b.trace.fusion["vector_index"], b.trace.fusion["lexical"]) == ("sqlite-vec", "fts5-bm25")
+    assert any("degenerate" in n for n in b.trace.notes) and b.results

@@ -99,25 +99,24 @@ def mandatory_invariants(run: Run) -> set[int]:
 
 def merge_recent_turns(run: Run, pool: list[Candidate]) -> list[Candidate]:
     """Semantic hits then the latest turns of the latest session, first occurrence wins."""
-    from memlens.memory import row_to_entry
-
     plan, trace, store = run.plan, run.trace, run.store
     semantic = sorted(pool, key=lambda c: -c.score)
     latest = store.latest(plan.search_scope)
     trace.notes.extend(latest.damaged)
     if not latest.rows:
         return semantic
-    session = row_to_entry(latest.rows[0][2:]).meta.get("session_id")
+    last = latest.rows[0]
+    session = Candidate(rowid=last[0], row=last[2:], content_hash=last[1]).entry.meta.get("session_id")
     turns = store.session_turns(session, plan.scope, plan.profile.recent_turns)
     trace.notes.extend(turns.damaged)
     merged = list(semantic)
     ids = {c.id for c in merged}
     half_life = run.settings.retrieval.half_life_days
     for r in reversed(turns.rows):  # oldest of the recent first, as in a transcript
-        e = row_to_entry(r[2:])
+        cand = Candidate(rowid=r[0], row=r[2:], content_hash=r[1], source="recent")
+        e = cand.entry
         if e.id in ids:
             continue
-        cand = Candidate(rowid=r[0], row=r[2:], content_hash=r[1], source="recent", _entry=e)
         assert run.now is not None
         cand.comps.recency, cand.comps.age_days = recency(e.updated_at or e.created_at, run.now, half_life)
         cand.comps.salience = e.salience
