@@ -47,7 +47,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("memlens.store.salvage", "memlens.memory"): "salvage writes the new store through Memory",
     ("memlens.store.writes", "memlens.memory"): "near-duplicate lookups use Memory's column list, row mapping and vector blobs",
     ("memlens.retrieval.policy", "memlens.memory"): "a policy candidate builds its entry with Memory's row mapping",
-    ("memlens.retrieval.search", "memlens.memory"): "the session lookup uses Memory's row mapping",
     ("memlens.io.jsonl", "memlens.memory"): "import and export use Memory's validation message, column list and row mapping",
     # cycles inside a layer
     ("memlens.config", "memlens.profiles"): "load_settings checks profiles; profiles import config's bounds",
