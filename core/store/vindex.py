@@ -7,7 +7,7 @@ for 100k × 384) and scan it with numpy. The results are the same exact KNN.
 
 The copy is checked against the store on every search. Each wing block
 remembers the wing generation it was loaded at, and every write to a wing, by
-any process, bumps that generation (core/memory.py). A stale block is reloaded
+any process, bumps that generation (core/store/writer.py). A stale block is reloaded
 before it is used, so the index can never answer from old vectors. A
 single-shot process (one CLI search) never pays for loading: the index is used
 only after ``Memory.warm_index()`` or with ``search.vector_index = "memory"``.
@@ -16,16 +16,28 @@ only after ``Memory.warm_index()`` or with ``search.vector_index = "memory"``.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
 from memlens.store.staging import visible
 from memlens.store.vectors import degenerate_rows
 
-if TYPE_CHECKING:
-    from memlens.memory import Memory
+
+class Memory(Protocol):
+    """What the index reads from (the ``Memory`` facade): this thread's connection, the vector size, wings."""
+
+    path: Path
+
+    @property
+    def conn(self) -> Any: ...
+    @property
+    def dim(self) -> int: ...
+    def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]: ...
+    def wings(self) -> list[str]: ...
 
 FILTER_COLUMNS = ("room", "kind", "type", "status")
 _SCOPES_KEPT = 4  # in_scope() sets: about 1 MB per 20k rowids (5 MB for an unscoped 100k)
