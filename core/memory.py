@@ -25,7 +25,6 @@ from memlens.errors import MemlensError, NotFoundError, ValidationError
 from memlens.limits import MAX_LIST, check_int, entry_text_limit
 from memlens.models import EDITABLE_FIELDS, Entry, Status, utcnow
 from memlens.store import writes
-from memlens.store.distinct import DistinctValues
 from memlens.store.newstore import removed_on_failure
 from memlens.store.rows import COLUMN_LIST, row_to_entry, vec_blob
 from memlens.store.sqlite import SqliteStore
@@ -54,11 +53,10 @@ class Memory:
         self._embedder_lock = threading.Lock()
         self._cache: Any = None
         self._profiles: dict[str, Any] | None = None
-        self._vindex: Any = None
         storage = settings.storage
         self.store = SqliteStore(path, model=lambda: self.embedder, busy_timeout_ms=storage.busy_timeout_ms,
-                                 mmap_size=storage.mmap_size, create=create)
-        self._distinct = DistinctValues(self.store)
+                                 mmap_size=storage.mmap_size, create=create,
+                                 vector_index=lambda: self.settings.search.vector_index)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -139,10 +137,10 @@ class Memory:
         return self.store.count()
 
     def wings(self) -> list[str]:
-        return self._distinct.values("wing")
+        return self.store.wings()
 
     def rooms(self, wing: str | None = None) -> list[str]:
-        return self._distinct.values("room", wing, named_only=True)
+        return self.store.rooms(wing)
 
     def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
         return self.store.generations(wings)
@@ -281,24 +279,11 @@ class Memory:
     @property
     def vector_index(self) -> Any:
         """The in-process vector index when in use (see core/store/vindex.py), else None (sqlite-vec)."""
-        mode = self.settings.search.vector_index
-        if mode == "sqlite-vec":
-            return None
-        if self._vindex is None and mode == "memory":
-            from memlens.store.vindex import VectorIndex
-
-            self._vindex = VectorIndex()
-        return self._vindex
+        return self.store.vindex
 
     def warm_index(self) -> int:
         """Load the in-process vector index now (long-lived processes); returns vectors held."""
-        if self.settings.search.vector_index == "sqlite-vec":
-            return 0
-        if self._vindex is None:
-            from memlens.store.vindex import VectorIndex
-
-            self._vindex = VectorIndex()
-        return self._vindex.warm(self)
+        return self.store.warm_index()
 
     @property
     def profiles(self) -> dict[str, Any]:

@@ -25,13 +25,7 @@ if TYPE_CHECKING:
 
     from memlens.models import Entry
 
-try:
-    from memlens.store.reads import Reads
-except ImportError:  # until the read half lands (memlens.store.reads)
-
-    class Reads(Protocol):  # type: ignore[no-redef]  # placeholder with the same name, replaced at merge
-        pass
-
+from memlens.store.reads import Reads
 
 AuditRecord = dict[str, Any]
 Row = tuple[Any, ...]

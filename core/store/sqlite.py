@@ -21,10 +21,12 @@ import numpy as np
 from memlens.errors import CorruptRowError, StoreError
 from memlens.models import format_ts, utcnow
 from memlens.store import corruption, db, retention, staging
+from memlens.store.distinct import DistinctValues
 from memlens.store.rows import COLUMN_LIST, HINT, json_object, select_list
 from memlens.store.staging import visible, visible_count, visible_groups
 from memlens.store.task_rows import SqliteTaskRows
 from memlens.store.vectors import degenerate
+from memlens.store.vindex import VectorIndex
 from memlens.store.writer import SqliteWriter
 
 if TYPE_CHECKING:
@@ -35,14 +37,19 @@ _GROUP_COLUMNS = frozenset({"wing", "room", "kind", "type", "status"})
 
 class SqliteStore:
     """One SQLite store file. ``model`` is called (lazily, only when needed) for the embedding model
-    (``.model_id``, ``.dim``) that a new store records, and that a store without a record falls back to."""
+    (``.model_id``, ``.dim``) that a new store records, and that a store without a record falls back to;
+    ``vector_index`` for the current ``search.vector_index`` setting."""
 
     backend = "sqlite"
     lexical_scorer = "fts5-bm25"
 
     def __init__(self, path: Path, *, model: Callable[[], Any], busy_timeout_ms: int = 5000,
-                 mmap_size: int = 1 << 30, create: bool = True) -> None:
+                 mmap_size: int = 1 << 30, create: bool = True,
+                 vector_index: Callable[[], str] = lambda: "sqlite-vec") -> None:
         self.path = path
+        self._vector_index_mode = vector_index  # now: "sqlite-vec", "memory" or "auto" (search.vector_index)
+        self._vindex: VectorIndex | None = None
+        self._distinct = DistinctValues(self)
         self._model = model
         self._busy_timeout_ms = int(busy_timeout_ms)
         self._mmap_size = mmap_size
@@ -244,6 +251,34 @@ class SqliteStore:
         return int(self.conn.execute(
             "SELECT (SELECT count(*) FROM audit) - (SELECT count(*) FROM audit WHERE import_id IN (SELECT id FROM imports))"
         ).fetchone()[0])
+
+    def wings(self) -> list[str]:
+        """Every wing holding a visible entry (cached until the next write)."""
+        return self._distinct.values("wing")
+
+    def rooms(self, wing: str | None = None) -> list[str]:
+        """Every non-empty room of a visible entry (of ``wing``), cached until the next write."""
+        return self._distinct.values("room", wing, named_only=True)
+
+    # -- the in-process vector index ------------------------------------------------------------
+
+    @property
+    def vindex(self) -> VectorIndex | None:
+        """The in-process vector index when in use (``memlens.store.vindex``), else None (sqlite-vec)."""
+        mode = self._vector_index_mode()
+        if mode == "sqlite-vec":
+            return None
+        if self._vindex is None and mode == "memory":
+            self._vindex = VectorIndex()
+        return self._vindex
+
+    def warm_index(self) -> int:
+        """Load the in-process vector index now (long-lived processes); returns vectors held."""
+        if self._vector_index_mode() == "sqlite-vec":
+            return 0
+        if self._vindex is None:
+            self._vindex = VectorIndex()
+        return self._vindex.warm(self)
 
     # -- generations ----------------------------------------------------------------------------
 

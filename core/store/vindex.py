@@ -10,7 +10,7 @@ remembers the wing generation it was loaded at, and every write to a wing, by
 any process, bumps that generation (core/store/writer.py). A stale block is reloaded
 before it is used, so the index can never answer from old vectors. A
 single-shot process (one CLI search) never pays for loading: the index is used
-only after ``Memory.warm_index()`` or with ``search.vector_index = "memory"``.
+only after ``warm_index()`` (the store's, or ``Memory``'s) or with ``search.vector_index = "memory"``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from memlens.store.vectors import degenerate_rows
 
 
 class Memory(Protocol):
-    """What the index reads from (the ``Memory`` facade): this thread's connection, the vector size, wings."""
+    """What the index reads from (the store, or the ``Memory`` over it): this thread's connection, the vector
+    size, the generations and wings."""
 
     path: Path
 
