@@ -39,7 +39,7 @@ from memlens.store.rows import row_problem, row_to_entry
 from memlens.store.writes import describe_validation
 
 if TYPE_CHECKING:
-    from memlens.store.base import Store
+    from memlens.store.base import Writes
 
     Embed = Callable[[list[str]], np.ndarray]
 
@@ -195,7 +195,7 @@ def parse_line(path: Path, n: int, text: str, model_id: str, dim: int) -> tuple[
 
 
 def import_file(
-    store: Store, embed: Embed, path: Path, *, batch_size: int = 256,
+    store: Writes, embed: Embed, path: Path, *, batch_size: int = 256,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Import ``path`` into ``store``; ``embed`` makes the vectors the file does not carry."""
@@ -205,7 +205,7 @@ def import_file(
 
 
 def _import(
-    store: Store, embed: Embed, shown: Path, path: Path, scratch: Path, batch_size: int,
+    store: Writes, embed: Embed, shown: Path, path: Path, scratch: Path, batch_size: int,
     progress: Callable[[str, int, int], None],
 ) -> dict[str, Any]:
     model_id, dim = store.model_id, store.dim
@@ -295,7 +295,7 @@ def _import(
 
 
 def export(
-    store: Store, out: IO[str], *, wing: str | None = None, with_vectors: bool = False, on_skip: Any = None
+    store: Writes, out: IO[str], *, wing: str | None = None, with_vectors: bool = False, on_skip: Any = None
 ) -> int:
     """Write entries as JSONL; returns the count.
 

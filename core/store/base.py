@@ -102,11 +102,10 @@ class Writer(Protocol):
         ...
 
 
-class Store(Reads, Protocol):
-    """A memlens store: the read half (``Reads``) plus writes, meta, audit, retrieval log and generations."""
+class Writes(Protocol):
+    """The write half of a store, with what it records about itself: writes, meta, audit, retrieval log,
+    generations, counts and the working-memory tables."""
 
-    backend: str  # "sqlite"
-    lexical_scorer: str  # "fts5-bm25"
     path: Path
 
     # -- meta ---------------------------------------------------------------------------------
@@ -205,3 +204,14 @@ class Store(Reads, Protocol):
     def tasks(self) -> TaskRows:
         """The working-memory tables, read outside any write."""
         ...
+
+
+class Store(Reads, Writes, Protocol):
+    """A memlens store: the read half (``Reads``, the retrieval pipeline's reads) and the write half (``Writes``).
+
+    ``backend`` names the implementation ("sqlite"), ``lexical_scorer`` the text ranking it uses ("fts5-bm25"),
+    so that a trace can say which ran.
+    """
+
+    backend: str
+    lexical_scorer: str

@@ -11,11 +11,11 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from memlens.store.base import Store
+    from memlens.store.base import Writes
 
 
 class DistinctValues:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Writes) -> None:
         self._store = store
         self._cache: dict[tuple[str, str | None, bool], tuple[tuple[int, int], list[str]]] = {}
         self._lock = threading.Lock()

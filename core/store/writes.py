@@ -29,7 +29,7 @@ from memlens.models import Entry, content_hash, format_ts, parse_ts
 from memlens.store.rows import vec_blob
 
 if TYPE_CHECKING:
-    from memlens.store.base import Store
+    from memlens.store.base import Writes
 
 Embed = Callable[[list[str]], np.ndarray]
 NEAR_DUPLICATE = 0.80  # cosine similarity from which another entry of the wing is reported as similar
@@ -63,7 +63,7 @@ def validate_entry(record: dict[str, Any]) -> Entry:
         raise ValidationError(describe_validation(exc)) from None
 
 
-def check_overrides(store: Store, entries: list[Entry], also_known: set[str] | None = None) -> None:
+def check_overrides(store: Writes, entries: list[Entry], also_known: set[str] | None = None) -> None:
     for e in entries:
         if not e.overrides or (also_known and e.overrides in also_known):
             continue
@@ -84,7 +84,7 @@ def refuse_if_changed(current: Entry, expected: str | datetime) -> None:
         )
 
 
-def vectors_for(store: Store, embed: Embed, entries: list[Entry]) -> list[np.ndarray]:
+def vectors_for(store: Writes, embed: Embed, entries: list[Entry]) -> list[np.ndarray]:
     """Vectors for entries: reuse a stored vector of identical text, embed the rest in one batch."""
     texts = [e.embed_text for e in entries]
     out: list[np.ndarray | None] = [None] * len(entries)
@@ -109,7 +109,7 @@ def vectors_for(store: Store, embed: Embed, entries: list[Entry]) -> list[np.nda
 # -- the writes (one transaction each) ---------------------------------------------------------------
 
 
-def add(store: Store, entry: Entry, vec: np.ndarray) -> Entry:
+def add(store: Writes, entry: Entry, vec: np.ndarray) -> Entry:
     with store.write() as w:
         state = w.state(entry.id)
         if state is not None:
@@ -121,7 +121,7 @@ def add(store: Store, entry: Entry, vec: np.ndarray) -> Entry:
     return entry
 
 
-def update(store: Store, entry_id: str, after: Entry, vec: np.ndarray | None, expected: str | datetime | None) -> Entry:
+def update(store: Writes, entry_id: str, after: Entry, vec: np.ndarray | None, expected: str | datetime | None) -> Entry:
     """Replace the stored ``entry_id`` by ``after`` (``vec=None``: the text is unchanged, keep the vector)."""
     with store.write() as w:
         found = w.find(entry_id)
@@ -136,7 +136,7 @@ def update(store: Store, entry_id: str, after: Entry, vec: np.ndarray | None, ex
     return after
 
 
-def delete(store: Store, before: Entry) -> Entry:
+def delete(store: Writes, before: Entry) -> Entry:
     with store.write() as w:
         rowid = w.find_rowid(before.id)
         if rowid is None:
@@ -146,7 +146,7 @@ def delete(store: Store, before: Entry) -> Entry:
     return before
 
 
-def add_unique(store: Store, entry: Entry, vec: np.ndarray) -> tuple[Entry, bool, list[dict[str, Any]]]:
+def add_unique(store: Writes, entry: Entry, vec: np.ndarray) -> tuple[Entry, bool, list[dict[str, Any]]]:
     """Add an entry unless the wing already holds the same content.
 
     Returns ``(entry, created, similar)``: the new entry (or the one already

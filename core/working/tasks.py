@@ -100,13 +100,13 @@ from memlens.working.task_window import (  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from memlens.config import Settings
-    from memlens.store.base import Store, Writer
+    from memlens.store.base import Writer, Writes
 
 
 class WorkingMemory:
     """Recent tasks and blockers of one store (``Memory.tasks``). Thread-safe like the store."""
 
-    def __init__(self, store: Store, settings: Settings) -> None:
+    def __init__(self, store: Writes, settings: Settings) -> None:
         self.store = store
         self.settings = settings
 
