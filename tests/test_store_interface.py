@@ -83,3 +83,28 @@ def test_a_failed_write_leaves_nothing(tmp_path, hash_embedder):
         assert store.count() == 0 and store.generations() == {} and store.audit() == []
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("index", ["sqlite-vec", "memory"])
+def test_the_store_reads_like_the_memory_adapter(mem, index):
+    """``SqliteStore`` is a ``Reads`` of its own: it answers the pipeline's reads as the adapter over ``Memory`` does."""
+    from memlens.store.reads import MemoryReads, Scope
+
+    before = mem.settings.search.vector_index
+    mem.settings.search.vector_index = index
+    try:
+        for i, (wing, text) in enumerate([("a", "alpha beta gamma"), ("a", "beta delta"), ("b", "gamma epsilon"),
+                                          ("b", "alpha zeta"), ("a", "theta iota")]):
+            mem.add(text, wing=wing, room="r" if i % 2 else "", title=f"t{i}", type="decision" if i == 1 else "note")
+        own, adapter = mem.store, MemoryReads(mem)
+        scope = Scope(wings=["a", "b"])
+        qvec = mem.embed(["alpha beta"])[0]
+        assert own.knn(qvec, scope, 3).hits == adapter.knn(qvec, scope, 3).hits != []
+        assert own.lexical("alpha gamma", scope, 5) == adapter.lexical("alpha gamma", scope, 5) != []
+        assert own.listing(Scope(wings=["a"]), 5) == adapter.listing(Scope(wings=["a"]), 5) != []
+        rowids = [r for r, _ in own.knn(qvec, scope, 5).hits]
+        assert own.rows(rowids).rows == adapter.rows(rowids).rows
+        assert (own.vector_index is None) == (adapter.vector_index is None) == (index == "sqlite-vec")
+        assert (own.wings(), own.rooms(), own.generations()) == (mem.wings(), mem.rooms(), mem.generations())
+    finally:
+        mem.settings.search.vector_index = before

@@ -22,6 +22,7 @@ from memlens.errors import CorruptRowError, StoreError
 from memlens.models import format_ts, utcnow
 from memlens.store import corruption, db, retention, staging
 from memlens.store.distinct import DistinctValues
+from memlens.store.reads import SqliteReads
 from memlens.store.rows import COLUMN_LIST, HINT, json_object, select_list
 from memlens.store.staging import visible, visible_count, visible_groups
 from memlens.store.task_rows import SqliteTaskRows
@@ -35,10 +36,13 @@ if TYPE_CHECKING:
 _GROUP_COLUMNS = frozenset({"wing", "room", "kind", "type", "status"})
 
 
-class SqliteStore:
-    """One SQLite store file. ``model`` is called (lazily, only when needed) for the embedding model
-    (``.model_id``, ``.dim``) that a new store records, and that a store without a record falls back to;
-    ``vector_index`` for the current ``search.vector_index`` setting."""
+class SqliteStore(SqliteReads):
+    """One SQLite store file: the read half (``SqliteReads``) and the write half.
+
+    ``model`` is called (lazily, only when needed) for the embedding model (``.model_id``, ``.dim``) that a
+    new store records, and that a store without a record falls back to; ``vector_index`` for the current
+    ``search.vector_index`` setting.
+    """
 
     backend = "sqlite"
     lexical_scorer = "fts5-bm25"
@@ -271,6 +275,15 @@ class SqliteStore:
         if self._vindex is None and mode == "memory":
             self._vindex = VectorIndex()
         return self._vindex
+
+    @property  # type: ignore[override]  # SqliteReads reads the index under this name (a method in Reads)
+    def vector_index(self) -> VectorIndex | None:
+        return self.vindex
+
+    @property
+    def index_host(self) -> SqliteStore:
+        """What the in-process index reads through: this store."""
+        return self
 
     def warm_index(self) -> int:
         """Load the in-process vector index now (long-lived processes); returns vectors held."""
