@@ -12,6 +12,7 @@ a wing changed); retrieval is ``memlens.retrieval``; working memory is
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memlens.config import Settings, load_settings
-from memlens.errors import MemlensError, NotFoundError, ValidationError
+from memlens.errors import MemlensError, NotFoundError, StoreError, ValidationError
 from memlens.limits import MAX_LIST, check_int, entry_text_limit
 from memlens.models import EDITABLE_FIELDS, Entry, Status, utcnow
 from memlens.store import writes
@@ -54,9 +55,10 @@ class Memory:
         self._cache: Any = None
         self._profiles: dict[str, Any] | None = None
         storage = settings.storage
-        self.store = SqliteStore(path, model=lambda: self.embedder, busy_timeout_ms=storage.busy_timeout_ms,
+        me = weakref.ref(self)  # no cycle: a Memory dropped without close() still closes its connections at once
+        self.store = SqliteStore(path, model=lambda: _alive(me).embedder, busy_timeout_ms=storage.busy_timeout_ms,
                                  mmap_size=storage.mmap_size, create=create,
-                                 vector_index=lambda: self.settings.search.vector_index)
+                                 vector_index=lambda: _alive(me).settings.search.vector_index)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -367,6 +369,13 @@ def open_for_write(store: str | Path | None) -> Iterator[Memory]:
     target = Path(store).expanduser() if store is not None else settings.store_path()
     with removed_on_failure(target), Memory.open(target, settings=settings, create=True) as mem:
         yield mem
+
+def _alive(ref: weakref.ref[Memory]) -> Memory:
+    mem = ref()
+    if mem is None:
+        raise StoreError("the Memory that opened this store is gone; open it again")
+    return mem
+
 
 def _retrieval_metrics(bundle: Bundle) -> dict[str, Any]:
     """What the audit keeps of one retrieval (the query itself shortened, and hashed for grouping)."""
