@@ -6,7 +6,8 @@
 - ``writer``: ``SqliteWriter``, what one write transaction does (entry rows, vectors, audit, generation bumps)
 - ``rows``: the one mapping between an entry row and an ``Entry``, and checks of stored rows
 - ``writes``: entry writes (add, update, delete, add-unique) over the interface
-- ``db``: connections and transactions; ``schema``: the migrations; ``staging``: imports invisible until published
+- ``db``: connections and transactions; ``schema``: the migrations
+- ``staging``: imports invisible until published (the rules, owners, clean-up); ``importer``: writes one
 - ``task_rows``: the working-memory tables; ``distinct``: cached wings and rooms
 - ``vindex``, ``vectors``: the in-process vector index, and vectors that cannot be compared
 - ``check``, ``salvage``, ``corruption``: damage found, reported and recovered from

@@ -20,7 +20,7 @@ import numpy as np
 
 from memlens.errors import CorruptRowError, StoreError
 from memlens.models import format_ts, utcnow
-from memlens.store import corruption, db, retention, staging
+from memlens.store import corruption, db, importer, retention, staging
 from memlens.store.distinct import DistinctValues
 from memlens.store.reads import SqliteReads
 from memlens.store.rows import COLUMN_LIST, HINT, json_object, select_list
@@ -197,7 +197,7 @@ class SqliteStore(SqliteReads):
     def import_staged(self, shown: Path, rows: Iterator[tuple[int, int, Entry]], vecs: np.ndarray,
                       outside: dict[str, int], unchanged: Callable[[], None], progress: Callable[[int], None]) -> None:
         """Write ``rows`` as an import: staged in short transactions, published at once (``memlens.store.staging``)."""
-        staging.write(self, shown, rows, vecs, outside, unchanged, progress)
+        importer.write(self, shown, rows, vecs, outside, unchanged, progress)
 
     # -- entry rows (the facade's own reads) ----------------------------------------------------
 
