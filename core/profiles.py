@@ -11,8 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from memlens.config import K_MAX, check_weights
 from memlens.errors import QueryError
+from memlens.limits import MAX_K as K_MAX
+from memlens.setting_checks import check_weights
 from memlens.vocab import KINDS
 
 MEMORY_COMMAND = "/memory"
@@ -102,8 +103,8 @@ def load_profiles(
     """Defaults with the configuration's ``[profiles.NAME]`` tables merged on top; ranges checked."""
     from pydantic import ValidationError as PydanticError
 
-    from memlens.config import describe_error
     from memlens.errors import MemlensError
+    from memlens.setting_checks import describe_error
 
     profiles = dict(DEFAULT_PROFILES)
     for name, values in (overrides or {}).items():

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
+from memlens import attribution
 from memlens.errors import NotFoundError, ValidationError
-from memlens.mcp import attribution
 from memlens.store.writes import StaleUpdateError
 
 from .conftest import snapshot_store

@@ -41,7 +41,7 @@ class Candidate:
     @property
     def entry(self) -> Entry:
         if self._entry is None:
-            from memlens.memory import row_to_entry
+            from memlens.store.rows import row_to_entry
 
             self._entry = row_to_entry(self.row)
         return self._entry
