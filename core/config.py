@@ -283,12 +283,13 @@ def allowed_range(model: type[BaseModel], loc: tuple[Any, ...]) -> str | None:
     from annotated_types import Ge, Gt, Le, Lt
 
     field = None
+    current: Any = model  # a model class while the path goes through sub-models
     for part in loc:
-        fields = model.model_fields if isinstance(model, type) and issubclass(model, BaseModel) else {}
+        fields = current.model_fields if isinstance(current, type) and issubclass(current, BaseModel) else {}
         field = fields.get(str(part))
         if field is None:
             return None
-        model = field.annotation  # type: ignore[assignment]
+        current = field.annotation
     lo = hi = None
     for m in field.metadata if field is not None else ():
         if isinstance(m, Ge):
@@ -337,7 +338,7 @@ def origin_of(loc: tuple[Any, ...], overrides: dict[str, Any], file: Path | None
     return f"see {config_file()} and {ENV_PREFIX}* variables"
 
 
-def load_settings(**overrides: object) -> Settings:
+def load_settings(**overrides: Any) -> Settings:
     """The settings, every value checked against its allowed range; a bad one is a one-line MemlensError."""
     from pydantic import ValidationError as PydanticError
     from pydantic_settings import SettingsError
@@ -347,7 +348,7 @@ def load_settings(**overrides: object) -> Settings:
     file, data = read_config_file()
     token = _FILE_DATA.set(data)
     try:
-        settings = Settings(**overrides)  # type: ignore[arg-type]
+        settings = Settings(**overrides)
     except PydanticError as exc:
         err = exc.errors()[0]
         loc = tuple(err["loc"])
@@ -356,7 +357,7 @@ def load_settings(**overrides: object) -> Settings:
         m = re.search(r'field "([^"]+)"', str(exc))
         field = m.group(1) if m else None
         var = env_variable((field,)) if field else None
-        if var:
+        if var and field:
             raise MemlensError(
                 f"configuration: environment variable {var}: {field} is a table, so its value must be a JSON object"
                 f" (or set {ENV_PREFIX}{field.upper()}__KEY=VALUE for one key)"
