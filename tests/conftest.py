@@ -30,6 +30,19 @@ DEMO = REPO / "data" / "demo.jsonl"
 MEMLENS = str(Path(sys.executable).parent / "memlens")
 
 
+# The real model is loaded by `real_embedder`; every fixture built on it (real_mem, demo_store, demo_mem, the
+# app's tui_demo_store and make_app) pulls it in, so a test that uses any of them gets the `model` marker here
+# and `pytest -m "not model"` stays the fast loop without anyone remembering to mark it. Tests that load the
+# model in a child process (the `memlens` command) carry the marker themselves.
+MODEL_FIXTURES = frozenset({"real_embedder"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(_SESSION_DIR, ignore_errors=True)
 
