@@ -15,9 +15,9 @@ test: $(STAMP) $(MYPY_PATH)/memlens
 	MYPYPATH=$(MYPY_PATH) $(BIN)/mypy -p memlens  # then types: strict on the engine (pyproject's [tool.mypy])
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# the edit loop: no real model, two workers (the full `make test` still runs everything)
+# the edit loop: no real model, no child processes, two workers (`make test` still runs everything)
 fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not model" -n 2 -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not model and not slow" -n 2 -q $(PYTEST_ARGS)
 
 # core/ is installed as `memlens` through an import hook mypy cannot follow: give it the package by its name
 $(MYPY_PATH)/memlens:
