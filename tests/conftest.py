@@ -37,8 +37,8 @@ MEMLENS = str(Path(sys.executable).parent / "memlens")
 
 # The real model is loaded by `real_embedder`; every fixture built on it (real_mem, demo_store, demo_mem, the
 # app's tui_demo_store and make_app) pulls it in, so a test that uses any of them gets the `model` marker here
-# and `pytest -m "not model"` stays the fast loop without anyone remembering to mark it. Tests that load the
-# model in a child process (the `memlens` command) carry the marker themselves.
+# and the fast loop (`make fast`: -m "not model and not slow") leaves it out without anyone remembering to mark
+# it. Tests that load the model in their own way (the `memlens` command in a child) carry the marker themselves.
 MODEL_FIXTURES = frozenset({"real_embedder"})
 
 
