@@ -3,15 +3,26 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.memlens-installed
+MYPY_PATH := $(VENV)/mypy-path
 
-.PHONY: run test bench screenshots clean
+.PHONY: run test fast bench screenshots clean
 
 run: $(STAMP)
 	$(BIN)/memlens $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) $(MYPY_PATH)/memlens
 	$(BIN)/ruff check .  # lint first: any finding fails the build
+	MYPYPATH=$(MYPY_PATH) $(BIN)/mypy -p memlens  # then types: strict on the engine (pyproject's [tool.mypy])
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# the edit loop: no real model, no child processes, two workers (`make test` still runs everything)
+fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not model and not slow" -n 2 -q $(PYTEST_ARGS)
+
+# core/ is installed as `memlens` through an import hook mypy cannot follow: give it the package by its name
+$(MYPY_PATH)/memlens:
+	mkdir -p $(MYPY_PATH)
+	ln -sfn ../../core $@
 
 bench: $(STAMP)
 	$(BIN)/python -m tests.bench $(BENCH_ARGS)

@@ -312,7 +312,7 @@ def origin_of(loc: tuple[Any, ...], overrides: dict[str, Any], file: Path | None
     return f"see {config_file()} and {ENV_PREFIX}* variables"
 
 
-def load_settings(**overrides: object) -> Settings:
+def load_settings(**overrides: Any) -> Settings:
     """The settings, every value checked against its allowed range; a bad one is a one-line MemlensError."""
     from pydantic import ValidationError as PydanticError
     from pydantic_settings import SettingsError
@@ -322,7 +322,7 @@ def load_settings(**overrides: object) -> Settings:
     file, data = read_config_file()
     token = _FILE_DATA.set(data)
     try:
-        settings = Settings(**overrides)  # type: ignore[arg-type]
+        settings = Settings(**overrides)
     except PydanticError as exc:
         err = exc.errors()[0]
         loc = tuple(err["loc"])
@@ -331,7 +331,7 @@ def load_settings(**overrides: object) -> Settings:
         m = re.search(r'field "([^"]+)"', str(exc))
         field = m.group(1) if m else None
         var = env_variable((field,)) if field else None
-        if var:
+        if var and field:
             raise MemlensError(
                 f"configuration: environment variable {var}: {field} is a table, so its value must be a JSON object"
                 f" (or set {ENV_PREFIX}{field.upper()}__KEY=VALUE for one key)"

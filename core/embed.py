@@ -24,7 +24,7 @@ import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -36,6 +36,10 @@ from memlens.limits import EMBED_INPUT_CHARS
 for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ.setdefault(_var, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+if TYPE_CHECKING:  # heavy imports: loaded only when a model is
+    from sentence_transformers import SentenceTransformer
+    from tokenizers import Tokenizer
 
 
 class Embedder(Protocol):
@@ -75,6 +79,7 @@ def _bundled_dir() -> Path:
 
 def resolve_model(cfg: EmbeddingConfig) -> ModelSpec:
     """Locate the model's files and read its dimension; no heavy imports."""
+    expected: str | None
     if cfg.model == BUNDLED_MODEL:
         path, expected, name = _bundled_dir(), cfg.sha256 or BUNDLED_SHA256, BUNDLED_MODEL
     else:
@@ -143,10 +148,11 @@ def _mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     counts = np.clip(m.sum(axis=1), 1e-9, None)
     pooled = summed / counts
     norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-    return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
+    unit: np.ndarray = (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
+    return unit
 
 
-def _load_tokenizer(spec: ModelSpec):  # type: ignore[no-untyped-def]
+def _load_tokenizer(spec: ModelSpec) -> Tokenizer:
     """The model's tokenizer.json, read as a capped regular file (a model folder is user-configurable)."""
     from tokenizers import Tokenizer
 
@@ -162,11 +168,11 @@ def _load_tokenizer(spec: ModelSpec):  # type: ignore[no-untyped-def]
 
 class _TokenizerMixin:
     spec: ModelSpec
-    _tok = None
-    _count_tok = None
+    _tok: Tokenizer | None = None
+    _count_tok: Tokenizer | None = None
     _tok_lock = threading.Lock()
 
-    def _tokenizer(self):  # type: ignore[no-untyped-def]
+    def _tokenizer(self) -> Tokenizer:
         if self._tok is None:
             with self._tok_lock:
                 if self._tok is None:
@@ -196,7 +202,7 @@ class OnnxEmbedder(_TokenizerMixin):
         self.spec, self.sha, self.cache_dir = spec, sha, cache_dir
         self.model_id, self.dim = model_id_for(spec, sha), spec.dim
         self.batch_size, self.threads = batch_size, threads
-        self._session = None
+        self._session: Any = None  # an onnxruntime.InferenceSession once loaded (onnxruntime ships no types)
         self._lock = threading.Lock()
 
     @property
@@ -247,7 +253,7 @@ class OnnxEmbedder(_TokenizerMixin):
             feeds = {"input_ids": ids, "attention_mask": mask}
             if "token_type_ids" in self._inputs:
                 feeds["token_type_ids"] = np.zeros_like(ids)
-            hidden = self._session.run(None, feeds)[0]  # type: ignore[union-attr]
+            hidden = self._session.run(None, feeds)[0]
             out[idx] = _mean_pool(hidden, mask)
         return out
 
@@ -266,13 +272,14 @@ def export_onnx(spec: ModelSpec, target: Path) -> None:
             super().__init__()
             self.model = model
 
-        def forward(self, input_ids, attention_mask, token_type_ids):  # type: ignore[no-untyped-def]
-            return self.model(
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+            hidden: torch.Tensor = self.model(
                 input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
             ).last_hidden_state
+            return hidden
 
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # transformers leaves its logging helpers unannotated
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # (same)
     try:
         model = AutoModel.from_pretrained(str(spec.path), local_files_only=True)
     except Exception as exc:
@@ -315,7 +322,7 @@ class SentenceTransformerEmbedder(_TokenizerMixin):
         self.spec, self.sha = spec, sha
         self.model_id, self.dim = model_id_for(spec, sha), spec.dim
         self.batch_size = batch_size
-        self._model = None
+        self._model: SentenceTransformer | None = None
         self._lock = threading.Lock()
 
     def load(self) -> None:
@@ -327,8 +334,8 @@ class SentenceTransformerEmbedder(_TokenizerMixin):
                     from sentence_transformers import SentenceTransformer
                     from transformers.utils import logging as hf_logging
 
-                    hf_logging.set_verbosity_error()
-                    hf_logging.disable_progress_bar()
+                    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # unannotated in transformers
+                    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # (same)
 
                     model = SentenceTransformer(str(self.spec.path), device="cpu", local_files_only=True)
                 except Exception as exc:
@@ -340,7 +347,8 @@ class SentenceTransformerEmbedder(_TokenizerMixin):
         self.load()
         if not texts:
             return np.empty((0, self.dim), dtype=np.float32)
-        vecs = self._model.encode(  # type: ignore[union-attr]
+        assert self._model is not None  # load() set it or raised
+        vecs = self._model.encode(
             [t[:EMBED_INPUT_CHARS] for t in texts],
             batch_size=self.batch_size,
             normalize_embeddings=True,

@@ -99,7 +99,7 @@ def check_int(name: str, value: Any, lo: int, hi: int, *, unit: str = "") -> int
             raise ValidationError(f"{name} must be a whole number from {lo} to {hi}{suffix}, not {_show(value)}")
     if not lo <= value <= hi:
         raise ValidationError(f"{name} must be from {lo} to {hi}{suffix}, not {_show(value)}")
-    return value
+    return int(value)
 
 
 def check_k(value: Any, name: str = "k") -> int:

@@ -219,7 +219,8 @@ class Entry(BaseModel):
     @field_validator("meta")
     @classmethod
     def _meta(cls, v: dict[str, Any]) -> dict[str, Any]:
-        return check_json_value(v, 1)  # type: ignore[no-any-return]
+        checked: dict[str, Any] = check_json_value(v, 1)
+        return checked
 
     @field_validator("key", "overrides")
     @classmethod

@@ -34,12 +34,13 @@ def allowed_range(model: type[BaseModel], loc: tuple[Any, ...]) -> str | None:
     from annotated_types import Ge, Gt, Le, Lt
 
     field = None
+    current: Any = model  # a model class while the path goes through sub-models
     for part in loc:
-        fields = model.model_fields if isinstance(model, type) and issubclass(model, BaseModel) else {}
+        fields = current.model_fields if isinstance(current, type) and issubclass(current, BaseModel) else {}
         field = fields.get(str(part))
         if field is None:
             return None
-        model = field.annotation  # type: ignore[assignment]
+        current = field.annotation
     lo = hi = None
     for m in field.metadata if field is not None else ():
         if isinstance(m, Ge):

@@ -3,14 +3,19 @@ the real model is resolved and exported once per session."""
 
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +33,85 @@ os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(_SESSION_DIR / "hypothesis")  #
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "data" / "demo.jsonl"
 MEMLENS = str(Path(sys.executable).parent / "memlens")
+
+
+# The real model is loaded by `real_embedder`; every fixture built on it (real_mem, demo_store, demo_mem, the
+# app's tui_demo_store and make_app) pulls it in, so a test that uses any of them gets the `model` marker here
+# and the fast loop (`make fast`: -m "not model and not slow") leaves it out without anyone remembering to mark
+# it. Tests that load the model in their own way (the `memlens` command in a child) carry the marker themselves.
+MODEL_FIXTURES = frozenset({"real_embedder"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if MODEL_FIXTURES & used:
+            item.add_marker(pytest.mark.model)
+        fn = getattr(item, "function", None)
+        if fn is not None and _starts_processes(fn, used):
+            item.add_marker(pytest.mark.slow)
+
+
+# A test that starts a process (the `memlens` command, a Python child, an MCP server) gets the `slow` marker:
+# each child pays the interpreter's start-up and memlens' imports. Found from the source: a function starts
+# processes when it uses subprocess, sys.executable, the `memlens` path or the SDK's stdio client, or calls
+# (or uses as a fixture) a function of the test modules that does.
+_SPAWN_NAMES = frozenset({"subprocess", "MEMLENS", "stdio_client", "Popen", "pty", "pexpect"})
+
+
+def _spawning_names(tree: ast.AST) -> set[str]:
+    """Names of the functions and classes in ``tree`` that start processes, directly or through each other."""
+    refs: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            refs.setdefault(node.name, set()).update(_referenced(node))
+    spawning = {name for name, r in refs.items() if r & _SPAWN_NAMES or "sys.executable" in r}
+    while True:
+        more = {name for name, r in refs.items() if name not in spawning and r & spawning}
+        if not more:
+            return spawning
+        spawning |= more
+
+
+def _referenced(node: ast.AST) -> set[str]:
+    out: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            out.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            out.add(n.attr)
+            if isinstance(n.value, ast.Name):
+                out.add(f"{n.value.id}.{n.attr}")
+        elif isinstance(n, ast.arg):
+            out.add(n.arg)  # a fixture asked for by name
+    return out
+
+
+@functools.cache
+def _module_spawners(path: str) -> frozenset[str]:
+    try:
+        return frozenset(_spawning_names(ast.parse(Path(path).read_text(encoding="utf-8"))))
+    except (OSError, SyntaxError):
+        return frozenset()
+
+
+@functools.cache
+def _shared_spawners() -> frozenset[str]:
+    """Helpers the test modules share (tests/conftest.py, tests/tui/conftest.py, tests/mcp_helpers.py)."""
+    here = Path(__file__).parent
+    names: set[str] = set()
+    for helper in (here / "conftest.py", here / "tui" / "conftest.py", here / "mcp_helpers.py"):
+        names |= _module_spawners(str(helper))
+    return frozenset(names)
+
+
+def _starts_processes(fn: Any, fixtures: set[str]) -> bool:
+    path = inspect.getsourcefile(fn)
+    if path is None:
+        return False
+    spawners = _module_spawners(path) | _shared_spawners()
+    own = _referenced(ast.parse(textwrap.dedent(inspect.getsource(fn))))
+    return bool(spawners & (own | fixtures)) or bool(own & _SPAWN_NAMES) or "sys.executable" in own
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

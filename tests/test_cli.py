@@ -28,6 +28,7 @@ def demo_db(demo_store, tmp_path):
     return path
 
 
+@pytest.mark.model  # the command loads it
 def test_import_then_search_json_with_the_real_model(tmp_path):
     db = tmp_path / "x.db"
     imp = run_cli("--store", str(db), "import", str(DEMO))
@@ -49,6 +50,7 @@ def test_store_option_after_subcommand_and_env(demo_db):
     assert [r["id"] for r in json.loads(a.stdout)["results"]] == [r["id"] for r in json.loads(b.stdout)["results"]]
 
 
+@pytest.mark.model  # the command loads it
 def test_add_and_human_output(tmp_path):
     db = str(tmp_path / "x.db")
     add = run_cli("--store", db, "add", "Callbacks must not block.", "--wing", "p", "--type", "invariant", "--json")

@@ -57,6 +57,7 @@ def test_onnx_export_is_owner_only(tmp_path, settings, umask022):
     assert sorted(p.name for p in target.parent.iterdir()) == ["model.onnx"]  # no temp file left
 
 
+@pytest.mark.model  # reads the real weights before it writes
 def test_an_unusable_cache_dir_is_one_line(tmp_path, settings):
     from memlens.embed import export_onnx, resolve_model
     from memlens.errors import ModelError

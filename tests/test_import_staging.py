@@ -59,6 +59,7 @@ def small_batches(monkeypatch):
     return hooks, calls
 
 
+@pytest.mark.slow  # a long import read back at every pause: about 20 s of the fast loop otherwise
 @pytest.mark.parametrize("vector_index", ["sqlite-vec", "memory"])
 def test_no_reader_sees_a_staged_import_and_writers_get_in(store_path, settings, tmp_path, small_batches, vector_index):
     hooks, calls = small_batches

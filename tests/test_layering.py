@@ -30,7 +30,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = {"memlens": ROOT / "core", "memlens.tui": ROOT / "tui"}
 
-FOUNDATION = {"errors", "ids", "vocab", "models", "limits", "files", "config", "profiles", "trace", "embed", "attribution", "setting_checks"}
+FOUNDATION = {
+    "errors",
+    "ids",
+    "vocab",
+    "models",
+    "limits",
+    "files",
+    "config",
+    "profiles",
+    "trace",
+    "embed",
+    "attribution",
+    "setting_checks",
+}
 SUBPACKAGE_LAYER = {"store": 1, "retrieval": 2, "working": 2, "io": 2, "web": 2, "mcp": 4, "cli": 4, "tui": 4}
 FACADE = {"memory", "stats", "demo", "browse"}
 LAYER_NAMES = {0: "foundation", 1: "store", 2: "engine", 3: "facade", 4: "front end"}

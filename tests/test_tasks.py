@@ -4,7 +4,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from memlens.errors import NotFoundError, ValidationError
 from memlens.store import db
 from memlens.working.tasks import Task, demo_tasks_file, load_demo, report_digest, summarize
 
-from .conftest import REPO, run_cli, snapshot_store
+from .conftest import REPO, bounded, run_cli, snapshot_store
 
 T0 = "2026-01-11T10:00:00Z"
 
@@ -549,10 +548,11 @@ from memlens import Memory
 from memlens.config import load_settings
 from memlens.embed import HashEmbedder
 
-path, prefix, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
+path, prefix = sys.argv[1], sys.argv[2]
 with Memory.open(path, settings=load_settings(), embedder=HashEmbedder()) as mem:
     mem.tasks.count()
-    time.sleep(max(0.0, start - time.time()))
+    print("ready", flush=True)
+    sys.stdin.readline()  # the test says go once both writers are past their imports and open
     for i in range(50):
         mem.tasks.complete(f"{prefix}-{i:02d}", f"{prefix} step {i}", validation_report={"tests": {"passed": i, "failed": 0}})
         time.sleep(0.002)  # an agent does some work between completions; lets the writers interleave
@@ -563,13 +563,21 @@ print("done")
 def test_two_processes_complete_concurrently_without_lost_writes(mem, store_path, tmp_path):
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
-    start = time.time() + 3.0  # both processes are past their imports by then
     procs = [
-        subprocess.Popen([sys.executable, str(script), str(store_path), p, str(start)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+        subprocess.Popen([sys.executable, str(script), str(store_path), p], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for p in ("a", "b")
     ]
-    outs = [p.communicate(timeout=120) for p in procs]
+    try:
+        for p in procs:  # both open and waiting: the start line reaches them together
+            assert bounded(p.stdout.readline, timeout=120) == "ready\n"
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err
         assert "locked" not in err and out.strip() == "done"

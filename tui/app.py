@@ -248,7 +248,7 @@ def run_app(store: str | Path | None, *, demo: bool = False, active_wing: str | 
 
 def create_app(store: str | Path, **kwargs: Any) -> MemlensApp:
     """One factory for tests, screenshots and benchmarks."""
-    lens_kwargs = {k: kwargs.pop(k) for k in ("active_wing", "now", "bundle_filter") if k in kwargs}
+    lens_kwargs = {k: kwargs.pop(k) for k in ("active_wing", "now") if k in kwargs}
     memory_kwargs = {k: kwargs.pop(k) for k in ("embedder", "settings") if k in kwargs}
     path, open_memory = _opener(store, **memory_kwargs)
     return MemlensApp(Lens(path, open_memory, **lens_kwargs), **kwargs)

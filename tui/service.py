@@ -43,7 +43,6 @@ class Lens:
         *,
         active_wing: str | None = None,
         now: Callable[[], datetime] = utcnow,
-        bundle_filter: Callable[[Bundle], Bundle] | None = None,
     ) -> None:
         self.store_path = Path(store_path)
         self.now = now
@@ -52,7 +51,6 @@ class Lens:
         self._mem: Memory | None = None
         self._open_lock = threading.Lock()
         self._closed = False
-        self._filter = bundle_filter or (lambda b: b)
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memlens-engine")
         self._pool.submit(lambda: self.mem)  # start opening (imports numpy, pydantic, the store) right away
 
@@ -118,10 +116,8 @@ class Lens:
     # reads ------------------------------------------------------------------------------------
 
     def search(self, query: str, *, k: int | None = None, budget: int | None = None, profile: str | None = None) -> Bundle:
-        return self._filter(
-            self.call(lambda *a, **k: self.mem.search(*a, **k), query, active_wing=self.active_wing, k=k, budget=budget,
-                      profile=profile or "memory", now=self.now())
-        )
+        return self.call(lambda *a, **k: self.mem.search(*a, **k), query, active_wing=self.active_wing, k=k, budget=budget,
+                         profile=profile or "memory", now=self.now())
 
     def explain(self, query: str, entry_id: str) -> dict[str, Any]:
         return self.call(self.mem.explain, query, entry_id, active_wing=self.active_wing, now=self.now())
@@ -130,8 +126,7 @@ class Lens:
         from memlens.retrieval.budget import render_context
 
         def run() -> tuple[str, Bundle]:
-            b = self._filter(self.mem.search(query, active_wing=self.active_wing, budget=budget, profile=profile or "memory",
-                                             now=self.now()))
+            b = self.mem.search(query, active_wing=self.active_wing, budget=budget, profile=profile or "memory", now=self.now())
             return render_context(self.mem, b), b
 
         return self.call(run)

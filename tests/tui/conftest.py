@@ -2,8 +2,8 @@
 
 Fixed terminal size (per test), fixed clock, pinned theme, no cursor blink,
 workers awaited, and the only run-dependent numbers (latencies, cache age,
-write timestamps) pinned by a ``bundle_filter`` at the service edge. The
-engine, the store and the model are the real ones.
+write timestamps) pinned by ``pin_lens`` at the service edge (the bundles the
+screens receive). The engine, the store and the model are the real ones.
 """
 
 from __future__ import annotations
@@ -29,6 +29,21 @@ def pin_bundle(bundle):
         t.cache.invalidated_by = {**t.cache.invalidated_by, "ts": "2026-11-20T11:59:58Z", "seq": 0}
     t.now = "2026-11-20T12:00:00Z"
     return bundle
+
+
+def pin_lens(lens):
+    """Every bundle a screen receives from ``lens`` (searches, context packs) goes through ``pin_bundle``."""
+    search, context = lens.search, lens.context
+
+    def pinned_search(*args, **kwargs):
+        return pin_bundle(search(*args, **kwargs))
+
+    def pinned_context(*args, **kwargs):
+        text, bundle = context(*args, **kwargs)  # the pack's text shows none of the pinned numbers
+        return text, pin_bundle(bundle)
+
+    lens.search, lens.context = pinned_search, pinned_context
+    return lens
 
 
 @pytest.fixture(scope="session")
@@ -75,8 +90,9 @@ def make_app(tui_demo_store, snap_dir, settings, real_embedder):
         kwargs.setdefault("watch", False)
         kwargs.setdefault("cursor_blink", False)
         kwargs.setdefault("active_wing", "lifecore_ros2")
-        app = create_app(path, settings=settings, embedder=real_embedder, now=lambda: FIXED_NOW,
-                         bundle_filter=pin_bundle, **kwargs)
+        kwargs.setdefault("embedder", real_embedder)
+        app = create_app(path, settings=settings, now=lambda: FIXED_NOW, **kwargs)
+        pin_lens(app.lens)
         app.theme = "textual-dark"
         made.append(app)
         return app

@@ -201,10 +201,11 @@ def _fresh_copy(stores: dict[str, Path], kind: str) -> Path:
 def take(shot: Shot, store: Path, out: Path, settings, embedder) -> Path:
     from memlens.tui.app import create_app
 
-    from .conftest import FIXED_NOW, pin_bundle
+    from .conftest import FIXED_NOW, pin_lens
 
-    app = create_app(store, settings=settings, embedder=embedder, now=lambda: FIXED_NOW, bundle_filter=pin_bundle,
+    app = create_app(store, settings=settings, embedder=embedder, now=lambda: FIXED_NOW,
                      active_wing=None if shot.store == "empty" else "lifecore_ros2", watch=False, cursor_blink=False)  # fmt: skip
+    pin_lens(app.lens)
     app.theme = "textual-dark"
     target = out / f"{shot.name}.svg"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 from .conftest import search, settle
@@ -78,22 +79,37 @@ def test_stale_results_after_an_outside_write(make_app, snap_compare, tmp_path):
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
-def test_model_loading(make_app, snap_compare):
-    app = make_app()
-    gate = threading.Event()
-    real_load = app.lens.load_model
+class GatedEmbedder:
+    """The real embedder, except that ``load()`` waits until the test opens the gate (the model is "loading")."""
 
-    def slow_load():
-        gate.wait(10)
-        return real_load()
+    def __init__(self, real, gate: threading.Event, entered: threading.Event) -> None:
+        self._real, self._gate, self._entered = real, gate, entered
 
-    app.lens.load_model = slow_load
+    def load(self) -> None:
+        self._entered.set()
+        self._gate.wait(120)  # a bound, not a delay: the test opens the gate once it has its screenshot
+        self._real.load()
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+def test_model_loading(make_app, snap_compare, real_embedder):
+    gate, entered = threading.Event(), threading.Event()
+    app = make_app(embedder=GatedEmbedder(real_embedder, gate, entered))
 
     async def run_before(pilot):
-        await pilot.pause(0.2)
+        # the app is inside the model load (and stays there); everything else it started has finished
+        assert await asyncio.get_running_loop().run_in_executor(None, entered.wait, 60)
+        for _ in range(3):
+            others = [w for w in pilot.app.workers if w.group != "model"]
+            if others:  # (an empty list would mean every worker, the gated one too)
+                await pilot.app.workers.wait_for_complete(others)
+            await pilot.pause()
 
     try:
         assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+        assert not gate.is_set() and app.model_status == "loading…"
     finally:
         gate.set()
 

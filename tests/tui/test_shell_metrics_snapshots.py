@@ -2,7 +2,7 @@
 
 The metrics come from the store's audit rows, written by real searches with
 the real model; their timestamps and latencies are then pinned in the store,
-because the app's ``bundle_filter`` only pins what the UI receives from a
+because the tests' ``pin_lens`` only pins what the UI receives from a
 search, not what the engine logs.
 """
 
