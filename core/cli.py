@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import cli_check, cli_tasks
+from . import cli_ask, cli_check, cli_tasks
 from .cli_args import BUDGET_ARG, K_ARG, PROG, Parser, check_text_args, unit_float
 from .errors import MemlensError
 from .limits import MAX_BUDGET, MAX_K, check_query
@@ -131,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8765, help="HTTP: port (default 8765; 0 picks a free one)")
     s.add_argument("--read-only", action="store_true", help="serve only the tools that read")
     cli_check.register(sub)  # check, salvage
+    cli_ask.register(sub)  # ask
     return p
 
 
@@ -430,6 +431,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "mcp": cmd_mcp,
     "check": cli_check.cmd_check,
     "salvage": cli_check.cmd_salvage,
+    "ask": cli_ask.cmd_ask,
 }
 
 

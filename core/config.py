@@ -181,6 +181,30 @@ class WorkingMemoryConfig(_Section):
     )
 
 
+class LlmConfig(_Section):
+    """The chat model ``memlens ask`` and the app's assistant shell answer with: any OpenAI-compatible endpoint."""
+
+    base_url: str | None = Field(None, min_length=1, max_length=2048,
+                                 description="e.g. http://127.0.0.1:11434/v1 (ollama); the client posts to BASE/chat/completions")
+    model: str | None = Field(None, min_length=1, max_length=256, description="the model name the endpoint expects")
+    api_key: str | None = Field(None, max_length=4096, repr=False, description="sent as a Bearer token; never printed")
+    timeout: float = Field(120.0, gt=0, le=3600, description="seconds for a whole answer")
+    connect_timeout: float = Field(10.0, gt=0, le=600, description="seconds to connect")
+    read_timeout: float = Field(60.0, gt=0, le=3600, description="seconds of silence tolerated while streaming")
+    max_tokens: int | None = Field(None, ge=1, le=1_000_000, description="cap on the answer's length (the server's default)")
+
+    @field_validator("base_url")
+    @classmethod
+    def _http(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^\s/?#]+", v):
+            raise ValueError("must be an http:// or https:// URL")
+        return v.rstrip("/") if v else v
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.base_url and self.model)
+
+
 class LimitsConfig(BaseModel):
     max_entry_chars: int = Field(100_000, ge=1, le=MAX_ENTRY_CHARS_SETTING,
                                  description="longest entry text add/update/import accept; split longer documents")
@@ -200,6 +224,7 @@ class Settings(BaseSettings):
     rerank: RerankConfig = RerankConfig()
     audit: AuditConfig = AuditConfig()
     limits: LimitsConfig = LimitsConfig()
+    llm: LlmConfig = LlmConfig()
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     _blank = field_validator("store", "cache_dir", mode="before")(_not_blank)
