@@ -136,6 +136,41 @@ class Lens:
 
         return self.call(run)
 
+    # answers (memlens.assist): retrieval and logging on engine threads, the stream in the caller's event loop
+
+    def llm_endpoint(self) -> Any:
+        """The configured chat model (``memlens.assist.llm.Endpoint``), or None: the shell then shows context only."""
+        from memlens.assist.llm import Endpoint
+
+        llm = self.mem.settings.llm
+        return Endpoint.from_settings(llm) if llm.configured else None
+
+    def prepare_answer(self, question: str, budget: int | None, profile: str | None = None) -> Any:
+        """Search, render the context exactly as ``context`` does, and build the prompt (``memlens.assist.ask.Prepared``)."""
+        from memlens.assist import log
+        from memlens.assist.ask import assemble
+        from memlens.budget import render_context
+
+        def run() -> Any:
+            b = self.mem.search(question, active_wing=self.active_wing, budget=budget, profile=profile or "memory",
+                                now=self.now())
+            seq = log.last_retrieval_seq(self.mem, b.trace.query)  # on this engine thread's connection
+            b = self._filter(b)
+            return assemble(question, b, render_context(self.mem, b), None, seq)
+
+        return self.call(run)
+
+    def log_answer(self, answer: Any) -> Any:
+        from memlens.assist.ask import record
+
+        return self.call(record, self.mem, answer)
+
+    def cited(self, limit: int = 20) -> list[dict[str, Any]]:
+        """Entries answers cited, most cited first (``memlens.assist.log.cited_entries``)."""
+        from memlens.assist import log
+
+        return self.call(lambda: log.cited_entries(self.mem, limit))
+
     def window(self) -> Any:
         return self.call(lambda: self.mem.tasks.window())
 

@@ -142,7 +142,7 @@ def prepare(mem: Any, question: str, *, active_wing: str | None, wings: list[str
 
     bundle = mem.search(question, active_wing=active_wing, wings=wings, k=k, profile=profile, budget=budget,
                         workspace=workspace, **search_options)
-    seq = log.last_retrieval_seq(mem, question)
+    seq = log.last_retrieval_seq(mem, bundle.trace.query)
     context = render_context(mem, bundle)
     web = fetch_web(mem, web_urls, question, web_provider) if web_urls else None
     return assemble(question, bundle, context, web, seq)

@@ -21,7 +21,8 @@ QUESTION_CHARS = 200
 
 
 def last_retrieval_seq(mem: Any, query: str) -> int | None:
-    """The audit row the search just logged on this thread's connection, if it did (None at audit level "writes")."""
+    """The audit row a search for ``query`` (its trace's query) just logged on this thread's connection, if it did
+    (None at audit level "writes", or when the row could not be written)."""
     import hashlib
 
     try:

@@ -7,6 +7,12 @@ the context markdown plus a one-line trace. ``:commands`` curate entries and
 the working memory on the spot, so a user can fix what a question revealed and
 ask again. Parsing lives in :mod:`memlens.tui.shell_commands` (no Textual);
 every engine call runs in a thread worker and reports back with a message.
+
+With a chat model configured (``[llm]``), a question is also answered: the
+context is sent to the model (``memlens.assist``), its tokens stream into the
+exchange from an async worker (the UI never waits on the network; leaving the
+app cancels the stream), then its citations are checked and listed, each
+linked to its entry in the "sources sent" table, and the answer is logged.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from memlens.errors import MemlensError
 from memlens.trace import Bundle
 
 from .. import shell_commands as sc
+from ..widgets.answer import AnswerView
 from ..widgets.bars import ms
 
 WELCOME = (
@@ -38,6 +45,8 @@ WELCOME = (
     "with its trace. :help lists the commands (:deprecate, :task complete, :budget …)."
 )
 HINT = "Tab/→ completes · ↑/↓ history · :help commands · esc back"
+NO_MODEL = ("No chat model is configured, so questions show the context only: set [llm] base_url and model "
+            "in the configuration file (or MEMLENS_LLM__BASE_URL and MEMLENS_LLM__MODEL) to get answers.")
 
 
 class ShellSuggester(Suggester):
@@ -127,12 +136,14 @@ class Exchange(Vertical):
         yield Static(Text(f"› {self.line}"), classes="ask")
         yield Static("retrieving…", classes="trace")
 
-    def show(self, markdown: str, bundle: Bundle) -> None:
+    def show(self, markdown: str, bundle: Bundle, answer: AnswerView | None = None) -> None:
         self.query_one(".trace", Static).update(trace_line(bundle))
-        title = f"context for the agent ({len(bundle.results)} entries)"
+        title = f"context for the {'model' if answer else 'agent'} ({len(bundle.results)} entries)"
         if bundle.trace.budget and bundle.trace.budget.get("over_budget"):
             title += " · over budget: invariants are never dropped"
-        self.mount(Collapsible(Markdown(markdown), title=title, collapsed=False))
+        if answer is not None:  # the answer first; the context it was given folded below
+            self.mount(answer)
+        self.mount(Collapsible(Markdown(markdown), title=title, collapsed=answer is not None))
 
     def fail(self, error: str) -> None:
         trace = self.query_one(".trace", Static)
@@ -182,6 +193,18 @@ class ShellScreen(Screen[None]):
         bundle: Bundle
 
     @dataclass
+    class ContextReady(Message):
+        """The context is ready and a model is configured: answer."""
+
+        number: int
+        prepared: Any  # memlens.assist.ask.Prepared
+        endpoint: Any  # memlens.assist.llm.Endpoint
+
+    @dataclass
+    class LlmChecked(Message):
+        model: str | None
+
+    @dataclass
     class AskFailed(Message):
         number: int
         error: str
@@ -206,6 +229,8 @@ class ShellScreen(Screen[None]):
         self.history = sc.History()
         self.known = sc.Known()
         self._asked = 0
+        self.llm_model: str | None = None
+        self._llm_checked = False
 
     @property
     def lens(self) -> Any:
@@ -215,7 +240,7 @@ class ShellScreen(Screen[None]):
         yield Header()
         with VerticalScroll(id="transcript") as box:
             box.border_title = "Assistant shell · transcript"
-            yield Static(WELCOME, id="welcome")
+            yield Static(self._welcome(), id="welcome")
         with Vertical(id="prompt-box"):
             yield ShellInput(self.history, id="prompt", suggester=ShellSuggester(self.known),
                              placeholder="plain question · /memory question · @academic question · :help")
@@ -228,9 +253,25 @@ class ShellScreen(Screen[None]):
         prompt.focus()
         self._title()
         self.load_known()
+        self.check_llm()
 
     def _title(self) -> None:
-        self.query_one("#prompt-box").border_title = f"Ask · budget {self.budget} tokens"
+        answers = f" · answers by {self.llm_model}" if self.llm_model else ""
+        self.query_one("#prompt-box").border_title = f"Ask · budget {self.budget} tokens{answers}"
+
+    def _welcome(self) -> Text:
+        return Text(f"{WELCOME}\n\n{NO_MODEL}" if self._llm_checked and not self.llm_model else WELCOME)
+
+    @work(thread=True, exclusive=True, group="shell-llm", exit_on_error=False)
+    def check_llm(self) -> None:
+        endpoint = self.lens.llm_endpoint()
+        self.post_message(self.LlmChecked(endpoint.model if endpoint else None))
+
+    def on_shell_screen_llm_checked(self, message: LlmChecked) -> None:
+        self.llm_model, self._llm_checked = message.model, True
+        self._title()
+        for welcome in self.query("#welcome"):
+            welcome.update(self._welcome())  # type: ignore[attr-defined]
 
     def _status(self, text: str = HINT, error: bool = False) -> None:
         status = self.query_one("#shell-status", Static)
@@ -305,11 +346,26 @@ class ShellScreen(Screen[None]):
     def _ask(self, number: int, cmd: sc.Ask, budget: int) -> None:
         """Runs in a thread worker."""
         try:
+            endpoint = self.lens.llm_endpoint()
+            if endpoint is not None:
+                prepared = self.lens.prepare_answer(cmd.text, budget, cmd.profile)
+                self.post_message(self.ContextReady(number, prepared, endpoint))
+                return
             markdown, bundle = self.lens.context(cmd.text, budget, cmd.profile)
         except MemlensError as exc:
             self.post_message(self.AskFailed(number, str(exc)))
             return
         self.post_message(self.Answered(number, markdown, bundle))
+
+    def on_shell_screen_context_ready(self, message: ContextReady) -> None:
+        exchange = self._exchange(message.number)
+        if exchange is None:
+            return
+        p = message.prepared
+        exchange.show(p.context, p.bundle, answer=AnswerView(message.endpoint, p))  # it streams once mounted
+
+    def on_answer_view_problem(self, message: AnswerView.Problem) -> None:
+        self._status(message.error, error=True)
 
     def _exchange(self, number: int) -> Exchange | None:
         found = self.query(f"#exchange-{number}")
@@ -377,7 +433,7 @@ class ShellScreen(Screen[None]):
     def action_clear(self) -> None:
         transcript = self.query_one("#transcript", VerticalScroll)
         transcript.remove_children()
-        transcript.mount(Static(WELCOME, id="welcome"))
+        transcript.mount(Static(self._welcome(), id="welcome"))
 
     def action_page(self, direction: int) -> None:
         transcript = self.query_one("#transcript", VerticalScroll)

@@ -1,0 +1,204 @@
+"""The assistant shell answering with a chat model: a fake OpenAI-compatible server on 127.0.0.1 streams fixed
+tokens, the store and the embedding model are the real ones. No sleeps: the tests wait on the app's state."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+
+import pytest
+
+from ..fake_llm import FakeLLM, ids_in_prompt
+from .conftest import FIXED_NOW, pin_bundle, settle
+
+SIZE = (120, 40)
+QUESTION = "why do callbacks block"
+
+
+def cited_tokens(body):
+    """A fixed answer citing the first two entries sent, and one id that was never sent."""
+    a, b = ids_in_prompt(body)[:2]
+    return ["Callbacks ", "block ", "because ", "the executor ", "runs them ", "one at a time ",
+            f"[{a}]; ", "long work belongs ", f"in its own callback group [{b}, lc-made-up-999]."]
+
+
+@pytest.fixture
+def answer_app(tui_demo_store, snap_dir, settings, real_embedder):
+    """``answer_app(fake, **llm)``: the app on a copy of the demo store, answering with the fake model."""
+    from memlens.config import LlmConfig
+    from memlens.tui.app import create_app
+
+    def make(fake, **llm):
+        path = snap_dir / "app.db"
+        shutil.copy(tui_demo_store, path)
+        llm.setdefault("read_timeout", 20.0)
+        configured = settings.model_copy(update={"llm": LlmConfig(base_url=fake.base_url, model="fake-model", **llm)})
+        app = create_app(path, settings=configured, embedder=real_embedder, now=lambda: FIXED_NOW,
+                         bundle_filter=pin_bundle, watch=False, cursor_blink=False, active_wing="lifecore_ros2")
+        app.theme = "textual-dark"
+        return app
+
+    return make
+
+
+async def until(pilot, condition, what: str, rounds: int = 600) -> None:
+    """Let the app run until ``condition()`` holds (bounded: a failure, not a hang)."""
+    for _ in range(rounds):
+        if condition():
+            return
+        await pilot.pause(0.02)
+    raise AssertionError(f"the app never reached: {what}")
+
+
+async def ask(pilot, line: str = QUESTION) -> None:
+    """Open the shell and submit ``line`` without waiting for workers (a held stream would never finish)."""
+    await settle(pilot)
+    pilot.app.open_shell()
+    await until(pilot, lambda: pilot.app.screen.llm_model is not None, "the shell knows its model")
+    prompt = pilot.app.screen.query_one("#prompt")
+    prompt.value = line
+    prompt.focus()
+    await pilot.press("enter")
+
+
+def view(app):
+    from memlens.tui.widgets.answer import AnswerView
+
+    found = app.screen.query(AnswerView)
+    return found.last() if found else None
+
+
+def text_of(app, selector: str) -> str:
+    return str(view(app).query_one(selector).render())
+
+
+def test_tokens_appear_as_they_stream_then_citations_and_the_log(answer_app):
+    with FakeLLM("hold", cited_tokens, hold_after=3) as fake:
+        app = answer_app(fake)
+
+        async def run():
+            async with app.run_test(size=SIZE) as pilot:
+                await ask(pilot)
+                await until(pilot, lambda: view(app) is not None and view(app).text == "Callbacks block because ",
+                            "the first three tokens")
+                assert text_of(app, ".answer-text") == "Callbacks block because ▌"
+                assert text_of(app, ".answer-status") == "answering with fake-model…"
+                assert view(app).answer is None and not view(app).query(".citations")
+                fake.release()
+                await until(pilot, lambda: view(app).answer is not None, "the end of the answer")
+                await settle(pilot)  # the log worker
+                v = view(app)
+                sent = v.prepared.sent_ids
+                assert v.answer.complete and v.answer.citations.valid == sent[:2]
+                assert v.answer.citations.invented == ["lc-made-up-999"]
+                assert text_of(app, ".answer-text").endswith(", lc-made-up-999].")
+                assert text_of(app, ".answer-status") == "✓ fake-model · 2 entries cited · 1 invented"
+                options = v.query_one(".citations")
+                assert [options.get_option_at_index(i).id for i in range(options.option_count)] == \
+                    [*sent[:2], "invented:lc-made-up-999"]
+                assert options.get_option_at_index(2).disabled
+                assert "Ask · budget 1200 tokens · answers by fake-model" in str(app.screen.query_one("#prompt-box").border_title)
+                return sent, await asyncio.to_thread(app.lens.cited)
+
+        sent, cited = asyncio.run(run())
+    assert sorted(c["entry_id"] for c in cited) == sorted(sent[:2])
+    system, user = fake.requests[0]["body"]["messages"]
+    assert QUESTION in user["content"] and "## Memory" not in system["content"]
+
+
+def test_citation_highlights_the_source_and_opens_the_entry(answer_app):
+    with FakeLLM("stream", cited_tokens) as fake:
+        app = answer_app(fake)
+
+        async def run():
+            async with app.run_test(size=SIZE) as pilot:
+                await ask(pilot)
+                await until(pilot, lambda: view(app) is not None and view(app).answer is not None, "the answer")
+                await settle(pilot)
+                v = view(app)
+                second = v.answer.citations.valid[1]
+                options = v.query_one(".citations")
+                options.focus()
+                options.highlighted = 1
+                await settle(pilot)
+                table = v.query_one(".sources")
+                assert table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value == second
+                await pilot.press("enter")
+                await settle(pilot)
+                assert type(app.screen).__name__ == "EntryScreen" and app.screen.entry_id == second
+
+        asyncio.run(run())
+
+
+def test_a_stream_cut_midway_keeps_the_partial_answer(answer_app):
+    with FakeLLM("die", ["Callbacks ", "block ", "because"], die_after=2) as fake:
+        app = answer_app(fake)
+
+        async def run():
+            async with app.run_test(size=SIZE) as pilot:
+                await ask(pilot)
+                await until(pilot, lambda: view(app) is not None and view(app).answer is not None, "the answer")
+                await settle(pilot)
+                assert text_of(app, ".answer-text") == "Callbacks block "
+                assert text_of(app, ".answer-status").startswith("✗ incomplete: the connection to the model broke")
+                assert "broke midway" in str(app.screen.query_one("#shell-status").render())
+                assert not view(app).answer.complete
+                return await asyncio.to_thread(app.lens.call, lambda: __import__("memlens.assist.log").assist.log
+                                               .answers(app.lens.mem))
+
+        (row,) = asyncio.run(run())
+    assert row["complete"] is False and "broke midway" in row["error"]
+
+
+def test_without_a_model_the_shell_shows_context_and_says_how_to_configure(make_app):
+    from memlens.tui.screens.shell import NO_MODEL
+    from memlens.tui.widgets.answer import AnswerView
+
+    app = make_app()
+
+    async def run():
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            app.open_shell()
+            await settle(pilot)
+            assert NO_MODEL in str(app.screen.query_one("#welcome").render())
+            assert "MEMLENS_LLM__BASE_URL" in NO_MODEL
+            prompt = app.screen.query_one("#prompt")
+            prompt.value = QUESTION
+            await pilot.press("enter")
+            await settle(pilot)
+            assert not app.screen.query(AnswerView)
+            assert "context for the agent" in str(app.screen.query("Collapsible").last().title)
+
+    asyncio.run(run())
+
+
+# -- snapshots ---------------------------------------------------------------------------------------
+
+
+def test_shell_streaming_an_answer(answer_app, snap_compare):
+    with FakeLLM("hold", cited_tokens, hold_after=5) as fake:
+        app = answer_app(fake)
+
+        async def run_before(pilot):
+            await ask(pilot)
+            await until(pilot, lambda: view(app) is not None and view(app).text.endswith("runs them "), "five tokens")
+            await pilot.pause()
+
+        assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_shell_answer_with_citations(answer_app, snap_compare):
+    with FakeLLM("stream", cited_tokens) as fake:
+        app = answer_app(fake)
+
+        async def run_before(pilot):
+            await ask(pilot)
+            await until(pilot, lambda: view(app) is not None and view(app).answer is not None, "the answer")
+            await settle(pilot)
+            options = view(app).query_one(".citations")
+            options.focus()
+            options.highlighted = 1  # the second citation, highlighted in the sources table
+            await settle(pilot)
+
+        assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
