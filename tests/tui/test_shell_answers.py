@@ -202,3 +202,74 @@ def test_shell_answer_with_citations(answer_app, snap_compare):
             await settle(pilot)
 
         assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+# -- the metrics screen: which entries answers cite --------------------------------------------------
+
+
+def log_pinned_answers(path, fake, embedder, settings) -> list[list[str]]:
+    """Two real answers through the engine (fake model), then their times and latencies pinned in the store."""
+    import json
+    from datetime import timedelta
+
+    from memlens import Memory
+    from memlens.assist.ask import ask as ask_engine
+    from memlens.assist.llm import Endpoint
+    from memlens.models import format_ts
+
+    from .conftest import PINNED_MS
+
+    ep = Endpoint(fake.base_url, "fake-model", timeout=20, read_timeout=20)
+    with Memory.open(path, embedder=embedder, settings=settings) as mem:
+        cited = [ask_engine(mem, q, ep, active_wing="lifecore_ros2", now=FIXED_NOW).citations.valid
+                 for q in (QUESTION, "callbacks blocking the executor")]
+        with mem.conn:
+            rows = mem.conn.execute("SELECT seq, detail FROM audit WHERE action = 'retrieval' ORDER BY seq").fetchall()
+            for i, (seq, detail) in enumerate(rows):
+                d = json.loads(detail)
+                d["latency_ms"] = {k: PINNED_MS.get(k, 0.0) for k in d["latency_ms"]}
+                ts = format_ts(FIXED_NOW - timedelta(seconds=60 * (len(rows) - i)))
+                mem.conn.execute("UPDATE audit SET ts = ?, detail = ? WHERE seq = ?", (ts, json.dumps(d), seq))
+            mem.conn.execute("UPDATE answers SET ts = (SELECT ts FROM audit WHERE seq = answers.retrieval_seq)")
+    return cited
+
+
+def test_metrics_lists_the_entries_answers_cite(make_app, settings, real_embedder):
+    from memlens.tui.screens.metrics import MetricsScreen
+
+    app = make_app()
+    with FakeLLM("stream", cited_tokens) as fake:
+        cited = log_pinned_answers(app.lens.store_path, fake, real_embedder, settings)
+    counts: dict[str, int] = {}
+    for ids in cited:
+        for i in ids:
+            counts[i] = counts.get(i, 0) + 1
+
+    async def run():
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            app.open_metrics()
+            await settle(pilot)
+            screen = app.screen
+            assert isinstance(screen, MetricsScreen) and screen.has_class("cited")
+            table = screen.query_one("#cited")
+            assert table.row_count == len(counts)
+            first = table.get_row_at(0)
+            assert max(counts.values()) == 2  # both answers cite the same top entry
+            assert counts[first[0]] == max(counts.values()) and str(first[2]) == str(counts[first[0]])  # most cited first
+            assert "2 answers logged" in str(table.border_title)
+
+    asyncio.run(run())
+
+
+def test_metrics_with_answers(make_app, snap_compare, settings, real_embedder):
+    app = make_app()
+    with FakeLLM("stream", cited_tokens) as fake:
+        log_pinned_answers(app.lens.store_path, fake, real_embedder, settings)
+
+    async def run_before(pilot):
+        await settle(pilot)
+        pilot.app.open_metrics()
+        await settle(pilot)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)

@@ -105,8 +105,8 @@ class AnswerView(Vertical):
             status.add_class("error")
             status.update(Text(f"✗ incomplete: {answer.error}"))
         titles = {r.entry.id: r.entry.title for r in self.prepared.bundle.results}
-        options = [Option(Text.assemble((f"[{i}]", "bold cyan"), (" · ", "dim"), titles.get(i, "")), id=i) for i in c.valid]
-        options += [Option(Text(f"✗ [{i}] not in the context sent: invented by the model", style="red"), id=INVENTED + i,
+        options = [Option(Text.assemble((i, "bold cyan"), (" · ", "dim"), titles.get(i, "")), id=i) for i in c.valid]
+        options += [Option(Text(f"✗ {i} · not in the context sent: invented by the model", style="red"), id=INVENTED + i,
                            disabled=True) for i in c.invented]
         if options:
             citations = OptionList(*options, classes="citations")
