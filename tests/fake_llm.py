@@ -48,6 +48,13 @@ def ids_in_prompt(body: dict[str, Any]) -> list[str]:
     return re.findall(r"_\([^·)]+ · ([A-Za-z0-9_.:\-]+)", user)
 
 
+def cited_answer(body: dict[str, Any]) -> list[str]:
+    """A fixed answer citing the first two entries the prompt shows, and one id that was never sent."""
+    a, b = ids_in_prompt(body)[:2]
+    return ["Callbacks ", "block ", "because ", "the executor ", "runs them ", "one at a time ",
+            f"[{a}]; ", "long work belongs ", f"in its own callback group [{b}, lc-made-up-999]."]
+
+
 class FakeLLM:
     def __init__(self, mode: str = "stream", tokens: list[str] | Callable[[dict[str, Any]], list[str]] | None = None, *,
                  status: int = 500, die_after: int = 2, hold_after: int = 3, drip_s: float = 0.2) -> None:

@@ -8,18 +8,12 @@ import shutil
 
 import pytest
 
-from ..fake_llm import FakeLLM, ids_in_prompt
+from ..fake_llm import FakeLLM
+from ..fake_llm import cited_answer as cited_tokens
 from .conftest import FIXED_NOW, pin_bundle, settle
 
 SIZE = (120, 40)
 QUESTION = "why do callbacks block"
-
-
-def cited_tokens(body):
-    """A fixed answer citing the first two entries sent, and one id that was never sent."""
-    a, b = ids_in_prompt(body)[:2]
-    return ["Callbacks ", "block ", "because ", "the executor ", "runs them ", "one at a time ",
-            f"[{a}]; ", "long work belongs ", f"in its own callback group [{b}, lc-made-up-999]."]
 
 
 @pytest.fixture
