@@ -274,15 +274,37 @@ def test_default_web_provider_runs_an_async_web_context_inside_a_running_loop():
     from memlens.assist.ask import fetch_web
 
     class Mem:
-        async def web_context(self, *, urls, query):
+        async def web_context(self, *, urls, query=None):  # query: a web search, which ask never asks for
             await asyncio.sleep(0)
             return {"context": f"{query}: {len(urls)} pages", "sources": [{"url": u, "ok": True} for u in urls]}
 
     async def inside_a_loop():
-        return fetch_web(Mem(), ["http://127.0.0.1:1/x"], "q")
+        return fetch_web(Mem(), ["http://127.0.0.1:1/x"], "the question")
 
     web = asyncio.run(inside_a_loop())
-    assert web.context == "q: 1 pages" and web.sources == [{"url": "http://127.0.0.1:1/x", "ok": True}]
+    assert web.context == "None: 1 pages" and web.sources == [{"url": "http://127.0.0.1:1/x", "ok": True}]
+
+
+def test_default_web_provider_prefers_the_sync_api_and_sends_urls_only():
+    from memlens.assist.ask import fetch_web
+
+    calls = []
+
+    class Ctx:  # attributes, as a WebContext object has them
+        context = "<<<UNTRUSTED x>>> text"
+        sources = [{"url": "http://127.0.0.1:1/x", "ok": True, "title": "X"}]
+
+    class Mem:
+        def web_context_sync(self, **kw):
+            calls.append(kw)
+            return Ctx()
+
+        async def web_context(self, **kw):  # pragma: no cover - the sync API wins
+            raise AssertionError("the async API was used")
+
+    web = fetch_web(Mem(), ["http://127.0.0.1:1/x"], "the question")
+    assert calls == [{"urls": ["http://127.0.0.1:1/x"]}]
+    assert web.context == Ctx.context and web.sources == Ctx.sources
 
 
 def test_web_without_a_provider_is_one_clear_error():

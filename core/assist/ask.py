@@ -8,9 +8,11 @@ of it in one thread with :func:`ask`.
 Web context comes from a *provider*: any callable ``(urls, query)`` returning an
 object (or dict) with ``context`` (text already sanitised and marked untrusted)
 and ``sources`` (one record per URL). The default is the store's own
-``Memory.web_context`` when this memlens has it; an awaitable result is run
-to completion on a private event loop in a worker thread, so this works from
-inside a running loop too.
+``Memory.web_context_sync`` (or ``web_context``) when this memlens has it,
+given the URLs only: the question is never passed on as a web *search*
+query, so it does not leave the machine except to the configured chat model.
+An awaitable result is run to completion on a private event loop in a worker
+thread, so this works from inside a running loop too.
 """
 
 from __future__ import annotations
@@ -97,13 +99,13 @@ async def _await(awaitable: Any) -> Any:
 
 
 def default_web_provider(mem: Any) -> WebProvider | None:
-    """``mem.web_context`` (sync or async) when this memlens has one, else None."""
+    """``mem.web_context_sync`` / ``mem.web_context`` (sync or async) for the URLs alone, else None."""
     fn = getattr(mem, "web_context_sync", None) or getattr(mem, "web_context", None)
     if fn is None:
         return None
 
     def provider(urls: list[str], query: str) -> Any:
-        result = fn(urls=urls, query=query)
+        result = fn(urls=urls)  # no query: that would be a web search for the question
         return _run_coroutine(result) if inspect.isawaitable(result) else result
 
     return provider
