@@ -415,3 +415,18 @@ def test_cli_ask_missing_store_is_one_line(tmp_path):
         out = run_cli("--store", str(tmp_path / "none.db"), "ask", QUESTION, "--active-wing", WING, env=llm_env(fake))
     one_line(out, 2, "none.db")
     assert fake.requests == []
+
+
+def test_a_schema_4_store_gains_the_answer_log_and_keeps_its_entries(store_path, settings, hash_embedder):
+    from memlens import Memory, db
+    from memlens.assist import log
+
+    with Memory.open(store_path, settings=settings, embedder=hash_embedder) as mem:
+        mem.add("Callbacks must not block.", wing="w", title="t")
+        with mem.conn:  # back to how a store of the previous version looks
+            mem.conn.execute("DROP TABLE answer_citations")
+            mem.conn.execute("DROP TABLE answers")
+            mem.conn.execute("PRAGMA user_version = 4")
+    with Memory.open(store_path, settings=settings, embedder=hash_embedder) as mem:
+        assert db.schema_version(mem.conn) == db.SCHEMA_VERSION == 5
+        assert mem.count() == 1 and log.answers(mem) == [] and log.cited_entries(mem) == []
