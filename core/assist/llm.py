@@ -19,6 +19,7 @@ as they arrive.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -93,7 +94,14 @@ class Endpoint:
     def client_options(self) -> dict[str, Any]:
         # proxies from the environment only for remote hosts: a local server is reached directly
         host = (urlsplit(self.base_url).hostname or "").lower()
-        return {"timeout": self.httpx_timeout(), "follow_redirects": False, "trust_env": host not in _LOOPBACK}
+        return {"timeout": self.httpx_timeout(), "follow_redirects": False, "trust_env": host not in _LOOPBACK,
+                "verify": _tls_context(host not in _LOOPBACK)}
+
+
+@functools.lru_cache(maxsize=2)
+def _tls_context(trust_env: bool) -> Any:
+    """httpx's default certificate checks, built once per process: building them costs ~0.1 s a client."""
+    return httpx.create_ssl_context(trust_env=trust_env)
 
 
 class SseParser:
