@@ -47,9 +47,12 @@ def render_table(res: dict[str, Any]) -> str:
     rows = [("prepare (search + context + prompt)", r["prepare"]), ("first token (fake model, local)", r["first_token"]),
             (f"stream {TOKENS} tokens", r["stream_2000"]), (f"citations of a {TOKENS}-token answer", r["citations"]),
             ("log one answer", r["log"])]
-    lines = ["| step | p50 ms | p95 ms | n |", "|---|---:|---:|---:|"]
+    m = res["machine"]
+    lines = ["| `memlens ask` around the model (demo memory) | p50 ms | p95 ms | n |", "|---|---:|---:|---:|"]
     lines += [f"| {name} | {s['p50_ms']:.2f} | {s['p95_ms']:.2f} | {s['n']} |" for name, s in rows]
-    lines.append(f"\nStreaming costs {res['per_token_us']:.0f} µs per token in the client (p50 of the {TOKENS}-token run).")
+    lines.append(f"\n`python -m tests.bench.ask`: the model is a fake OpenAI-compatible server on 127.0.0.1, so these are "
+                 f"memlens's own costs; streaming costs {res['per_token_us']:.0f} µs per token in the client and the fake "
+                 f"server together. {m['cpu_model']} Processor, {m['cores']} cores, Python {m['python']}; {m['date']}.")
     return "\n".join(lines)
 
 
