@@ -142,8 +142,11 @@ class Lens:
         """The configured chat model (``memlens.assist.llm.Endpoint``), or None: the shell then shows context only."""
         from memlens.assist.llm import Endpoint
 
-        llm = self.mem.settings.llm
-        return Endpoint.from_settings(llm) if llm.configured else None
+        def run() -> Any:
+            llm = self.mem.settings.llm
+            return Endpoint.from_settings(llm) if llm.configured else None
+
+        return self.call(run)  # on an engine thread: the store may still be opening
 
     def prepare_answer(self, question: str, budget: int | None, profile: str | None = None) -> Any:
         """Search, render the context exactly as ``context`` does, and build the prompt (``memlens.assist.ask.Prepared``)."""

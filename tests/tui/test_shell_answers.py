@@ -144,6 +144,23 @@ def test_a_stream_cut_midway_keeps_the_partial_answer(answer_app):
     assert row["complete"] is False and "broke midway" in row["error"]
 
 
+def test_a_refused_request_says_no_answer_and_why(answer_app):
+    with FakeLLM("status", status=401) as fake:
+        app = answer_app(fake)
+
+        async def run():
+            async with app.run_test(size=SIZE) as pilot:
+                await ask(pilot)
+                await until(pilot, lambda: view(app) is not None and view(app).answer is not None, "the answer")
+                await settle(pilot)
+                assert text_of(app, ".answer-text") == "(no answer)"
+                status = text_of(app, ".answer-status")
+                assert status.startswith("✗ no answer: ") and "HTTP 401 (check llm.api_key)" in status
+                assert not view(app).query(".citations") and view(app).query_one(".sources").row_count > 0
+
+        asyncio.run(run())
+
+
 def test_without_a_model_the_shell_shows_context_and_says_how_to_configure(make_app):
     from memlens.tui.screens.shell import NO_MODEL
     from memlens.tui.widgets.answer import AnswerView

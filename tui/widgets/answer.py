@@ -103,7 +103,7 @@ class AnswerView(Vertical):
                                + (f" · {len(c.invented)} invented" if c.invented else "")))
         else:
             status.add_class("error")
-            status.update(Text(f"✗ incomplete: {answer.error}"))
+            status.update(Text(f"✗ {'incomplete' if answer.text else 'no answer'}: {answer.error}"))
         titles = {r.entry.id: r.entry.title for r in self.prepared.bundle.results}
         options = [Option(Text.assemble((i, "bold cyan"), (" · ", "dim"), titles.get(i, "")), id=i) for i in c.valid]
         options += [Option(Text(f"✗ {i} · not in the context sent: invented by the model", style="red"), id=INVENTED + i,
