@@ -62,6 +62,11 @@ def _check(args: argparse.Namespace) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValidationError(f"--web {url[:80]!r}: only http:// and https:// URLs")
+    if args.web:
+        from .store import Memory
+
+        if not (hasattr(Memory, "web_context_sync") or hasattr(Memory, "web_context")):
+            raise ValidationError("--web: this memlens cannot fetch web pages (no web context support installed)")
 
 
 def _print_citations(ans: Any, titles: dict[str, str]) -> None:

@@ -430,3 +430,21 @@ def test_a_schema_4_store_gains_the_answer_log_and_keeps_its_entries(store_path,
     with Memory.open(store_path, settings=settings, embedder=hash_embedder) as mem:
         assert db.schema_version(mem.conn) == db.SCHEMA_VERSION == 5
         assert mem.count() == 1 and log.answers(mem) == [] and log.cited_entries(mem) == []
+
+
+def _has_web() -> bool:
+    from memlens import Memory
+
+    return hasattr(Memory, "web_context_sync") or hasattr(Memory, "web_context")
+
+
+@pytest.mark.skipif(_has_web(), reason="this memlens has web context")
+def test_cli_ask_web_without_web_support_is_refused_before_anything_runs(tmp_path, demo_store):
+    path = tmp_path / "x.db"
+    shutil.copy(demo_store, path)
+    before = snapshot_store(path)
+    with FakeLLM() as fake:
+        out = run_cli("--store", str(path), "ask", QUESTION, "--active-wing", WING, "--web", "http://127.0.0.1:1/x",
+                      env=llm_env(fake))
+    one_line(out, 2, "--web: this memlens cannot fetch web pages")
+    assert fake.requests == [] and snapshot_store(path) == before
