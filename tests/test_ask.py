@@ -75,7 +75,7 @@ def test_stream_dying_midway_keeps_what_arrived(use_async):
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
 def test_slow_server_hits_the_read_timeout(use_async):
     with FakeLLM("slow", ["first"]) as fake:
-        ep = endpoint(fake, read_timeout=0.3)
+        ep = endpoint(fake, read_timeout=1.0)  # the server stays silent for 30 s
         got, err = asyncio.run(acollect(ep)) if use_async else collect(ep)
     assert got == ["first"]
     assert "llm.read_timeout" in err
@@ -83,8 +83,8 @@ def test_slow_server_hits_the_read_timeout(use_async):
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
 def test_a_server_that_never_finishes_hits_the_overall_timeout(use_async):
-    with FakeLLM("drip", ["x"], drip_s=0.1) as fake:
-        ep = endpoint(fake, timeout=0.5, read_timeout=5.0)
+    with FakeLLM("drip", ["x"], drip_s=0.1) as fake:  # a token every 0.1 s for 30 s
+        ep = endpoint(fake, timeout=1.5, read_timeout=5.0)
         got, err = asyncio.run(acollect(ep)) if use_async else collect(ep)
     assert got and set(got) == {"x"}
     assert "llm.timeout" in err
@@ -384,7 +384,7 @@ def test_cli_ask_cut_midway_prints_the_partial_answer_and_exits_1(demo_db):
 def test_cli_ask_slow_model_times_out_with_exit_1(demo_db):
     with FakeLLM("slow", ["Only this"]) as fake:
         out = run_cli("--store", str(demo_db), "ask", QUESTION, "--active-wing", WING,
-                      env=llm_env(fake, MEMLENS_LLM__READ_TIMEOUT="0.5"))
+                      env=llm_env(fake, MEMLENS_LLM__READ_TIMEOUT="2"))
     one_line(out, 1, "llm.read_timeout")
     assert out.stdout.startswith("Only this\ncited: no entries")
 
