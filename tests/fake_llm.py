@@ -8,7 +8,9 @@ thread; ``base_url`` is what ``[llm] base_url`` takes. Modes:
 * ``drip``: one token every ``drip_s`` seconds, never done (the overall timeout fires);
 * ``die``: ``die_after`` tokens, then the connection is cut mid-body (chunked, no terminating chunk);
 * ``hold``: ``hold_after`` tokens, then waits for :meth:`release` before sending the rest and [DONE];
-* ``status``: answers HTTP ``status`` with an OpenAI-style error body.
+* ``status``: answers HTTP ``status`` with an OpenAI-style error body;
+* ``json``: ignores ``"stream": true`` and sends the whole completion as one JSON object;
+* ``truncated``: the tokens, then a clean end of body without ``finish_reason`` or ``[DONE]``.
 
 ``tokens`` is a list of strings or a function of the request body returning
 one (to cite ids that were actually sent). Every request is recorded
@@ -117,6 +119,15 @@ class FakeLLM:
             h.end_headers()
             h.wfile.write(data)
             return
+        if self.mode == "json":
+            data = json.dumps({"object": "chat.completion", "model": "fake", "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": "".join(tokens)}, "finish_reason": "stop"}]}).encode()
+            h.send_response(200)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            h.wfile.write(data)
+            return
         h.send_response(200)
         h.send_header("Content-Type", "text/event-stream")
         h.send_header("Transfer-Encoding", "chunked")
@@ -145,6 +156,12 @@ class FakeLLM:
                 send(event(delta(tokens[0])))
                 if self._release.wait(self.drip_s):
                     return
+            return
+        if self.mode == "truncated":
+            for t in tokens:
+                send(event(delta(t)))
+            h.wfile.write(b"0\r\n\r\n")
+            h.wfile.flush()
             return
         first = tokens[: self.hold_after] if self.mode == "hold" else tokens
         for t in first:

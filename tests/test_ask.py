@@ -90,6 +90,22 @@ def test_a_server_that_never_finishes_hits_the_overall_timeout(use_async):
     assert "llm.timeout" in err
 
 
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_a_server_that_does_not_stream_still_answers(use_async):
+    with FakeLLM("json", ["The ", "whole ", "answer."]) as fake:
+        ep = endpoint(fake)
+        got, err = asyncio.run(acollect(ep)) if use_async else collect(ep)
+    assert (got, err) == (["The whole answer."], None)
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_a_stream_that_ends_without_done_is_incomplete(use_async):
+    with FakeLLM("truncated", ["cut ", "short"]) as fake:
+        ep = endpoint(fake)
+        got, err = asyncio.run(acollect(ep)) if use_async else collect(ep)
+    assert got == ["cut ", "short"] and "ended before the answer was finished" in err
+
+
 @pytest.mark.parametrize("status, hint", [(401, "llm.api_key"), (404, "llm.model"), (500, "fake failure 500")])
 def test_http_errors_are_one_line(status, hint):
     with FakeLLM("status", status=status) as fake:

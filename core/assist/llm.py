@@ -7,6 +7,8 @@ maintained httpx, imported as ``httpx2``) is the transport: it is already
 installed (the MCP SDK depends on it), has separate
 connect and read timeouts, streams line by line, and has the same API for
 threads (the CLI) and an event loop (the app), so both share this module.
+A server that ignores ``"stream": true`` and answers with one JSON
+completion (``application/json``) is accepted too: its text arrives at once.
 
 Time bounds: ``connect_timeout`` to connect, ``read_timeout`` of silence while
 streaming, and ``timeout`` for the whole answer (checked between chunks; the
@@ -36,6 +38,7 @@ NOT_CONFIGURED = (
     "(or MEMLENS_LLM__BASE_URL and MEMLENS_LLM__MODEL)"
 )
 ERROR_BODY_CHARS = 300  # of an HTTP error's body, in the one-line message
+MAX_JSON_BYTES = 8 << 20  # a whole (non-streamed) reply
 _LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 
 
@@ -149,6 +152,23 @@ class SseParser:
         return "".join(out)
 
 
+def _is_json(response: Any) -> bool:
+    """A server that ignored ``"stream": true`` and sent the whole completion as one JSON object."""
+    return response.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json"
+
+
+def _whole(parser: SseParser, body: bytes) -> str:
+    if len(body) > MAX_JSON_BYTES:
+        raise LlmError(f"the model's reply is over {MAX_JSON_BYTES // (1 << 20)} MiB")
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        raise LlmError(f"the model's reply is not JSON: {one_line(body.decode('utf-8', 'replace'), 80)!r}") from None
+    text = parser.delta(obj)
+    parser.done = True
+    return text
+
+
 def _status_error(endpoint: Endpoint, status: int, body: bytes) -> LlmError:
     text = body.decode("utf-8", "replace")
     try:  # OpenAI-style {"error": {"message": ...}}
@@ -186,6 +206,15 @@ def _unfinished() -> LlmError:
     return LlmError("the model's stream ended before the answer was finished (no [DONE])")
 
 
+def _capped(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    total = 0
+    for chunk in chunks:
+        total += len(chunk)
+        yield chunk
+        if total > MAX_JSON_BYTES:
+            return
+
+
 def stream_chat(endpoint: Endpoint, messages: list[dict[str, str]]) -> Iterator[str]:
     """Yield the answer's text as it arrives (blocking; for threads and the CLI)."""
     deadline = time.monotonic() + endpoint.timeout
@@ -196,6 +225,12 @@ def stream_chat(endpoint: Endpoint, messages: list[dict[str, str]]) -> Iterator[
         ) as response:
             if response.status_code != 200:
                 raise _status_error(endpoint, response.status_code, response.read()[:4096])
+            if _is_json(response):
+                body = b"".join(_capped(response.iter_bytes()))
+                text = _whole(parser, body)
+                if text:
+                    yield text
+                return
             for line in response.iter_lines():
                 text = parser.feed(line)
                 if text:
@@ -220,6 +255,16 @@ async def astream_chat(endpoint: Endpoint, messages: list[dict[str, str]]) -> As
         ) as response:
             if response.status_code != 200:
                 raise _status_error(endpoint, response.status_code, (await response.aread())[:4096])
+            if _is_json(response):
+                chunks = []
+                async for chunk in response.aiter_bytes():
+                    chunks.append(chunk)
+                    if sum(map(len, chunks)) > MAX_JSON_BYTES:
+                        break
+                text = _whole(parser, b"".join(chunks))
+                if text:
+                    yield text
+                return
             lines = response.aiter_lines()
             while True:
                 remaining = deadline - time.monotonic()
