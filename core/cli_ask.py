@@ -71,12 +71,14 @@ def _check(args: argparse.Namespace) -> None:
 
 def _print_citations(ans: Any, titles: dict[str, str]) -> None:
     c = ans.citations
+    web = ans.prepared.web
+    urls = [s.get("url", "") for s in web.sources if s.get("ok", True)] if web is not None else []
     if c.valid:
         print("cited: " + ", ".join(f"{i} \u201c{titles[i]}\u201d" if titles.get(i) else i for i in c.valid))
     else:
         print("cited: no entries")
     if c.web:
-        print("web sources cited: " + ", ".join(f"[web:{n}]" for n in c.web))
+        print("web sources cited: " + ", ".join(f"[web:{n}] {urls[n - 1]}" for n in c.web))
     if c.invented:
         print("not in the context sent (invented): " + ", ".join(c.invented))
 

@@ -464,3 +464,20 @@ def test_cli_ask_web_without_web_support_is_refused_before_anything_runs(tmp_pat
                       env=llm_env(fake))
     one_line(out, 2, "--web: this memlens cannot fetch web pages")
     assert fake.requests == [] and snapshot_store(path) == before
+
+
+def test_cli_citation_lines_name_entries_web_sources_and_invented_ids(capsys):
+    from memlens.assist.ask import Prepared, finish
+    from memlens.assist.prompt import WebPart
+    from memlens.cli_ask import _print_citations
+
+    web = WebPart("text", [{"url": "http://127.0.0.1:1/a", "ok": True}, {"url": "http://127.0.0.1:1/dead", "ok": False},
+                           {"url": "http://127.0.0.1:1/b", "ok": True}])
+    prepared = Prepared("q", None, "ctx", [], ["lc-arch-001"], web)
+    ans = finish(prepared, "Yes [lc-arch-001] [web:2] [web:3] [lc-nope-1].", model="m", complete=True, error=None)
+    _print_citations(ans, {"lc-arch-001": "Callbacks must not block"})
+    assert capsys.readouterr().out.splitlines() == [
+        "cited: lc-arch-001 \u201cCallbacks must not block\u201d",
+        "web sources cited: [web:2] http://127.0.0.1:1/b",
+        "not in the context sent (invented): web:3, lc-nope-1",
+    ]
