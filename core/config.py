@@ -187,7 +187,8 @@ class LlmConfig(_Section):
     base_url: str | None = Field(None, min_length=1, max_length=2048,
                                  description="e.g. http://127.0.0.1:11434/v1 (ollama); the client posts to BASE/chat/completions")
     model: str | None = Field(None, min_length=1, max_length=256, description="the model name the endpoint expects")
-    api_key: str | None = Field(None, max_length=4096, repr=False, description="sent as a Bearer token; never printed")
+    # no length bound: a refused value would be echoed in the one-line configuration error
+    api_key: str | None = Field(None, repr=False, description="sent as a Bearer token; never printed")
     timeout: float = Field(120.0, gt=0, le=3600, description="seconds for a whole answer")
     connect_timeout: float = Field(10.0, gt=0, le=600, description="seconds to connect")
     read_timeout: float = Field(60.0, gt=0, le=3600, description="seconds of silence tolerated while streaming")
