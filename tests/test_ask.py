@@ -481,3 +481,20 @@ def test_cli_citation_lines_name_entries_web_sources_and_invented_ids(capsys):
         "web sources cited: [web:2] http://127.0.0.1:1/b",
         "not in the context sent (invented): web:3, lc-nope-1",
     ]
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("[llm]\ntimeout = 0\n", "llm.timeout = 0 is out of range: allowed from above 0 to 3600"),
+    ("[llm]\nmodle = 'x'\n", "unknown setting llm.modle"),
+    ("[llm]\nbase_url = 'ftp://127.0.0.1/'\n", "llm.base_url: must be an http:// or https:// URL"),
+])
+def test_bad_llm_settings_are_one_line(tmp_path, monkeypatch, text, fragment):
+    from memlens.config import load_settings
+    from memlens.errors import MemlensError
+
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(text)
+    monkeypatch.setenv("MEMLENS_CONFIG", str(cfg))
+    with pytest.raises(MemlensError) as err:
+        load_settings()
+    assert fragment in str(err.value) and "\n" not in str(err.value)
