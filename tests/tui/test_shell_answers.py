@@ -125,6 +125,8 @@ def test_citation_highlights_the_source_and_opens_the_entry(answer_app):
 
 
 def test_a_stream_cut_midway_keeps_the_partial_answer(answer_app):
+    from memlens.assist import log as answer_log
+
     with FakeLLM("die", ["Callbacks ", "block ", "because"], die_after=2) as fake:
         app = answer_app(fake)
 
@@ -137,8 +139,7 @@ def test_a_stream_cut_midway_keeps_the_partial_answer(answer_app):
                 assert text_of(app, ".answer-status").startswith("✗ incomplete: the connection to the model broke")
                 assert "broke midway" in str(app.screen.query_one("#shell-status").render())
                 assert not view(app).answer.complete
-                return await asyncio.to_thread(app.lens.call, lambda: __import__("memlens.assist.log").assist.log
-                                               .answers(app.lens.mem))
+                return await asyncio.to_thread(app.lens.call, lambda: answer_log.answers(app.lens.mem))
 
         (row,) = asyncio.run(run())
     assert row["complete"] is False and "broke midway" in row["error"]
