@@ -71,8 +71,9 @@ def _check(args: argparse.Namespace) -> None:
 
 def _print_citations(ans: Any, titles: dict[str, str]) -> None:
     c = ans.citations
-    web = ans.prepared.web
-    urls = [s.get("url", "") for s in web.sources if s.get("ok", True)] if web is not None else []
+    from .assist.prompt import shown_sources
+
+    urls = [s.get("url", "") for s in shown_sources(ans.prepared.web)]
     if c.valid:
         print("cited: " + ", ".join(f"{i} \u201c{titles[i]}\u201d" if titles.get(i) else i for i in c.valid))
     else:

@@ -472,7 +472,8 @@ def test_cli_citation_lines_name_entries_web_sources_and_invented_ids(capsys):
     from memlens.cli_ask import _print_citations
 
     web = WebPart("text", [{"url": "http://127.0.0.1:1/a", "ok": True}, {"url": "http://127.0.0.1:1/dead", "ok": False},
-                           {"url": "http://127.0.0.1:1/b", "ok": True}])
+                           {"url": "http://127.0.0.1:1/empty", "ok": True, "chars": 0},
+                           {"url": "http://127.0.0.1:1/b", "ok": True, "chars": 10}])
     prepared = Prepared("q", None, "ctx", [], ["lc-arch-001"], web)
     ans = finish(prepared, "Yes [lc-arch-001] [web:2] [web:3] [lc-nope-1].", model="m", complete=True, error=None)
     _print_citations(ans, {"lc-arch-001": "Callbacks must not block"})
