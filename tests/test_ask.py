@@ -138,6 +138,15 @@ def test_sse_parser_reports_model_errors_and_garbage():
         SseParser().feed("data: {oops")
 
 
+def test_a_runaway_answer_is_cut(monkeypatch):
+    from memlens.assist import llm
+
+    monkeypatch.setattr(llm, "MAX_ANSWER_CHARS", 10)
+    with FakeLLM("stream", ["12345", "67890", "abc", "def"]) as fake:
+        got, err = collect(endpoint(fake))
+    assert got == ["12345", "67890"] and "passed 10 characters" in err
+
+
 def test_endpoint_repr_hides_the_key():
     from memlens.assist.llm import Endpoint
 

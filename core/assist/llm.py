@@ -39,6 +39,8 @@ NOT_CONFIGURED = (
 )
 ERROR_BODY_CHARS = 300  # of an HTTP error's body, in the one-line message
 MAX_JSON_BYTES = 8 << 20  # a whole (non-streamed) reply
+ERROR_BODY_BYTES = 4096  # read of an HTTP error's body
+MAX_ANSWER_CHARS = 200_000  # an answer is cut here (a runaway model or server), keeping what came
 _LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 
 
@@ -113,6 +115,7 @@ class SseParser:
     def __init__(self) -> None:
         self.done = False  # data: [DONE] arrived
         self.finished = False  # a choice carried a finish_reason
+        self.chars = 0
 
     @property
     def complete(self) -> bool:
@@ -149,7 +152,11 @@ class SseParser:
                 out.append(content)
             if choice.get("finish_reason"):
                 self.finished = True
-        return "".join(out)
+        text = "".join(out)
+        self.chars += len(text)
+        if self.chars > MAX_ANSWER_CHARS:
+            raise LlmError(f"the answer passed {MAX_ANSWER_CHARS:,} characters; it was cut there")
+        return text
 
 
 def _is_json(response: Any) -> bool:
@@ -170,7 +177,7 @@ def _whole(parser: SseParser, body: bytes) -> str:
 
 
 def _status_error(endpoint: Endpoint, status: int, body: bytes) -> LlmError:
-    text = body.decode("utf-8", "replace")
+    text = body[:ERROR_BODY_BYTES].decode("utf-8", "replace")
     try:  # OpenAI-style {"error": {"message": ...}}
         err = json.loads(text).get("error")
         text = err.get("message", text) if isinstance(err, dict) else (err or text)
@@ -206,12 +213,13 @@ def _unfinished() -> LlmError:
     return LlmError("the model's stream ended before the answer was finished (no [DONE])")
 
 
-def _capped(chunks: Iterator[bytes]) -> Iterator[bytes]:
+def _capped(chunks: Iterator[bytes], cap: int = MAX_JSON_BYTES) -> Iterator[bytes]:
+    """The chunks until just over ``cap`` bytes have come (the rest is never read)."""
     total = 0
     for chunk in chunks:
         total += len(chunk)
         yield chunk
-        if total > MAX_JSON_BYTES:
+        if total > cap:
             return
 
 
@@ -224,7 +232,7 @@ def stream_chat(endpoint: Endpoint, messages: list[dict[str, str]]) -> Iterator[
             "POST", endpoint.url, json=endpoint.body(messages), headers=endpoint.headers()
         ) as response:
             if response.status_code != 200:
-                raise _status_error(endpoint, response.status_code, response.read()[:4096])
+                raise _status_error(endpoint, response.status_code, b"".join(_capped(response.iter_bytes(), ERROR_BODY_BYTES)))
             if _is_json(response):
                 body = b"".join(_capped(response.iter_bytes()))
                 text = _whole(parser, body)
@@ -254,7 +262,12 @@ async def astream_chat(endpoint: Endpoint, messages: list[dict[str, str]]) -> As
             "POST", endpoint.url, json=endpoint.body(messages), headers=endpoint.headers()
         ) as response:
             if response.status_code != 200:
-                raise _status_error(endpoint, response.status_code, (await response.aread())[:4096])
+                head = b""
+                async for chunk in response.aiter_bytes():  # an error body is read only so far
+                    head += chunk
+                    if len(head) > ERROR_BODY_BYTES:
+                        break
+                raise _status_error(endpoint, response.status_code, head)
             if _is_json(response):
                 chunks = []
                 async for chunk in response.aiter_bytes():
