@@ -205,6 +205,29 @@ class WebConfig(_Section):
     provider: Literal["brave", "serpapi", "tavily"] | None = Field(None, description="search provider for --search")
     max_results: int = Field(5, ge=1, le=20, description="search results fetched")
     providers: WebProvidersConfig = WebProvidersConfig()
+class LlmConfig(_Section):
+    """The chat model ``memlens ask`` and the app's assistant shell answer with: any OpenAI-compatible endpoint."""
+
+    base_url: str | None = Field(None, min_length=1, max_length=2048,
+                                 description="e.g. http://127.0.0.1:11434/v1 (ollama); the client posts to BASE/chat/completions")
+    model: str | None = Field(None, min_length=1, max_length=256, description="the model name the endpoint expects")
+    # no length bound: a refused value would be echoed in the one-line configuration error
+    api_key: str | None = Field(None, repr=False, description="sent as a Bearer token; never printed")
+    timeout: float = Field(120.0, gt=0, le=3600, description="seconds for a whole answer")
+    connect_timeout: float = Field(10.0, gt=0, le=600, description="seconds to connect")
+    read_timeout: float = Field(60.0, gt=0, le=3600, description="seconds of silence tolerated while streaming")
+    max_tokens: int | None = Field(None, ge=1, le=1_000_000, description="cap on the answer's length (the server's default)")
+
+    @field_validator("base_url")
+    @classmethod
+    def _http(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^\s/?#]+", v):
+            raise ValueError("must be an http:// or https:// URL")
+        return v.rstrip("/") if v else v
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.base_url and self.model)
 
 
 class LimitsConfig(BaseModel):
@@ -227,6 +250,7 @@ class Settings(BaseSettings):
     audit: AuditConfig = AuditConfig()
     limits: LimitsConfig = LimitsConfig()
     web: WebConfig = WebConfig()
+    llm: LlmConfig = LlmConfig()
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     _blank = field_validator("store", "cache_dir", mode="before")(_not_blank)

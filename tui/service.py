@@ -131,6 +131,48 @@ class Lens:
 
         return self.call(run)
 
+    # answers (memlens.assist): retrieval and logging on engine threads, the stream in the caller's event loop
+
+    def llm_endpoint(self) -> Any:
+        """The configured chat model (``memlens.assist.llm.Endpoint``), or None: the shell then shows context only."""
+        from memlens.assist.llm import Endpoint
+
+        def run() -> Any:
+            llm = self.mem.settings.llm
+            return Endpoint.from_settings(llm) if llm.configured else None
+
+        return self.call(run)  # on an engine thread: the store may still be opening
+
+    def search_for_answer(self, question: str, budget: int | None, profile: str | None = None) -> tuple[Bundle, int | None]:
+        """The search an answer is built on, and the audit row it logged (read on the same engine thread)."""
+        from memlens.assist import log
+
+        def run() -> tuple[Bundle, int | None]:
+            b = self.mem.search(question, active_wing=self.active_wing, budget=budget, profile=profile or "memory",
+                                now=self.now())
+            return b, log.last_retrieval_seq(self.mem, b.trace.query)  # this thread's connection logged it
+
+        return self.call(run)
+
+    def prepare_answer(self, question: str, budget: int | None, profile: str | None = None) -> Any:
+        """Search, render the context exactly as ``context`` does, and build the prompt (``memlens.assist.ask.Prepared``)."""
+        from memlens.assist.ask import assemble
+        from memlens.retrieval.budget import render_context
+
+        b, seq = self.search_for_answer(question, budget, profile)
+        return assemble(question, b, self.call(render_context, self.mem, b), None, seq)
+
+    def log_answer(self, answer: Any) -> Any:
+        from memlens.assist.ask import record
+
+        return self.call(record, self.mem, answer)
+
+    def cited(self, limit: int = 20) -> list[dict[str, Any]]:
+        """Entries answers cited, most cited first (``memlens.assist.log.cited_entries``)."""
+        from memlens.assist import log
+
+        return self.call(lambda: log.cited_entries(self.mem, limit))
+
     def window(self) -> Any:
         return self.call(lambda: self.mem.tasks.window())
 

@@ -1,7 +1,7 @@
 """The ``memlens`` command: a thin layer over ``memlens.Memory``.
 
 Each command group lives in its own module (``entries``, ``retrieve``, ``tasks``,
-``check``, ``serve``, ``web``) and registers its sub-parsers here, in the order ``--help``
+``check``, ``serve``, ``ask``, ``web``) and registers its sub-parsers here, in the order ``--help``
 lists them. User errors print one line on stderr and exit 2; tracebacks are for bugs only.
 """
 
@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Callable
 
+from memlens.cli import ask as cli_ask
 from memlens.cli import check as cli_check
 from memlens.cli import entries as cli_entries
 from memlens.cli import retrieve as cli_retrieve
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_tasks.register(sub)  # task complete|block|unblock, tasks [import-state]
     cli_serve.register_mcp(sub)  # mcp
     cli_check.register(sub)  # check, salvage
+    cli_ask.register(sub)  # ask
     cli_web.register(sub)  # web
     return p
 
@@ -60,6 +62,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "mcp": cli_serve.cmd_mcp,
     "check": cli_check.cmd_check,
     "salvage": cli_check.cmd_salvage,
+    "ask": cli_ask.cmd_ask,
     "web": cli_web.cmd_web,
 }
 

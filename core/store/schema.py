@@ -6,7 +6,7 @@ A new migration is the next version here (and in ``MIGRATIONS``).
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 def _migration_1(dim: int) -> list[str]:
@@ -134,4 +134,28 @@ def _migration_4(dim: int) -> list[str]:
     ]
 
 
-MIGRATIONS = {1: _migration_1, 2: _migration_2, 3: _migration_3, 4: _migration_4}
+def _migration_5(dim: int) -> list[str]:
+    """Answers (``memlens ask``, the app's assistant shell), each with the retrieval it used and the entries it cited
+    (see ``memlens.assist.log``)."""
+    return [
+        """CREATE TABLE answers (
+            id INTEGER PRIMARY KEY,
+            ts TEXT NOT NULL,
+            question TEXT NOT NULL,
+            model TEXT NOT NULL,
+            complete INTEGER NOT NULL,
+            error TEXT,
+            retrieval_seq INTEGER,
+            retrieval TEXT NOT NULL DEFAULT '{}'
+        )""",
+        """CREATE TABLE answer_citations (
+            answer_id INTEGER NOT NULL,
+            entry_id TEXT NOT NULL,
+            valid INTEGER NOT NULL,
+            PRIMARY KEY (answer_id, entry_id)
+        )""",
+        "CREATE INDEX answer_citations_entry ON answer_citations(entry_id, valid)",
+    ]
+
+
+MIGRATIONS = {1: _migration_1, 2: _migration_2, 3: _migration_3, 4: _migration_4, 5: _migration_5}

@@ -32,7 +32,7 @@ def pin_bundle(bundle):
 
 
 def pin_lens(lens):
-    """Every bundle a screen receives from ``lens`` (searches, context packs) goes through ``pin_bundle``."""
+    """Every bundle a screen receives from ``lens`` (searches, context packs, answers) goes through ``pin_bundle``."""
     search, context = lens.search, lens.context
 
     def pinned_search(*args, **kwargs):
@@ -42,7 +42,13 @@ def pin_lens(lens):
         text, bundle = context(*args, **kwargs)  # the pack's text shows none of the pinned numbers
         return text, pin_bundle(bundle)
 
-    lens.search, lens.context = pinned_search, pinned_context
+    search_for_answer = lens.search_for_answer
+
+    def pinned_search_for_answer(*args, **kwargs):
+        bundle, seq = search_for_answer(*args, **kwargs)
+        return pin_bundle(bundle), seq
+
+    lens.search, lens.context, lens.search_for_answer = pinned_search, pinned_context, pinned_search_for_answer
     return lens
 
 

@@ -39,6 +39,7 @@ class Shot:
     drive: Callable[[Any], Awaitable[None]]
     needs: str | None = None  # a module that must exist (screens still being built are skipped)
     store: str = "demo"  # "demo", "empty" or "metrics"
+    llm: str | None = None  # answers from a fake chat model on 127.0.0.1 in this mode (tests/fake_llm.py)
 
 
 # -- driving the app -------------------------------------------------------------------------
@@ -124,6 +125,28 @@ async def shell(pilot) -> None:
     await _settle(pilot)
 
 
+async def shell_streaming(pilot) -> None:
+    """An answer streaming in: the fake model holds after five tokens."""
+    from .test_shell_answers import ask, until, view
+
+    await ask(pilot)
+    await until(pilot, lambda: view(pilot.app) is not None and view(pilot.app).text.endswith("runs them "), "five tokens")
+    await pilot.pause()
+
+
+async def shell_answer(pilot) -> None:
+    """A finished answer: its citations, the second one highlighted in the sources sent, an invented id flagged."""
+    from .test_shell_answers import ask, until, view
+
+    await ask(pilot)
+    await until(pilot, lambda: view(pilot.app) is not None and view(pilot.app).answer is not None, "the answer")
+    await _settle(pilot)
+    options = view(pilot.app).query_one(".citations")
+    options.focus()
+    options.highlighted = 1
+    await _settle(pilot)
+
+
 async def metrics(pilot) -> None:
     await _settle(pilot)
     pilot.app.open_metrics()
@@ -140,6 +163,10 @@ SHOTS = [
     Shot("context", "the budgeted context an agent would get (1700 tokens)", context, needs="memlens.tui.screens.context"),
     Shot("shell", "the assistant shell after a question", shell, needs="memlens.tui.screens.shell"),
     Shot("metrics", "retrieval latency and cache metrics", metrics, needs="memlens.tui.screens.metrics", store="metrics"),
+    Shot("shell-streaming", "the assistant shell streaming a model's answer (a fake model on 127.0.0.1)", shell_streaming,
+         needs="memlens.assist", llm="hold"),
+    Shot("shell-answer", "an answer with its citations, one highlighted in the sources sent, an invented id flagged",
+         shell_answer, needs="memlens.assist", llm="stream"),
 ]
 
 
@@ -203,6 +230,14 @@ def take(shot: Shot, store: Path, out: Path, settings, embedder) -> Path:
 
     from .conftest import FIXED_NOW, pin_lens
 
+    fake = None
+    if shot.llm:  # a fake OpenAI-compatible server on 127.0.0.1: fixed tokens, nothing leaves the machine
+        from memlens.config import LlmConfig
+
+        from ..fake_llm import FakeLLM, cited_answer
+
+        fake = FakeLLM(shot.llm, cited_answer, hold_after=5).__enter__()
+        settings = settings.model_copy(update={"llm": LlmConfig(base_url=fake.base_url, model="fake-model")})
     app = create_app(store, settings=settings, embedder=embedder, now=lambda: FIXED_NOW,
                      active_wing=None if shot.store == "empty" else "lifecore_ros2", watch=False, cursor_blink=False)  # fmt: skip
     pin_lens(app.lens)
@@ -215,7 +250,11 @@ def take(shot: Shot, store: Path, out: Path, settings, embedder) -> Path:
             svg = app.export_screenshot(title="memlens")
         target.write_text(svg, encoding="utf-8")
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    finally:
+        if fake is not None:
+            fake.close()
     return target
 
 

@@ -6,7 +6,9 @@ those rows through ``Lens.retrievals()`` and shows them three ways: a
 sparkline of total latency (spikes and cache hits stand out), p50/p95 per
 stage over cache misses (where the time goes; computed by the engine's own
 ``retrieval_stats``, the numbers ``memlens stats --retrievals`` prints) and a
-table of the latest calls. Times are shown relative to ``lens.now()``.
+table of the latest calls. Times are shown relative to ``lens.now()``. Once
+answers have been logged (``memlens ask``, the assistant shell), a small
+table "Cited by answers" lists the entries they cited, most cited first.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from ..widgets.bars import age, bar, ms
 
 FETCH = 500  # rows behind the percentiles
 SHOWN = 60  # rows in the sparkline and the table
+CITED = 8  # rows of "Cited by answers"
 STAGES = ("parse", "embed", "vector", "lexical", "score", "rerank", "policy", "budget")
 
 
@@ -103,12 +106,16 @@ class MetricsScreen(Screen[None]):
     MetricsScreen.empty #metrics-top, MetricsScreen.empty #recent { display: none; }
     MetricsScreen #metrics-empty { display: none; }
     MetricsScreen.empty #metrics-empty { display: block; }
+    MetricsScreen #cited { height: auto; max-height: 12; border: round $primary-darken-1; border-title-color: $text-muted;
+                           display: none; }
+    MetricsScreen.cited #cited { display: block; }
+    MetricsScreen.empty #cited { display: none; }
     """
 
     class Loaded(Message):
-        def __init__(self, rows: list[dict[str, Any]], level: str) -> None:
+        def __init__(self, rows: list[dict[str, Any]], level: str, cited: list[dict[str, Any]] | None = None) -> None:
             super().__init__()
-            self.rows, self.level = rows, level
+            self.rows, self.level, self.cited = rows, level, cited or []
 
     @property
     def lens(self) -> Any:
@@ -127,6 +134,7 @@ class MetricsScreen(Screen[None]):
                 box.border_title = "Per stage · cache misses"
                 yield Static(id="stages")
         yield DataTable(id="recent", cursor_type="row", zebra_stripes=True)
+        yield DataTable(id="cited", cursor_type="row")
         yield Static(id="metrics-empty")
         yield Footer()
 
@@ -135,6 +143,9 @@ class MetricsScreen(Screen[None]):
         for label, key in (("time", "time"), ("age", "age"), ("query", "query"), ("profile", "profile"),
                            ("results", "results"), ("dropped", "dropped"), ("total ms", "total"), ("cache", "cache")):
             table.add_column(label, key=key)
+        cited = self.query_one("#cited", DataTable)
+        for label, key in (("entry", "entry"), ("title", "title"), ("cited", "cited"), ("last cited", "last")):
+            cited.add_column(label, key=key)
         self.action_refresh()
 
     # -- loading ----------------------------------------------------------------------------
@@ -145,11 +156,12 @@ class MetricsScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="metrics", exit_on_error=False)
     def _load(self) -> None:
-        self.post_message(self.Loaded(self.lens.retrievals(FETCH), self.lens.audit_level()))
+        self.post_message(self.Loaded(self.lens.retrievals(FETCH), self.lens.audit_level(), self.lens.cited(CITED)))
 
     def on_metrics_screen_loaded(self, message: Loaded) -> None:
         rows = message.rows
         self.set_class(not rows, "empty")
+        self._cited(message.cited)
         if not rows:
             self._empty(message.level)
             return
@@ -182,6 +194,22 @@ class MetricsScreen(Screen[None]):
             table.add_row(when, ago, _clip(r.get("query", ""), 44), r.get("profile") or "",
                           Text(str(r.get("total_count", 0)), justify="right"), Text(str(r.get("dropped", 0)), justify="right"),
                           Text(ms(total), justify="right"), cache, key=str(r.get("seq")))
+
+    def _cited(self, cited: list[dict[str, Any]]) -> None:
+        """Which entries answers cite: the ones that actually carry the answers."""
+        self.set_class(bool(cited), "cited")
+        table = self.query_one("#cited", DataTable)
+        table.clear()
+        if not cited:
+            return
+        answers = cited[0]["answers"]
+        table.border_title = f"Cited by answers · {answers} answer{'s' if answers != 1 else ''} logged · most cited first"
+        now = self.lens.now()
+        for c in cited:
+            when, ago = _when(c.get("last") or "", now)
+            title = c.get("title")
+            table.add_row(c["entry_id"], _clip(title, 56) if title else Text("(no longer in the store)", style="dim"),
+                          Text(str(c["cited"]), justify="right"), f"{when} · {ago}" if ago else when, key=c["entry_id"])
 
     def _empty(self, level: str) -> None:
         if level == "reads":

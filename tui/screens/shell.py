@@ -7,6 +7,12 @@ the context markdown plus a one-line trace. ``:commands`` curate entries and
 the working memory on the spot, so a user can fix what a question revealed and
 ask again. Parsing lives in :mod:`memlens.tui.shell_commands` (no Textual);
 every engine call runs in a thread worker and reports back with a message.
+
+With a chat model configured (``[llm]``), a question is also answered: the
+context is sent to the model (``memlens.assist``), its tokens stream into the
+exchange from an async worker (the UI never waits on the network; leaving the
+app cancels the stream), then its citations are checked and listed, each
+linked to its entry in the "sources sent" table, and the answer is logged.
 """
 
 from __future__ import annotations
@@ -23,14 +29,15 @@ from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.suggester import Suggester
-from textual.widgets import Collapsible, Footer, Header, Input, Markdown, Static
+from textual.widgets import Footer, Header, Input, Markdown, Static
 from textual.worker import Worker, WorkerState
 
 from memlens.errors import MemlensError
 from memlens.trace import Bundle
 
 from .. import shell_commands as sc
-from ..widgets.bars import ms
+from ..widgets.answer import AnswerView
+from ..widgets.exchange import Exchange, trace_line  # noqa: F401 - trace_line: re-exported
 
 WELCOME = (
     "Ask as the agent's user would: plain text uses the memory profile, /memory … the conversation "
@@ -38,6 +45,8 @@ WELCOME = (
     "with its trace. :help lists the commands (:deprecate, :task complete, :budget …)."
 )
 HINT = "Tab/→ completes · ↑/↓ history · :help commands · esc back"
+NO_MODEL = ("No chat model is configured, so questions show the context only: set [llm] base_url and model "
+            "in the configuration file (or MEMLENS_LLM__BASE_URL and MEMLENS_LLM__MODEL) to get answers.")
 
 
 class ShellSuggester(Suggester):
@@ -85,70 +94,6 @@ class ShellInput(Input):
             self.screen.focus_next()
 
 
-def trace_line(bundle: Bundle) -> Text:
-    """The trace in one line: profile, what the budget kept, latency, cache, degradation."""
-    t = bundle.trace
-    n = sc.budget_counts(bundle)
-    line = Text.assemble((t.profile, "bold cyan"), f" · {n['kept']} kept · {n['summarised']} summarised · ")
-    line.append(f"{n['dropped']} dropped", "yellow" if n["dropped"] else "")
-    line.append(f" · {n['filtered']} filtered")
-    if t.budget:
-        used, budget = t.budget["used"], t.budget["budget"]
-        line.append(f" · {used}/{budget} tokens", "bold red" if used > budget else "")
-    line.append(f" · {ms(t.latency_ms.get('total', 0.0))} ms · ")
-    line.append("cache hit" if t.cache_hit else "cache miss", "green" if t.cache_hit else "")
-    if t.degraded:
-        line.append(f" · degraded: {t.degraded.get('reason')} → {t.degraded.get('source') or 'nothing'}", "bold yellow")
-    return line
-
-
-class Exchange(Vertical):
-    """One question: the line as typed, its trace line, and the context in a collapsible."""
-
-    DEFAULT_CSS = """
-    Exchange { height: auto; margin-bottom: 1; }
-    Exchange > .ask { text-style: bold; color: $accent; }
-    Exchange > .trace { padding-left: 2; color: $text-muted; }
-    Exchange > .trace.error { color: $error; text-style: bold; }
-    Exchange Collapsible { padding-left: 1; border-top: none; }
-    Exchange Markdown { margin: 0; padding: 0 1 0 0; }
-    Exchange MarkdownHeader { margin: 1 0 0 0; }
-    Exchange MarkdownH1 { margin: 0; }
-    Exchange MarkdownBlockQuote { margin: 0 0 1 0; }
-    """
-
-    def __init__(self, line: str, number: int) -> None:
-        super().__init__(id=f"exchange-{number}")
-        self.line = line
-        self.pinned = True
-        """While it is the newest entry: keep its top in view as the markdown lays itself out."""
-
-    def compose(self) -> ComposeResult:
-        yield Static(Text(f"› {self.line}"), classes="ask")
-        yield Static("retrieving…", classes="trace")
-
-    def show(self, markdown: str, bundle: Bundle) -> None:
-        self.query_one(".trace", Static).update(trace_line(bundle))
-        title = f"context for the agent ({len(bundle.results)} entries)"
-        if bundle.trace.budget and bundle.trace.budget.get("over_budget"):
-            title += " · over budget: invariants are never dropped"
-        self.mount(Collapsible(Markdown(markdown), title=title, collapsed=False))
-
-    def fail(self, error: str) -> None:
-        trace = self.query_one(".trace", Static)
-        trace.add_class("error")
-        trace.update(Text(f"✗ {error}"))
-
-    def fold(self) -> None:
-        self.pinned = False
-        for c in self.query(Collapsible):
-            c.collapsed = True
-
-    def on_resize(self) -> None:
-        if self.pinned and self.parent is not None:
-            self.call_after_refresh(self.parent.scroll_to_widget, self, top=True, animate=False)  # type: ignore[attr-defined]
-
-
 class ShellScreen(Screen[None]):
     """Transcript above, prompt below; the budget is a shell setting (``:budget N``)."""
 
@@ -182,6 +127,18 @@ class ShellScreen(Screen[None]):
         bundle: Bundle
 
     @dataclass
+    class ContextReady(Message):
+        """The context is ready and a model is configured: answer."""
+
+        number: int
+        prepared: Any  # memlens.assist.ask.Prepared
+        endpoint: Any  # memlens.assist.llm.Endpoint
+
+    @dataclass
+    class LlmChecked(Message):
+        model: str | None
+
+    @dataclass
     class AskFailed(Message):
         number: int
         error: str
@@ -206,6 +163,8 @@ class ShellScreen(Screen[None]):
         self.history = sc.History()
         self.known = sc.Known()
         self._asked = 0
+        self.llm_model: str | None = None
+        self._llm_checked = False
 
     @property
     def lens(self) -> Any:
@@ -215,7 +174,7 @@ class ShellScreen(Screen[None]):
         yield Header()
         with VerticalScroll(id="transcript") as box:
             box.border_title = "Assistant shell · transcript"
-            yield Static(WELCOME, id="welcome")
+            yield Static(self._welcome(), id="welcome")
         with Vertical(id="prompt-box"):
             yield ShellInput(self.history, id="prompt", suggester=ShellSuggester(self.known),
                              placeholder="plain question · /memory question · @academic question · :help")
@@ -228,9 +187,25 @@ class ShellScreen(Screen[None]):
         prompt.focus()
         self._title()
         self.load_known()
+        self.check_llm()
 
     def _title(self) -> None:
-        self.query_one("#prompt-box").border_title = f"Ask · budget {self.budget} tokens"
+        answers = f" · answers by {self.llm_model}" if self.llm_model else ""
+        self.query_one("#prompt-box").border_title = f"Ask · budget {self.budget} tokens{answers}"
+
+    def _welcome(self) -> Text:
+        return Text(f"{WELCOME}\n\n{NO_MODEL}" if self._llm_checked and not self.llm_model else WELCOME)
+
+    @work(thread=True, exclusive=True, group="shell-llm", exit_on_error=False)
+    def check_llm(self) -> None:
+        endpoint = self.lens.llm_endpoint()
+        self.post_message(self.LlmChecked(endpoint.model if endpoint else None))
+
+    def on_shell_screen_llm_checked(self, message: LlmChecked) -> None:
+        self.llm_model, self._llm_checked = message.model, True
+        self._title()
+        for welcome in self.query("#welcome"):
+            welcome.update(self._welcome())  # type: ignore[attr-defined]
 
     def _status(self, text: str = HINT, error: bool = False) -> None:
         status = self.query_one("#shell-status", Static)
@@ -305,11 +280,26 @@ class ShellScreen(Screen[None]):
     def _ask(self, number: int, cmd: sc.Ask, budget: int) -> None:
         """Runs in a thread worker."""
         try:
+            endpoint = self.lens.llm_endpoint()
+            if endpoint is not None:
+                prepared = self.lens.prepare_answer(cmd.text, budget, cmd.profile)
+                self.post_message(self.ContextReady(number, prepared, endpoint))
+                return
             markdown, bundle = self.lens.context(cmd.text, budget, cmd.profile)
         except MemlensError as exc:
             self.post_message(self.AskFailed(number, str(exc)))
             return
         self.post_message(self.Answered(number, markdown, bundle))
+
+    def on_shell_screen_context_ready(self, message: ContextReady) -> None:
+        exchange = self._exchange(message.number)
+        if exchange is None:
+            return
+        p = message.prepared
+        exchange.show(p.context, p.bundle, answer=AnswerView(message.endpoint, p))  # it streams once mounted
+
+    def on_answer_view_problem(self, message: AnswerView.Problem) -> None:
+        self._status(message.error, error=True)
 
     def _exchange(self, number: int) -> Exchange | None:
         found = self.query(f"#exchange-{number}")
@@ -377,7 +367,7 @@ class ShellScreen(Screen[None]):
     def action_clear(self) -> None:
         transcript = self.query_one("#transcript", VerticalScroll)
         transcript.remove_children()
-        transcript.mount(Static(WELCOME, id="welcome"))
+        transcript.mount(Static(self._welcome(), id="welcome"))
 
     def action_page(self, direction: int) -> None:
         transcript = self.query_one("#transcript", VerticalScroll)
