@@ -43,6 +43,12 @@ def split_options(uri: str) -> tuple[str, dict[str, int]]:
     return urlunsplit(parts._replace(query=urlencode(kept, safe="/"))), options
 
 
+def with_options(uri: str, **options: int) -> str:
+    """``uri`` with memlens's settings added to its query (``with_options(uri, ef_search=64)``)."""
+    extra = urlencode({k: int(v) for k, v in options.items()})
+    return uri + ("&" if urlsplit(uri).query else "?") + extra if extra else uri
+
+
 def open_store(uri: str, *, model: Callable[[], Any] | None = None, pooled: bool | None = None) -> Any:
     """Open (and on first use create) the memlens store in the database ``uri`` names.
 
@@ -58,4 +64,4 @@ def open_store(uri: str, *, model: Callable[[], Any] | None = None, pooled: bool
     )
 
 
-__all__ = ["is_uri", "open_store", "split_options"]
+__all__ = ["is_uri", "open_store", "split_options", "with_options"]

@@ -105,6 +105,9 @@ class _Sqlite:
     def meta(self) -> dict[str, str]:
         return dict(self.conn.execute("SELECT key, value FROM store_meta").fetchall())
 
+    def analyze(self) -> None:
+        pass  # SQLite's planner works without statistics here (the store never runs ANALYZE)
+
     def close(self) -> None:
         self.conn.close()
 
@@ -169,6 +172,9 @@ class _Postgres:
     def meta(self) -> dict[str, str]:
         return {k: v for k, v in self.conn.execute("SELECT key, value FROM store_meta").fetchall() if k != "schema_version"}
 
+    def analyze(self) -> None:
+        self.conn.execute("ANALYZE")  # statistics for the planner: the copied tables were empty a moment ago
+
     def close(self) -> None:
         self._cm.__exit__(None, None, None)
         self.store.close()
@@ -189,7 +195,9 @@ def copy_store(src: str | Path, dst: str | Path, *, progress: Callable[[int, int
             raise StoreError(f"store {source.label} records no vector size; it is not a complete memlens store")
         target = _open(dst, int(meta["dim"]), meta.get("model"))
         try:
-            return _copy(source, target, meta, progress)
+            counts = _copy(source, target, meta, progress)
+            target.analyze()
+            return counts
         finally:
             target.close()
     finally:

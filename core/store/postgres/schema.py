@@ -69,7 +69,9 @@ def _migration_1(dim: int) -> list[str]:
         "CREATE INDEX entries_key ON entries(key, kind) WHERE key IS NOT NULL",
         "CREATE INDEX entries_overrides ON entries(overrides) WHERE overrides IS NOT NULL",
         "CREATE INDEX entries_import ON entries(import_id, wing) WHERE import_id IS NOT NULL",
-        "CREATE INDEX entries_tsv ON entries USING gin(tsv)",
+        # fastupdate off: new rows go straight into the index; with a pending list every search scans the
+        # not-yet-merged rows one by one until a vacuum merges them (8 ms instead of 1 ms after 10k inserts)
+        "CREATE INDEX entries_tsv ON entries USING gin(tsv) WITH (fastupdate = off)",
         f"""CREATE TABLE entries_vec (
             rowid bigint PRIMARY KEY REFERENCES entries(rowid) ON DELETE CASCADE,
             embedding vector({int(dim)}) NOT NULL,
