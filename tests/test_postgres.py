@@ -234,10 +234,13 @@ def test_hnsw_runs_above_the_threshold_and_says_so(pg_uri, hash_embedder):
     rng = np.random.default_rng(3)
     vecs = rng.standard_normal((3000, hash_embedder.dim)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    tiny = -vecs[:20]  # far from every vector of the big wing
     r = random.Random(3)
     with store.write() as w:
         for i in range(len(vecs)):
             w.insert(entry(i, r, wing="alpha"), vecs[i])
+        for i in range(20):  # a small wing: a search scoped to it scans it exactly
+            w.insert(entry(5000 + i, r, wing="tiny"), tiny[i])
     assert store.ensure_hnsw() is True and store.ensure_hnsw() is False
     exact = PgStore(store.uri, hnsw_min_rows=10**9)  # the index exists, the store is below this threshold
     approx = PgStore(store.uri, hnsw_min_rows=1000, ef_search=80)
@@ -251,6 +254,9 @@ def test_hnsw_runs_above_the_threshold_and_says_so(pg_uri, hash_embedder):
         assert a.index == "pgvector-hnsw(ef_search=80)"
         recall.append(len({h[0] for h in a.hits} & truth) / 10)
     assert np.mean(recall) >= 0.8
+    assert approx.knn(vecs[0], Scope(wings=["alpha"]), 10).index == "pgvector-hnsw(ef_search=80)"
+    small = approx.knn(tiny[0], Scope(wings=["tiny"]), 10)
+    assert small.index == "pgvector-exact" and len(small.hits) == 10 and small.hits[0][1] == pytest.approx(1.0)
     for s in (store, exact, approx):
         s.close()
 

@@ -4,10 +4,11 @@
   progress" rule inside the query; a scoped search takes the ``n`` nearest per
   wing (as sqlite-vec's partitioned KNN does) through a LATERAL join. By
   default the scan is exact (index scans off for that statement). Once the
-  store has an HNSW index and at least ``hnsw_min_rows`` vectors, the KNN runs
-  with ``SET LOCAL hnsw.ef_search`` and pgvector's iterative scan (so filters
-  do not starve it); the planner may still prefer an exact scan for a narrow
-  scope, and the answer's ``index`` says which one ran (from the plan).
+  store has an HNSW index and the scope's wings hold at least ``hnsw_min_rows``
+  vectors (the planner's estimate), the KNN runs with ``SET LOCAL
+  hnsw.ef_search`` and pgvector's iterative scan (so filters do not starve
+  it); a narrower scope is scanned exactly. The planner may still prefer an
+  exact scan, and the answer's ``index`` says which one ran (from the plan).
 - Lexical: ``ts_rank_cd`` over ``entries.tsv`` (english stemming; title
   weighted above text), an OR of the query's terms, ties by rowid. It is not
   FTS5's BM25, hence ``lexical_scorer = "pg-ts_rank_cd"``.
@@ -84,13 +85,22 @@ class PgReads:
     def rooms(self) -> list[str]:
         return [r for (r,) in self._all(f"SELECT DISTINCT room FROM entries WHERE room != '' AND {visible()} ORDER BY room")]
 
-    def _hnsw_ready(self, conn: Any) -> bool:
-        """An HNSW index exists and the store is large enough for it (the planner's row estimate, no count)."""
+    def _hnsw_ready(self, conn: Any, wings: list[str] | None = None) -> bool:
+        """Whether an HNSW index exists and the vectors in ``wings`` (None: all) number ``hnsw_min_rows`` or more.
+
+        Sizes are the planner's estimates (table size, the wing column's most common values), never a count:
+        a narrow scope is scanned exactly, which is both exact and faster than a filtered HNSW walk.
+        """
         row = conn.execute(
             "SELECT to_regclass('entries_vec_hnsw') IS NOT NULL, "
-            "(SELECT reltuples FROM pg_class WHERE oid = 'entries_vec'::regclass)"
+            "(SELECT reltuples FROM pg_class WHERE oid = 'entries_vec'::regclass), "
+            "(SELECT coalesce(sum(m.f), 0) FROM pg_stats s, unnest(s.most_common_vals::text::text[], s.most_common_freqs) "
+            " AS m(v, f) WHERE s.schemaname = current_schema() AND s.tablename = 'entries_vec' AND s.attname = 'wing' "
+            " AND m.v = ANY(%s))",
+            (list(wings or []),),
         ).fetchone()
-        return bool(row[0]) and float(row[1] or 0) >= self.hnsw_min_rows
+        rows = float(row[1] or 0) * (1.0 if wings is None else float(row[2]))
+        return bool(row[0]) and rows >= self.hnsw_min_rows
 
     def vector_index(self) -> str:
         with self.connection() as conn:
@@ -111,7 +121,7 @@ class PgReads:
             sql = f"{inner} ORDER BY d LIMIT %s"  # by distance alone, so an HNSW index can serve it
             params = [q, *args, n]
         with self.connection() as conn, conn.transaction():
-            if self._hnsw_ready(conn):
+            if self._hnsw_ready(conn, scope.wings):
                 conn.execute(f"SET LOCAL hnsw.ef_search = {int(self.ef_search)}")
                 conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
                 plan = json.dumps(conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()[0])
