@@ -17,7 +17,7 @@ import threading
 import numpy as np
 import pytest
 
-from memlens.errors import StoreError
+from memlens.errors import StoreError, ValidationError
 from memlens.models import Entry
 from memlens.store.reads import MemoryReads, Scope
 from tests.conftest import REPO
@@ -492,3 +492,34 @@ def test_open_store_needs_the_client_libraries_message():
             "try:\n    open_store('postgresql://u@127.0.0.1:1/db')\nexcept Exception as e:\n    print(type(e).__name__, e)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert out.stdout.startswith("StoreError") and "pip install 'memlens[postgres]'" in out.stdout
+
+
+# -- imports ----------------------------------------------------------------------------------------
+
+
+def test_import_is_invisible_until_published_and_leaves_nothing_when_it_fails(pg_uri, hash_embedder, tmp_path):
+    store = open_pg(pg_uri, hash_embedder)
+    rng = random.Random(8)
+    entries = [entry(i, rng, wing="alpha") for i in range(150)]
+    vecs = hash_embedder.embed([e.text for e in entries])
+    seen_while_staging: list[int] = []
+
+    def progress(n):
+        seen_while_staging.append(store.count())
+
+    def changed():
+        raise ValidationError("the source changed")
+
+    with pytest.raises(ValidationError, match="source changed"):
+        store.import_staged(tmp_path / "x.jsonl", iter([(i, i + 1, e) for i, e in enumerate(entries)]), vecs, {}, changed,
+                            progress)
+    assert seen_while_staging and set(seen_while_staging) == {0}  # staged rows were never counted
+    assert _state(store) == (0, 0, 0, 0)
+    store.import_staged(tmp_path / "x.jsonl", iter([(i, i + 1, e) for i, e in enumerate(entries)]), vecs, {}, lambda: None,
+                        progress)
+    assert store.count() == 150 and store.generations() == {"alpha": 1} and store.audit_count() == 150
+    assert pg_ids(store, store.knn(vecs[3], Scope(wings=["alpha"]), 1).hits) == [entries[3].id]
+    with store.connection() as conn:  # an importer that died: its rows are swept
+        conn.execute("INSERT INTO imports(owner, started_at, heartbeat) VALUES ('elsewhere:1:1', '0', '0')")
+    assert store.sweep_imports() == 1 and store.count() == 150
+    store.close()

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import ROOT, ensure_readme_block, log, machine_info, publish, suite_main, summary
+from .common import README, ROOT, ensure_readme_block, log, machine_info, publish, suite_main, summary
 
 NAME = "postgres"
 K = 10
@@ -61,7 +61,12 @@ else:
     class M:
         model_id, dim = json.loads(sys.argv[6]), dim
     mem = Memory.open(target, embedder=M())
+    store = getattr(mem, "store", None)
     def write(e, v):
+        if store is not None:  # the storage interface: the same write protocol as on PostgreSQL
+            with store.write() as w:
+                w.bump({e.wing}, w.audit("add", e.id, e.wing, None, e.to_record()) if w.insert(e, v) else 0)
+            return
         with db.transaction(mem.conn, mem.path) as conn:
             mem._insert(conn, e, v)
             mem._bump(conn, {e.wing}, mem._audit(conn, "add", e.id, e.wing, None, e.to_record()))
@@ -174,8 +179,10 @@ def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
         shutil.rmtree(scratch, ignore_errors=True)
     res["duration_s"] = round(time.perf_counter() - t0, 1)
     official = write and not quick
-    if official:
-        ensure_readme_block(NAME, "conflicts")
+    if official:  # the block goes after the last suite's block
+        ends = [line.strip()[len("<!-- bench:"):-len(":end -->")] for line in README.read_text(encoding="utf-8").splitlines()
+                if line.strip().startswith("<!-- bench:") and line.strip().endswith(":end -->")]
+        ensure_readme_block(NAME, ends[-1])
     publish(NAME, res, _table(res), official=official, target_lines=["none: a side-by-side measurement, no target"])
     return res
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from memlens.errors import CorruptRowError, StoreError
 from memlens.models import format_ts, utcnow
@@ -21,6 +22,11 @@ from memlens.store.postgres.compat import COLUMNS, from_pg
 from memlens.store.postgres.reads import PgReads, visible
 from memlens.store.postgres.writer import PgTaskRows, PgWriter
 from memlens.store.rows import json_object
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from memlens.models import Entry
 
 _GROUP_COLUMNS = frozenset({"wing", "room", "kind", "type", "status"})
 RETRIEVAL_LOCK_TIMEOUT_MS = 50  # a search never waits longer than this for its log row
@@ -180,6 +186,19 @@ class PgStore(PgReads):
                 if hit:
                     return str(hit[0]), bool(hit[1])
         return None
+
+    def sweep_imports(self) -> int:
+        """Remove the staged rows of imports whose process is gone (``memlens.store.postgres.imports``)."""
+        from memlens.store.postgres import imports
+
+        return imports.sweep(self)
+
+    def import_staged(self, shown: Path, rows: Iterator[tuple[int, int, Entry]], vecs: np.ndarray,
+                      outside: dict[str, int], unchanged: Callable[[], None], progress: Callable[[int], None]) -> None:
+        """Write ``rows`` as an import: staged in short transactions, published at once."""
+        from memlens.store.postgres import imports
+
+        imports.write(self, shown, rows, vecs, outside, unchanged, progress)
 
     # -- entry rows -------------------------------------------------------------------------------
 
