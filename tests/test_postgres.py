@@ -523,3 +523,34 @@ def test_import_is_invisible_until_published_and_leaves_nothing_when_it_fails(pg
         conn.execute("INSERT INTO imports(owner, started_at, heartbeat) VALUES ('elsewhere:1:1', '0', '0')")
     assert store.sweep_imports() == 1 and store.count() == 150
     store.close()
+
+
+# -- the storage interface -------------------------------------------------------------------------
+
+
+def _members(proto) -> set[str]:
+    from typing import Generic, Protocol
+
+    names: set[str] = set()
+    for cls in proto.__mro__:
+        if cls in (object, Protocol, Generic):
+            continue
+        names |= {n for n in cls.__dict__ if not n.startswith("_")} | set(getattr(cls, "__annotations__", {}))
+    return names
+
+
+def test_pg_classes_have_every_member_of_the_storage_protocols(pg_uri, hash_embedder):
+    from memlens.store import base
+    from memlens.store.reads import Reads
+
+    store = open_pg(pg_uri, hash_embedder)
+    try:
+        protocols = [getattr(base, n) for n in ("Store", "Writes") if hasattr(base, n)] + [Reads]
+        missing = sorted(m for p in protocols for m in _members(p) if not hasattr(store, m))
+        assert missing == []
+        with store.write() as w:
+            assert sorted(m for m in _members(base.Writer) if not hasattr(w, m)) == []
+            assert sorted(m for m in _members(base.TaskRows) if not hasattr(w.tasks, m)) == []
+        assert store.backend == "postgresql" and store.lexical_scorer == "pg-ts_rank_cd"
+    finally:
+        store.close()
