@@ -137,11 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _open(args: argparse.Namespace, *, create: bool = False) -> Any:
     """The store for a command: only commands that write (add, import, demo, tui, task) create a missing one."""
-    from memlens.memory import Memory
+    from memlens.memory import Memory, open_for_write
 
     if create:  # a store this command creates goes again if the command fails (see memlens.store.newstore)
-        from memlens.store.newstore import open_for_write
-
         return open_for_write(args.store)
     return Memory.open(args.store, create=False)
 

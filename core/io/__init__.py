@@ -1,0 +1,1 @@
+"""Entries in and out of the store: JSONL import and export (``jsonl``)."""

@@ -35,10 +35,13 @@ import numpy as np
 from memlens.errors import MemlensError, ValidationError
 from memlens.models import Entry, content_hash
 from memlens.store import staging
-from memlens.store.vectors import degenerate
+from memlens.store.rows import row_problem, row_to_entry
+from memlens.store.writes import describe_validation
 
 if TYPE_CHECKING:
-    from memlens.memory import Memory
+    from memlens.store.base import Writes
+
+    Embed = Callable[[list[str]], np.ndarray]
 
 VECTOR_FIELDS = ("model", "vector")
 MAX_LINE_BYTES = 16 << 20  # one entry a line; a longer line is not an entry (and is not read into memory whole)
@@ -160,8 +163,6 @@ def parse_line(path: Path, n: int, text: str, model_id: str, dim: int) -> tuple[
     """One line → (entry, vector blob if it carries a usable one)."""
     from pydantic import ValidationError as PydanticError
 
-    from memlens.memory import describe_validation
-
     try:
         obj = loads(text)
     except json.JSONDecodeError as exc:
@@ -194,18 +195,20 @@ def parse_line(path: Path, n: int, text: str, model_id: str, dim: int) -> tuple[
 
 
 def import_file(
-    mem: Memory, path: Path, *, batch_size: int = 256, progress: Callable[[str, int, int], None] | None = None
+    store: Writes, embed: Embed, path: Path, *, batch_size: int = 256,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, Any]:
-    conn = mem.conn
-    staging.sweep(conn, mem.path)  # the staged rows of imports killed earlier
+    """Import ``path`` into ``store``; ``embed`` makes the vectors the file does not carry."""
+    store.sweep_imports()  # the staged rows of imports killed earlier
     with staging.scratch() as scratch, _source(path, scratch) as real:
-        return _import(mem, path, real, scratch, batch_size, progress or (lambda *_: None))
+        return _import(store, embed, path, real, scratch, batch_size, progress or (lambda *_: None))
 
 
 def _import(
-    mem: Memory, shown: Path, path: Path, scratch: Path, batch_size: int, progress: Callable[[str, int, int], None]
+    store: Writes, embed: Embed, shown: Path, path: Path, scratch: Path, batch_size: int,
+    progress: Callable[[str, int, int], None],
 ) -> dict[str, Any]:
-    model_id, dim = mem.model_id, mem.dim
+    model_id, dim = store.model_id, store.dim
 
     # 1. validate everything before touching the store
     h1 = hashlib.sha256()
@@ -220,19 +223,15 @@ def _import(
         if entry.overrides:
             overrides.append((n, entry.overrides))
         need_embed += blob is None
-    id_list = list(ids)
-    for i in range(0, len(id_list), 500):
-        chunk = id_list[i : i + 500]
-        q = f"SELECT id, {staging.visible()} FROM entries WHERE id IN ({','.join('?' * len(chunk))}) LIMIT 1"
-        hit = mem.conn.execute(q, chunk).fetchone()
-        if hit:
-            where = "already exists in the store" if hit[1] else "is being imported by another process"
-            raise ValidationError(f"{shown}: line {ids[hit[0]]}: field 'id': {hit[0]!r} {where}")
+    hit = store.entry_states(list(ids))
+    if hit:
+        where = "already exists in the store" if hit[1] else "is being imported by another process"
+        raise ValidationError(f"{shown}: line {ids[hit[0]]}: field 'id': {hit[0]!r} {where}")
     outside: dict[str, int] = {}  # override targets already in the store -> first line naming them
     for n, target in overrides:
         if target in ids:
             continue
-        if not mem.conn.execute(f"SELECT 1 FROM entries WHERE id = ? AND {staging.visible()}", (target,)).fetchone():
+        if store.missing_ids([target]):
             raise ValidationError(f"{shown}: line {n}: field 'overrides': no entry with id {target!r}")
         outside.setdefault(target, n)
     total = len(ids)
@@ -251,7 +250,7 @@ def _import(
         nonlocal embedded
         if not pending:
             return
-        out = mem.embed([t for _, t in pending])
+        out = embed([t for _, t in pending])
         for (row, _), v in zip(pending, out):
             vecs[row] = v
         embedded += len(pending)
@@ -269,13 +268,9 @@ def _import(
         if ch in seen:
             dupes.append((row, seen[ch]))
             continue
-        stored = mem.conn.execute(
-            "SELECT v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid "
-            "WHERE e.content_hash = ? AND e.model = ? LIMIT 1",
-            (ch, model_id),
-        ).fetchone()
-        if stored is not None and not degenerate(np.frombuffer(stored[0], dtype="<f4")):  # never spread one
-            vecs[row] = np.frombuffer(stored[0], dtype="<f4")
+        stored = store.reusable_vector(ch, model_id)  # never a degenerate one: it must not spread
+        if stored is not None:
+            vecs[row] = np.frombuffer(stored, dtype="<f4")
         else:
             pending.append((row, t))
             if len(pending) >= batch_size:
@@ -295,42 +290,29 @@ def _import(
         if h3.digest() != h1.digest():
             raise MemlensError(f"{shown} changed while it was being imported; nothing was written")
 
-    staging.write(mem, shown, rows, vecs, outside, unchanged, lambda done: progress("writing", done, total))
+    store.import_staged(shown, rows, vecs, outside, unchanged, lambda done: progress("writing", done, total))
     return {"imported": total, "embedded": embedded, "reused_vectors": total - embedded}
 
 
 def export(
-    mem: Memory, out: IO[str], *, wing: str | None = None, with_vectors: bool = False, on_skip: Any = None
+    store: Writes, out: IO[str], *, wing: str | None = None, with_vectors: bool = False, on_skip: Any = None
 ) -> int:
     """Write entries as JSONL; returns the count.
 
     A damaged row (a hand edit the data model rejects) is left out and reported
     to ``on_skip(entry_id, problem)``; without ``on_skip`` it raises CorruptRowError.
     """
-    from memlens.memory import _COLUMNS, row_to_entry
-    from memlens.store.rows import row_problem
-
-    cols = ", ".join(f"e.{c.strip()}" for c in _COLUMNS.split(","))
-    sql = f"SELECT {cols}" + (
-        ", v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid" if with_vectors else " FROM entries e"
-    )
-    sql += f" WHERE {staging.visible('e')}"
-    args: tuple[Any, ...] = ()
-    if wing:
-        sql += " AND e.wing = ?"
-        args = (wing,)
-    sql += " ORDER BY e.rowid"
     n = 0
-    model = mem.model_id
-    for row in mem.conn.execute(sql, args):
-        problem = row_problem(row[:14]) if on_skip is not None else None
+    model = store.model_id
+    for row, blob in store.export_rows(wing, with_vectors):
+        problem = row_problem(row) if on_skip is not None else None
         if problem is not None:
             on_skip(row[0], problem)
             continue
-        rec = row_to_entry(row[:14]).to_record()
-        if with_vectors:
+        rec = row_to_entry(row).to_record()
+        if blob is not None:
             rec["model"] = model
-            rec["vector"] = base64.b64encode(row[14]).decode("ascii")
+            rec["vector"] = base64.b64encode(blob).decode("ascii")
         try:
             line = json.dumps(rec, ensure_ascii=False, allow_nan=False)
         except ValueError:  # stored by an earlier version, which accepted NaN in meta

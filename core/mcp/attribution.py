@@ -1,64 +1,6 @@
-"""Who made a write: the client named in each audit row.
+"""Who made a write: the client named in each audit row (lives in ``memlens.store.attribution``, beside the
+audit writer that stamps it; re-exported here for the MCP server)."""
 
-A process that writes on behalf of several clients (the MCP server: one
-client per connection) wraps each write in ``acting_as(client)``; every audit
-row written inside carries ``detail.client``. A plain CLI or library write
-sets nothing and its audit rows stay as they were.
-"""
+from memlens.store.attribution import MAX_LEN, acting_as, client_record, current, describe, stamp
 
-from __future__ import annotations
-
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
-from typing import Any
-
-_client: ContextVar[dict[str, str] | None] = ContextVar("memlens_audit_client", default=None)
-
-MAX_LEN = 80  # a client names itself: keep what lands in the audit short
-
-
-def client_record(name: Any, version: Any = None, via: str | None = None) -> dict[str, str] | None:
-    """A clean ``{name, version?, via?}`` from what a client said about itself; None without a name."""
-    if not isinstance(name, str) or not name.strip():
-        return None
-    rec = {"name": " ".join(name.split())[:MAX_LEN]}
-    if isinstance(version, str) and version.strip():
-        rec["version"] = " ".join(version.split())[:MAX_LEN]
-    if via:
-        rec["via"] = via
-    return rec
-
-
-def current() -> dict[str, str] | None:
-    return _client.get()
-
-
-@contextmanager
-def acting_as(client: dict[str, str] | None) -> Iterator[None]:
-    """Attribute the writes made inside (in this thread or task) to ``client``."""
-    token = _client.set(client)
-    try:
-        yield
-    finally:
-        _client.reset(token)
-
-
-def stamp(detail: dict[str, Any] | None) -> dict[str, Any] | None:
-    """``detail`` with the acting client added, if any (used by the store's audit writer)."""
-    client = _client.get()
-    if client is None:
-        return detail
-    return {**(detail or {}), "client": dict(client)}
-
-
-def describe(client: dict[str, Any] | None) -> str:
-    """``claude-code 1.2 (mcp)`` for display."""
-    if not client or not client.get("name"):
-        return ""
-    text = str(client["name"])
-    if client.get("version"):
-        text += f" {client['version']}"
-    if client.get("via"):
-        text += f" ({client['via']})"
-    return text
+__all__ = ["MAX_LEN", "acting_as", "client_record", "current", "describe", "stamp"]

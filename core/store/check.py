@@ -25,9 +25,9 @@ import numpy as np
 
 from memlens.errors import StoreError
 from memlens.store import corruption, db
-from memlens.store.rows import json_object, row_problem, ts_problem
+from memlens.store.rows import COLUMN_LIST, json_object, row_problem, ts_problem
 
-COLUMNS = "id, wing, room, kind, type, status, title, text, key, salience, overrides, created_at, updated_at, meta"
+COLUMNS = COLUMN_LIST  # the one entry row mapping (memlens.store.rows)
 CHUNK = 256
 SHOWN = 50  # findings listed per area; the rest are counted
 

@@ -15,7 +15,6 @@ import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 _TABLES = ("entries", "audit", "tasks", "blockers", "imports")
@@ -74,25 +73,14 @@ def discard_if_unused(path: Path, folders: Sequence[Path] = ()) -> None:
 
 
 @contextmanager
-def open_for_write(store: str | None) -> Iterator[Any]:
-    """``Memory.open(store)``, creating a missing store that is removed again if the block fails."""
-    from memlens.config import load_settings
-    from memlens.memory import Memory
-
-    settings = load_settings()
-    target = Path(store).expanduser() if store is not None else settings.store_path()
+def removed_on_failure(target: Path) -> Iterator[None]:
+    """A store at ``target`` that the block creates is removed again (with the folders made for it) if the block
+    fails; open the store inside, so that it is closed (its WAL folded back) before it is removed."""
     existed = os.path.exists(target)
     folders = [] if existed else _missing_folders(target)
     try:
-        mem = Memory.open(target, settings=settings, create=True)
+        yield
     except BaseException:
         if not existed:
             discard_if_unused(target, folders)
-        raise
-    try:
-        with mem:
-            yield mem
-    except BaseException:
-        if not existed:
-            discard_if_unused(target, folders)  # after close: the WAL is folded back
         raise

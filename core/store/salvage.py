@@ -19,25 +19,25 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memlens.errors import MemlensError, StoreError, ValidationError
 from memlens.models import Entry
 from memlens.store.check import open_read_only, read_by_key, read_entries, safe
-from memlens.store.rows import json_object, row_problem
+from memlens.store.rows import COLUMNS, json_object, row_problem
 from memlens.store.vectors import degenerate
 
+if TYPE_CHECKING:
+    from memlens.store.sqlite import SqliteStore
+
 ENTRY_ACTIONS = ("add", "import", "update", "salvage")
-FIELDS = ("id", "wing", "room", "kind", "type", "status", "title", "text", "key", "salience", "overrides",
-          "created_at", "updated_at", "meta")
+FIELDS = COLUMNS
 
 
 def salvage(src: Path, dst: Path, *, settings: Any = None, embedder: Any = None,
             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    from memlens.memory import Memory
-
     say = progress or (lambda stage: None)
     if dst.exists() or Path(f"{dst}-wal").exists():
         raise MemlensError(f"{dst} already exists; salvage writes a new store (choose a path that does not exist)")
@@ -77,8 +77,7 @@ def salvage(src: Path, dst: Path, *, settings: Any = None, embedder: Any = None,
     recovered = _from_audit(audit, found["ids"])
     say("writing the new store")
     try:
-        with Memory.open(dst, settings=settings, embedder=embedder) as mem:
-            report = _write(mem, src, found, recovered, audit, tasks, blockers, old_model)
+        report = _write_new(dst, settings, embedder, src, found, recovered, audit, tasks, blockers, old_model)
     except BaseException:
         for suffix in ("", "-wal", "-shm", "-journal"):
             Path(f"{dst}{suffix}").unlink(missing_ok=True)
@@ -204,14 +203,38 @@ def _from_audit(audit: list[tuple[Any, ...]], readable: set[str]) -> list[dict[s
     return [rec for eid, rec in state.items() if eid not in readable and rec]
 
 
-def _write(mem: Any, src: Path, found: dict[str, Any], recovered: list[dict[str, Any]], audit: list[tuple[Any, ...]],
-           tasks: list[tuple[Any, ...]], blockers: list[tuple[Any, ...]], old_model: str | None) -> dict[str, Any]:
-    from memlens.store import db
+def _write_new(dst: Path, settings: Any, embedder: Any, *args: Any) -> dict[str, Any]:
+    """Create the new store (its model: the configured one) and write into it."""
+    from memlens.config import load_settings
+    from memlens.store.sqlite import SqliteStore
+
+    settings = settings or load_settings()
+    model: list[Any] = [embedder]
+
+    def get_model() -> Any:
+        if model[0] is None:
+            from memlens.embed import make_embedder
+
+            model[0] = make_embedder(settings.embedding, settings.cache_dir)
+        return model[0]
+
+    store = SqliteStore(dst, model=get_model, busy_timeout_ms=settings.storage.busy_timeout_ms,
+                        mmap_size=settings.storage.mmap_size, create=True)
+    try:
+        return _write(store, lambda texts: get_model().embed(texts), *args)
+    finally:
+        store.close()
+
+
+def _write(store: SqliteStore, embed: Callable[[list[str]], np.ndarray], src: Path, found: dict[str, Any],
+           recovered: list[dict[str, Any]], audit: list[tuple[Any, ...]], tasks: list[tuple[Any, ...]],
+           blockers: list[tuple[Any, ...]], old_model: str | None) -> dict[str, Any]:
+    from memlens.store.writes import validate_entry, vectors_for
 
     entries: list[tuple[Entry, bytes | None, str]] = []
     rejected = 0
-    dim = mem.dim
-    same_model = old_model == mem.model_id
+    dim = store.dim
+    same_model = old_model == store.model_id
     for rowid, rec in found["good"]:
         blob = found["vectors"].get(rowid) if same_model else None
         if blob is not None and (len(blob) != dim * 4 or degenerate(np.frombuffer(blob, dtype="<f4"))):
@@ -222,7 +245,7 @@ def _write(mem: Any, src: Path, found: dict[str, Any], recovered: list[dict[str,
     valid: list[tuple[Entry, bytes | None, str]] = []
     for rec, blob, source in entries:
         try:
-            valid.append((mem._validate({k: rec.get(k) for k in FIELDS if k in rec}), blob, source))
+            valid.append((validate_entry({k: rec.get(k) for k in FIELDS if k in rec}), blob, source))
         except ValidationError:
             rejected += 1
     ids = {e.id for e, _, _ in valid}
@@ -234,12 +257,12 @@ def _write(mem: Any, src: Path, found: dict[str, Any], recovered: list[dict[str,
     need = [i for i, (_, blob, _) in enumerate(valid) if blob is None]
     embedded = 0
     if need:
-        vecs = mem._vectors_for([valid[i][0] for i in need])
+        vecs = vectors_for(store, embed, [valid[i][0] for i in need])
         for i, vec in zip(need, vecs):
             valid[i] = (valid[i][0], np.asarray(vec, dtype="<f4").tobytes(), valid[i][2])
         embedded = len(need)
-    conn = mem.conn
-    with db.transaction(conn, mem.path):
+    with store.write() as w:
+        conn = w.conn
         for row in audit:
             conn.execute(
                 "INSERT INTO audit(seq, ts, action, entry_id, wing, before, after, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row
@@ -247,11 +270,11 @@ def _write(mem: Any, src: Path, found: dict[str, Any], recovered: list[dict[str,
         wings: set[str] = set()
         seq = 0
         for e, blob, source in valid:
-            mem._insert(conn, e, blob)
-            seq = mem._audit(conn, "salvage", e.id, e.wing, None, e.to_record(), {"from": str(src), "source": source})
+            w.insert(e, blob)  # type: ignore[arg-type]  # every vector is set above
+            seq = w.audit("salvage", e.id, e.wing, None, e.to_record(), {"from": str(src), "source": source})
             wings.add(e.wing)
         if wings:
-            mem._bump(conn, wings, seq)
+            w.bump(wings, seq)
         copied_tasks = copied_blockers = 0
         for row in tasks:
             copied_tasks += _try(conn, "INSERT INTO tasks(task_id, intent, summary, outcome, completed_at, requires_context, "
@@ -260,8 +283,7 @@ def _write(mem: Any, src: Path, found: dict[str, Any], recovered: list[dict[str,
             copied_blockers += _try(conn, "INSERT INTO blockers(id, task_id, reason, blocked_at, resolved_at, resolution) "
                                           "VALUES (?, ?, ?, ?, ?, ?)", row)
         if copied_tasks or copied_blockers:
-            last = int(conn.execute("SELECT max(seq) FROM audit").fetchone()[0])
-            mem._bump(conn, {"_tasks"}, last)
+            w.bump({"_tasks"}, w.last_seq())
     return {
         "saved": sum(1 for _, _, s in valid if s == "entries"),
         "recovered_from_audit": sum(1 for _, _, s in valid if s == "audit"),

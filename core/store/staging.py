@@ -34,20 +34,14 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from memlens.errors import MemlensError, ValidationError
+from memlens.errors import MemlensError
 from memlens.limits import printable
 from memlens.store import db
-
-if TYPE_CHECKING:
-    import numpy as np
-
-    from memlens.memory import Memory
-    from memlens.models import Entry
 
 SCRATCH_PREFIX = "memlens-import-"
 # check and salvage copy the store into scratch directories of their own: swept the same way
@@ -153,78 +147,6 @@ def check_owned(conn: Any, import_id: int, shown: Path | str) -> None:
     if row is None or row[0] != owner():
         raise MemlensError(f"{shown}: the import was abandoned (no write for {STALE_S} s) and removed; nothing was written")
     conn.execute("UPDATE imports SET heartbeat = ? WHERE id = ?", (_now(), import_id))
-
-
-def write(mem: Memory, shown: Path, rows: Iterator[tuple[int, int, Entry]], vecs: np.ndarray, outside: dict[str, int],
-          unchanged: Callable[[], None], progress: Callable[[int], None]) -> None:
-    """Stage ``rows`` (row of ``vecs``, line number, entry) in short transactions, then publish them at once.
-
-    ``outside``: override targets already in the store (-> a line naming them), checked again when publishing;
-    ``unchanged`` raises if the source changed. On any failure the staged rows are removed again.
-    """
-    conn = mem.conn
-    import_id = begin(conn, mem.path, str(shown))
-    try:
-        wings: set[str] = set()
-        seq, written, done = 0, 0, False
-        while not done:
-            with db.transaction(conn, mem.path):
-                check_owned(conn, import_id, shown)
-                until = time.monotonic() + BATCH_S
-                batch: list[tuple[int, int, Entry]] = []
-                while not done:  # at least one row a transaction
-                    item = next(rows, None)
-                    if item is None:
-                        done = True
-                    else:
-                        batch.append(item)
-                        written = item[0] + 1
-                    if len(batch) == 64 or (done and batch):
-                        seq = _stage(mem, conn, shown, import_id, batch, vecs, wings) or seq
-                        batch = []
-                    if time.monotonic() >= until:
-                        break
-                seq = _stage(mem, conn, shown, import_id, batch, vecs, wings) or seq
-            progress(written)
-            if not done:
-                pause()
-        unchanged()
-        with db.transaction(conn, mem.path):  # publish: one short transaction, whatever the size
-            check_owned(conn, import_id, shown)
-            if outside:
-                found = {r[0] for r in conn.execute(
-                    f"SELECT id FROM entries WHERE id IN ({','.join('?' * len(outside))}) AND {visible()}", list(outside))}
-                for target, n in outside.items():
-                    if target not in found:
-                        raise ValidationError(f"{shown}: line {n}: field 'overrides': entry {target!r} was deleted while "
-                                              "importing; nothing was written")
-            conn.execute("DELETE FROM imports WHERE id = ?", (import_id,))
-            mem._bump(conn, wings, seq)
-    except BaseException:
-        try:
-            discard(conn, mem.path, import_id)
-        except BaseException:  # interrupted again, or the store is gone: the next import removes the rows
-            pass
-        raise
-
-
-def _stage(mem: Memory, conn: Any, shown: Path, import_id: int, batch: list[tuple[int, int, Entry]], vecs: np.ndarray,
-           wings: set[str]) -> int:
-    """Insert one batch as staged rows (inside the caller's transaction); returns the last audit seq."""
-    if not batch:
-        return 0
-    ids = [e.id for _, _, e in batch]
-    taken = conn.execute(f"SELECT id FROM entries WHERE id IN ({','.join('?' * len(ids))}) LIMIT 1", ids).fetchone()
-    if taken:
-        n = next(n for _, n, e in batch if e.id == taken[0])
-        raise ValidationError(f"{shown}: line {n}: field 'id': {taken[0]!r} was added to the store while importing; "
-                              "nothing was written")
-    seq = 0
-    for row, _, entry in batch:
-        mem._insert(conn, entry, vecs[row].tobytes(), import_id)
-        seq = mem._audit(conn, "import", entry.id, entry.wing, None, entry.to_record(), {"file": str(shown)}, import_id)
-        wings.add(entry.wing)
-    return seq
 
 
 def pause() -> None:

@@ -7,25 +7,38 @@ for 100k × 384) and scan it with numpy. The results are the same exact KNN.
 
 The copy is checked against the store on every search. Each wing block
 remembers the wing generation it was loaded at, and every write to a wing, by
-any process, bumps that generation (core/memory.py). A stale block is reloaded
+any process, bumps that generation (core/store/writer.py). A stale block is reloaded
 before it is used, so the index can never answer from old vectors. A
 single-shot process (one CLI search) never pays for loading: the index is used
-only after ``Memory.warm_index()`` or with ``search.vector_index = "memory"``.
+only after ``warm_index()`` (the store's, or ``Memory``'s) or with ``search.vector_index = "memory"``.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
 from memlens.store.staging import visible
 from memlens.store.vectors import degenerate_rows
 
-if TYPE_CHECKING:
-    from memlens.memory import Memory
+
+class IndexHost(Protocol):
+    """What the index reads from (the store, or the ``Memory`` over it): this thread's connection, the vector
+    size, the generations and wings."""
+
+    path: Path
+
+    @property
+    def conn(self) -> Any: ...
+    @property
+    def dim(self) -> int: ...
+    def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]: ...
+    def wings(self) -> list[str]: ...
 
 FILTER_COLUMNS = ("room", "kind", "type", "status")
 _SCOPES_KEPT = 4  # in_scope() sets: about 1 MB per 20k rowids (5 MB for an unscoped 100k)
@@ -42,7 +55,7 @@ class _Block:
     position: dict[int, int]  # rowid -> row of matrix
 
 
-def _read_wing(mem: Memory, wing: str) -> tuple[int, list[tuple[Any, ...]], dict[int, np.ndarray]]:
+def _read_wing(mem: IndexHost, wing: str) -> tuple[int, list[tuple[Any, ...]], dict[int, np.ndarray]]:
     """One consistent snapshot of a wing: its generation, metadata rows and vector chunks.
 
     Vectors are read from sqlite-vec's chunk table (``<table>_vector_chunks00``,
@@ -73,7 +86,7 @@ def _read_wing(mem: Memory, wing: str) -> tuple[int, list[tuple[Any, ...]], dict
     return (gen[0] if gen else 0), meta, chunks
 
 
-def _damaged(mem: Memory, wing: str, what: str) -> Exception:
+def _damaged(mem: IndexHost, wing: str, what: str) -> Exception:
     """sqlite-vec's tables do not hold together: the store is damaged (one line, later writes refused)."""
     from memlens.store import corruption
 
@@ -88,7 +101,7 @@ class VectorIndex:
         self._lock = threading.Lock()
         self._scopes: dict[tuple[Any, ...], frozenset[int]] = {}  # see in_scope()
 
-    def _block(self, mem: Memory, wing: str, generation: int) -> _Block:
+    def _block(self, mem: IndexHost, wing: str, generation: int) -> _Block:
         with self._lock:
             block = self._blocks.get(wing)
         if block is not None and block.generation == generation:
@@ -115,12 +128,12 @@ class VectorIndex:
             self._blocks[wing] = block
         return block
 
-    def warm(self, mem: Memory) -> int:
+    def warm(self, mem: IndexHost) -> int:
         """Load every wing now; returns the number of vectors held."""
         gens = mem.generations()
         return sum(len(self._block(mem, w, gens.get(w, 0)).rowids) for w in mem.wings())
 
-    def knn(self, mem: Memory, qvec: np.ndarray, wings: list[str] | None, filters: dict[str, list[str]], k: int,
+    def knn(self, mem: IndexHost, qvec: np.ndarray, wings: list[str] | None, filters: dict[str, list[str]], k: int,
             gens: dict[str, int] | None = None) -> list[tuple[int, float]]:
         """Top ``k`` (rowid, cosine similarity) per wing, inside the filters: the same rows vec0 would return.
 
@@ -152,7 +165,7 @@ class VectorIndex:
         out.sort(key=lambda x: -x[1])
         return out
 
-    def in_scope(self, mem: Memory, wings: list[str] | None, filters: dict[str, list[str]],
+    def in_scope(self, mem: IndexHost, wings: list[str] | None, filters: dict[str, list[str]],
                  gens: dict[str, int] | None = None) -> frozenset[int]:
         """The rowids inside ``wings`` and ``filters``, from the metadata held beside the vectors.
 

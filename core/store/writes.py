@@ -1,77 +1,178 @@
-"""Writes for many concurrent writers (agents over MCP, the CLI, the app) on one store.
+"""Entry writes over the storage interface, safe for many concurrent writers (agents over MCP, the CLI, the app).
 
-- ``add_unique``: the same content in the same wing is stored once, even when two
-  processes add it at the same moment: the check runs inside the write
-  transaction (``BEGIN IMMEDIATE`` holds SQLite's write lock, so a second
-  writer waits and then sees the first one's row).
-- ``update_checked``: an update that names the ``updated_at`` it read is refused
-  when someone else changed the entry since (no lost edit).
-- ``wing_counts``: wings, rooms and their entry counts from one aggregate query.
+Each write is one ``store.write()`` transaction: the entry row and its vector,
+an audit row, and the generation bump of every wing touched. Checks that
+depend on other rows (the id is free, the entry was not changed since the
+caller read it, the same content is not stored yet) run again inside that
+transaction: ``BEGIN IMMEDIATE`` holds SQLite's write lock, so a second writer
+waits and then sees the first one's row.
 
-"Same content" means the text the model embeds (title and text) has the same
-hash: a repeated write with the same arguments is recognised at any size.
+- ``add_unique``: the same content in the same wing is stored once. "Same
+  content" means the text the model embeds (title and text) has the same hash.
+- ``update`` with ``expected_updated_at`` is refused when someone else changed
+  the entry since (no lost edit).
+
+Embedding is done before the transaction (it is slow and needs no lock); the
+caller passes ``embed``, a function from texts to vectors.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from memlens.errors import StaleUpdateError, ValidationError  # noqa: F401 (StaleUpdateError: re-exported)
-from memlens.limits import entry_text_limit
-from memlens.models import Entry, content_hash
-from memlens.store import db
-from memlens.store.staging import visible
+import numpy as np
+
+from memlens.errors import NotFoundError, StaleUpdateError, ValidationError  # StaleUpdateError: re-exported
+from memlens.models import Entry, content_hash, format_ts, parse_ts
+from memlens.store.rows import vec_blob
 
 if TYPE_CHECKING:
-    import numpy as np
+    from memlens.store.base import Writes
 
-    from memlens.memory import Memory
-
+Embed = Callable[[list[str]], np.ndarray]
 NEAR_DUPLICATE = 0.80  # cosine similarity from which another entry of the wing is reported as similar
 SIMILAR_MAX = 3
 
+__all__ = ["NEAR_DUPLICATE", "SIMILAR_MAX", "StaleUpdateError", "add", "add_unique", "check_overrides", "delete",
+           "describe_validation", "near_duplicates", "update", "validate_entry", "vectors_for"]
 
-def add_unique(mem: Memory, text: str, *, wing: str, **fields: Any) -> tuple[Entry, bool, list[dict[str, Any]]]:
+
+# -- checks before a write -------------------------------------------------------------------------
+
+
+def describe_validation(exc: Any) -> str:
+    """One line from a pydantic ValidationError: ``field 'wing': message``."""
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "entry"
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "missing":
+        return f"field {loc!r} is required"
+    if err["type"] == "extra_forbidden":
+        return f"unknown field {loc!r}"
+    return f"field {loc!r}: {msg}"
+
+
+def validate_entry(record: dict[str, Any]) -> Entry:
+    from pydantic import ValidationError as PydanticError
+
+    try:
+        return Entry.model_validate(record)
+    except PydanticError as exc:
+        raise ValidationError(describe_validation(exc)) from None
+
+
+def check_overrides(store: Writes, entries: list[Entry], also_known: set[str] | None = None) -> None:
+    for e in entries:
+        if not e.overrides or (also_known and e.overrides in also_known):
+            continue
+        if store.missing_ids([e.overrides]):
+            raise ValidationError(f"overrides: no entry with id {e.overrides!r} to override")
+
+
+def refuse_if_changed(current: Entry, expected: str | datetime) -> None:
+    """StaleUpdateError unless ``current`` was last written at ``expected`` (an ISO-8601 timestamp)."""
+    try:
+        want = parse_ts(expected)
+    except ValueError:
+        raise ValidationError(f"expected_updated_at: {expected!r} is not an ISO-8601 timestamp") from None
+    stamp = current.updated_at or current.created_at
+    if abs((stamp - want).total_seconds()) >= 1e-6:
+        raise StaleUpdateError(
+            f"entry {current.id!r} was changed at {format_ts(stamp)} since you read it; read it again and re-apply your change"
+        )
+
+
+def vectors_for(store: Writes, embed: Embed, entries: list[Entry]) -> list[np.ndarray]:
+    """Vectors for entries: reuse a stored vector of identical text, embed the rest in one batch."""
+    texts = [e.embed_text for e in entries]
+    out: list[np.ndarray | None] = [None] * len(entries)
+    model = store.model_id
+    missing: dict[str, list[int]] = {}
+    for i, t in enumerate(texts):
+        h = content_hash(t)
+        blob = store.reusable_vector(h, model)
+        if blob is not None:
+            out[i] = np.frombuffer(blob, dtype="<f4")
+        else:  # nothing stored, or a degenerate vector that must not spread (core/store/vectors.py)
+            missing.setdefault(h, []).append(i)
+    if missing:
+        firsts = [idxs[0] for idxs in missing.values()]
+        vecs = embed([texts[i] for i in firsts])
+        for vec, idxs in zip(vecs, missing.values()):
+            for i in idxs:
+                out[i] = vec
+    return [v for v in out if v is not None]
+
+
+# -- the writes (one transaction each) ---------------------------------------------------------------
+
+
+def add(store: Writes, entry: Entry, vec: np.ndarray) -> Entry:
+    with store.write() as w:
+        state = w.state(entry.id)
+        if state is not None:
+            raise ValidationError(
+                f"an entry with id {entry.id!r} already exists" if state else f"an entry with id {entry.id!r} is being imported"
+            )
+        w.insert(entry, vec)
+        w.bump({entry.wing}, w.audit("add", entry.id, entry.wing, None, entry.to_record()))
+    return entry
+
+
+def update(store: Writes, entry_id: str, after: Entry, vec: np.ndarray | None, expected: str | datetime | None) -> Entry:
+    """Replace the stored ``entry_id`` by ``after`` (``vec=None``: the text is unchanged, keep the vector)."""
+    with store.write() as w:
+        found = w.find(entry_id)
+        if found is None:
+            raise NotFoundError(f"entry {entry_id!r} was deleted meanwhile")
+        rowid, before = found  # the audit records what this write replaced
+        if expected is not None:
+            refuse_if_changed(before, expected)
+        w.replace(rowid, after, None if vec is None else vec_blob(vec))
+        seq = w.audit("update", after.id, after.wing, before.to_record(), after.to_record(), {"reembedded": vec is not None})
+        w.bump({before.wing, after.wing}, seq)
+    return after
+
+
+def delete(store: Writes, before: Entry) -> Entry:
+    with store.write() as w:
+        rowid = w.find_rowid(before.id)
+        if rowid is None:
+            raise NotFoundError(f"no entry with id {before.id!r} in {store.path}")
+        w.delete(rowid)
+        w.bump({before.wing}, w.audit("delete", before.id, before.wing, before.to_record(), None))
+    return before
+
+
+def add_unique(store: Writes, entry: Entry, vec: np.ndarray) -> tuple[Entry, bool, list[dict[str, Any]]]:
     """Add an entry unless the wing already holds the same content.
 
     Returns ``(entry, created, similar)``: the new entry (or the one already
     stored), whether it was created, and up to three other entries of the wing
     that are near-duplicates (cosine similarity >= ``NEAR_DUPLICATE``), best first.
     """
-    from memlens.memory import _COLUMNS, row_to_entry
-
-    with entry_text_limit(mem.settings.limits.max_entry_chars):
-        entry = mem._validate({"text": text, "wing": wing, **fields})
-    mem._check_writable()
-    mem._check_overrides([entry])
-    vec = mem._vectors_for([entry])[0]
-    digest = content_hash(entry.embed_text)
-    with db.transaction(mem.conn, mem.path) as conn:
-        row = conn.execute(
-            f"SELECT {_COLUMNS} FROM entries WHERE content_hash = ? AND wing = ? AND {visible()} ORDER BY rowid LIMIT 1",
-            (digest, entry.wing),
-        ).fetchone()
-        if row is not None:
-            stored, created = row_to_entry(row), False
-        else:
-            if conn.execute("SELECT 1 FROM entries WHERE id = ?", (entry.id,)).fetchone():
+    with store.write() as w:
+        stored = w.find_content(content_hash(entry.embed_text), entry.wing)
+        created = stored is None
+        if stored is None:
+            if w.state(entry.id) is not None:
                 raise ValidationError(f"an entry with id {entry.id!r} already exists")
-            mem._insert(conn, entry, vec)
-            seq = mem._audit(conn, "add", entry.id, entry.wing, None, entry.to_record())
-            mem._bump(conn, {entry.wing}, seq)
-            stored, created = entry, True
-    return stored, created, near_duplicates(mem, vec, stored.wing, exclude=stored.id)
+            w.insert(entry, vec)
+            w.bump({entry.wing}, w.audit("add", entry.id, entry.wing, None, entry.to_record()))
+            stored = entry
+    return stored, created, near_duplicates(store, vec, stored.wing, exclude=stored.id)
 
 
 def near_duplicates(
-    mem: Memory, vec: np.ndarray, wing: str, *, exclude: str | None = None, limit: int = SIMILAR_MAX,
+    store: Any, vec: np.ndarray, wing: str, *, exclude: str | None = None, limit: int = SIMILAR_MAX,
     threshold: float = NEAR_DUPLICATE,
 ) -> list[dict[str, Any]]:
     """Entries of ``wing`` whose vectors are within ``threshold`` cosine similarity of ``vec``, best first."""
-    from memlens.memory import vec_blob
+    from memlens.store.staging import visible
 
-    conn = mem.conn
+    conn = store.conn
     rows = conn.execute(
         "SELECT rowid, distance FROM entries_vec WHERE embedding MATCH ? AND k = ? AND wing = ?",
         (vec_blob(vec), limit + 1, wing),
@@ -86,23 +187,3 @@ def near_duplicates(
             continue
         out.append({"id": meta[0], "title": meta[1], "type": meta[2], "status": meta[3], "similarity": round(sim, 4)})
     return out[:limit]
-
-
-def update_checked(mem: Memory, entry_id: str, expected_updated_at: str | datetime | None = None, **changes: Any) -> Entry:
-    """``Memory.update`` with an optional guard: refuse when the entry's ``updated_at`` moved on.
-
-    The guard is checked again inside the write transaction, so an edit from another
-    process that lands between the caller's read and this write is never overwritten.
-    """
-    return mem.update(entry_id, expected_updated_at=expected_updated_at, **changes)
-
-
-def wing_counts(mem: Memory) -> list[dict[str, Any]]:
-    """Every wing with its entry count and rooms (room -> count), from one ``GROUP BY`` on the scope index."""
-    wings: dict[str, dict[str, Any]] = {}
-    sql = f"SELECT wing, room, count(*) FROM entries WHERE {visible()} GROUP BY wing, room ORDER BY wing, room"
-    for wing, room, n in mem.conn.execute(sql):
-        w = wings.setdefault(wing, {"wing": wing, "entries": 0, "rooms": {}})
-        w["entries"] += n
-        w["rooms"][room or ""] = n
-    return list(wings.values())

@@ -1,6 +1,43 @@
 """Legacy state files (backfill of working memory from an older state file): tolerant parsing of old ``completed_tasks`` shapes.
 
-Split from ``memlens.working.tasks``; ``WorkingMemory.import_state`` writes what this validates.
+``WorkingMemory.import_state`` (``memlens tasks import-state``) writes what this validates.
+
+A JSON object; any other top-level key (a supervisor keeps plenty) is ignored::
+
+    {
+      "completed_tasks": [
+        {"task_id": "task-001",                       # or "id"
+         "completed_at": "2026-01-11T10:00:00Z",      # required, ISO-8601 (no zone = UTC)
+         "validation_report": {...},                  # optional object (null = {})
+         "requires_context": true,                    # optional; missing/null = false (backfill)
+         "intent": "...",                             # needed when requires_context is true
+         "summary": "...",                            # optional; computed when missing
+         "outcome": "success"}                        # optional, see below
+      ],
+      "blocked_tasks": [                              # and/or "blockers"; same shape
+        {"task_id": "task-007", "reason": "...",      # or "id"; "blocked_reason"
+         "blocked_at": "2026-01-11T09:00:00Z",        # required
+         "resolved_at": null}                         # optional; set = a resolved blocker
+      ]
+    }
+
+* At least one of ``completed_tasks``, ``blocked_tasks``, ``blockers`` must be
+  present (each a list or null); ``blocked_tasks``/``blockers`` may also be an
+  object keyed by task id whose values are the blocker objects (without
+  ``task_id``).
+* ``outcome``: ``success``/``failure`` (also ``ok``, ``passed``, ``succeeded``,
+  ``failed``, ``fail``, ``error``); when missing, a boolean ``success`` on the
+  task, then a boolean ``passed`` or ``success`` in the validation report,
+  decide it; otherwise a completed task counts as a success.
+* Unknown fields of a task or blocker are ignored and listed in the report.
+* An ``intent`` on a task without ``requires_context: true`` is not stored on the
+  (opaque) task; it is kept in the import's audit row.
+* A task id that is already stored is replaced (identical records are left
+  alone, so importing the same file twice changes nothing). A blocker is the
+  same blocker when task id and ``blocked_at`` match; it is then updated.
+* All or nothing: the whole file is validated first (a NUL byte, non-UTF-8,
+  invalid JSON, a wrong type, a duplicate id, two active blockers for one task
+  — each is a one-line error naming the item), then written in one transaction.
 """
 
 from __future__ import annotations
@@ -9,16 +46,12 @@ import json
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memlens.errors import ValidationError
 from memlens.files import JSON_MAX_BYTES, read_file, read_stdin
 from memlens.models import format_ts
-from memlens.working.tasks import NO_REASON, Blocker, Task, _validate
-
-if TYPE_CHECKING:
-    from memlens.memory import Memory
-
+from memlens.working.task_models import NO_REASON, Blocker, Task, _validate
 
 _TASK_FIELDS = {
     "task_id",
@@ -219,8 +252,9 @@ def demo_tasks_file() -> Path:
     return Path(str(files("memlens.data") / "demo_tasks.json"))
 
 
-def load_demo(mem: Memory) -> dict[str, Any] | None:
-    """Import the demo task history into a store whose working memory is empty; None otherwise."""
+def load_demo(mem: Any) -> dict[str, Any] | None:
+    """Import the demo task history into ``mem`` (a ``Memory``) when its working memory is empty; None otherwise."""
     if not mem.tasks.is_empty():
         return None
-    return mem.tasks.import_state(demo_tasks_file())
+    result: dict[str, Any] = mem.tasks.import_state(demo_tasks_file())
+    return result

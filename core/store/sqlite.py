@@ -1,0 +1,375 @@
+"""``SqliteStore``: the storage interface (``memlens.store.base``) on one SQLite file.
+
+SQLite + sqlite-vec (vectors) + FTS5 (text, BM25). Thread-safe: each thread
+gets its own connection (SQLite's rule), opened, checked and migrated on first
+use. ``write()`` is the write protocol: one ``BEGIN IMMEDIATE`` transaction in
+which a ``SqliteWriter`` stores entry rows, vectors, audit rows and generation
+bumps, committed together or rolled back together.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from memlens.errors import CorruptRowError, StoreError
+from memlens.models import format_ts, utcnow
+from memlens.store import corruption, db, importer, retention, staging
+from memlens.store.distinct import DistinctValues
+from memlens.store.reads import SqliteReads
+from memlens.store.rows import COLUMN_LIST, HINT, json_object, select_list
+from memlens.store.staging import visible, visible_count, visible_groups
+from memlens.store.task_rows import SqliteTaskRows
+from memlens.store.vectors import degenerate
+from memlens.store.vindex import VectorIndex
+from memlens.store.writer import SqliteWriter
+
+if TYPE_CHECKING:
+    from memlens.models import Entry
+
+_GROUP_COLUMNS = frozenset({"wing", "room", "kind", "type", "status"})
+
+
+class SqliteStore(SqliteReads):
+    """One SQLite store file: the read half (``SqliteReads``) and the write half.
+
+    ``model`` is called (lazily, only when needed) for the embedding model (``.model_id``, ``.dim``) that a
+    new store records, and that a store without a record falls back to; ``vector_index`` for the current
+    ``search.vector_index`` setting.
+    """
+
+    backend = "sqlite"
+    lexical_scorer = "fts5-bm25"
+
+    def __init__(self, path: Path, *, model: Callable[[], Any], busy_timeout_ms: int = 5000,
+                 mmap_size: int = 1 << 30, create: bool = True,
+                 vector_index: Callable[[], str] = lambda: "sqlite-vec") -> None:
+        self.path = path
+        self._vector_index_mode = vector_index  # now: "sqlite-vec", "memory" or "auto" (search.vector_index)
+        self._vindex: VectorIndex | None = None
+        self._distinct = DistinctValues(self)
+        self._model = model
+        self._busy_timeout_ms = int(busy_timeout_ms)
+        self._mmap_size = mmap_size
+        self._create = create
+        self._local = threading.local()
+        self._conns: list[Any] = []
+        self._conns_lock = threading.Lock()
+        self._closed = False
+        self._pruned = False  # retrieval records pruned by this store yet (see memlens.store.retention)
+        conn = self.conn  # opens, checks and migrates
+        self._meta: dict[str, str] = (
+            dict(conn.execute("SELECT key, value FROM store_meta").fetchall()) if db.schema_version(conn) else {}
+        )
+
+    # -- connections ----------------------------------------------------------------------------
+
+    @property
+    def conn(self) -> Any:
+        """This thread's connection (for code inside ``memlens.store`` only)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._closed:
+                raise StoreError(f"store {self.path} is closed")
+            conn = db.connect(
+                self.path,
+                busy_timeout_ms=self._busy_timeout_ms,
+                mmap_size=self._mmap_size,
+                create=self._create and not self._conns,  # once open, a vanished file is not silently remade
+            )
+            try:
+                if db.schema_version(conn) < db.SCHEMA_VERSION:
+                    db.migrate(conn, self.path, self._dim_for_new_store(conn))
+                    if conn.execute("SELECT 1 FROM store_meta WHERE key = 'model'").fetchone() is None:
+                        self._init_meta(conn)
+                else:
+                    db.migrate(conn, self.path, 0)  # refuses newer schemas
+            except BaseException:
+                conn.close()
+                raise
+            self._local.conn = conn
+            with self._conns_lock:
+                self._conns.append(conn)
+        return conn
+
+    def close(self) -> None:
+        self._closed = True
+        with self._conns_lock:
+            for c in self._conns:
+                try:
+                    c.close()
+                except Exception:
+                    pass
+            self._conns.clear()
+
+    def _dim_for_new_store(self, conn: Any) -> int:
+        """The vector size for migrations: the store's own record, else the model's (a new store)."""
+        try:
+            row = conn.execute("SELECT value FROM store_meta WHERE key = 'dim'").fetchone()
+        except Exception:
+            row = None
+        return int(row[0]) if row else int(self._model().dim)
+
+    def _init_meta(self, conn: Any) -> None:
+        model = self._model()
+        with db.transaction(conn, self.path):
+            conn.execute(
+                "INSERT OR IGNORE INTO store_meta(key, value) VALUES ('model', ?), ('dim', ?), ('created_at', ?)",
+                (model.model_id, str(model.dim), format_ts(utcnow())),
+            )
+
+    # -- meta -----------------------------------------------------------------------------------
+
+    def meta(self) -> dict[str, str]:
+        return dict(self._meta)
+
+    @property
+    def model_id(self) -> str:
+        """The model this store's vectors were made with."""
+        return self._meta.get("model") or str(self._model().model_id)
+
+    @property
+    def dim(self) -> int:
+        raw = self._meta.get("dim")
+        if not raw:
+            return int(self._model().dim)
+        try:
+            return int(raw)
+        except (TypeError, ValueError):  # a hand edit: one line, not a traceback
+            raise CorruptRowError(f"store {self.path}: store_meta holds {raw!r} as the vector size; {HINT}") from None
+
+    def schema_version(self) -> int:
+        return db.schema_version(self.conn)
+
+    def read_only(self) -> bool:
+        """True for a store in a read-only directory: opened as it is on disk, every write refused."""
+        return db.is_read_only(self.conn)
+
+    def size_bytes(self) -> int:
+        return sum(p.stat().st_size for p in (self.path, Path(f"{self.path}-wal")) if p.exists())
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def check_writable(self) -> None:
+        """Refuse a damaged store before embedding: every write transaction checks again (``db.transaction``)."""
+        corruption.refuse_writes(self.path)
+        corruption.verify_once(self.conn)
+
+    @contextmanager
+    def write(self) -> Iterator[SqliteWriter]:
+        with db.transaction(self.conn, self.path) as conn:
+            yield SqliteWriter(conn, self.model_id)
+
+    def reusable_vector(self, digest: str, model: str) -> bytes | None:
+        row = self.conn.execute(
+            "SELECT v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid "
+            "WHERE e.content_hash = ? AND e.model = ? LIMIT 1",
+            (digest, model),
+        ).fetchone()
+        if row is None or degenerate(np.frombuffer(row[0], dtype="<f4")):  # never spread a degenerate one
+            return None
+        return bytes(row[0])
+
+    def missing_ids(self, ids: Iterable[str]) -> list[str]:
+        conn = self.conn
+        return [i for i in ids if conn.execute(f"SELECT 1 FROM entries WHERE id = ? AND {visible()}", (i,)).fetchone() is None]
+
+    def entry_states(self, ids: list[str]) -> tuple[str, bool] | None:
+        """The first of ``ids`` that has a row, and whether that row is visible (False: being imported)."""
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            q = f"SELECT id, {visible()} FROM entries WHERE id IN ({','.join('?' * len(chunk))}) LIMIT 1"
+            hit = self.conn.execute(q, chunk).fetchone()
+            if hit:
+                return str(hit[0]), bool(hit[1])
+        return None
+
+    def sweep_imports(self) -> int:
+        """Remove the staged rows of imports whose process is gone (``memlens.store.staging``)."""
+        return staging.sweep(self.conn, self.path)
+
+    def import_staged(self, shown: Path, rows: Iterator[tuple[int, int, Entry]], vecs: np.ndarray,
+                      outside: dict[str, int], unchanged: Callable[[], None], progress: Callable[[int], None]) -> None:
+        """Write ``rows`` as an import: staged in short transactions, published at once (``memlens.store.staging``)."""
+        importer.write(self, shown, rows, vecs, outside, unchanged, progress)
+
+    # -- entry rows (the facade's own reads) ----------------------------------------------------
+
+    def get_row(self, entry_id: str) -> tuple[Any, ...] | None:
+        """The visible entry row (``COLUMNS``) of ``entry_id``."""
+        return self.conn.execute(f"SELECT {COLUMN_LIST} FROM entries WHERE id = ? AND {visible()}", (entry_id,)).fetchone()
+
+    def iter_rows(self, wing: str | None = None) -> Iterator[tuple[Any, ...]]:
+        sql = f"SELECT {COLUMN_LIST} FROM entries WHERE {visible()}" + (" AND wing = ?" if wing else "") + " ORDER BY rowid"
+        yield from self.conn.execute(sql, (wing,) if wing else ())
+
+    def entry_vector(self, entry_id: str) -> bytes | None:
+        row = self.conn.execute(
+            f"SELECT v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid WHERE e.id = ? AND {visible('e')}",
+            (entry_id,),
+        ).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def export_rows(self, wing: str | None, with_vectors: bool) -> Iterator[tuple[tuple[Any, ...], bytes | None]]:
+        sql = f"SELECT {select_list('e')}" + (
+            ", v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid" if with_vectors else " FROM entries e"
+        )
+        sql += f" WHERE {visible('e')}"
+        args: tuple[Any, ...] = ()
+        if wing:
+            sql += " AND e.wing = ?"
+            args = (wing,)
+        sql += " ORDER BY e.rowid"
+        for row in self.conn.execute(sql, args):
+            yield (row[:-1], row[-1]) if with_vectors else (row, None)
+
+    # -- counts ---------------------------------------------------------------------------------
+
+    def count(self) -> int:
+        return visible_count(self.conn)
+
+    def groups(self, column: str, wing: str | None = None, *, named_only: bool = False) -> list[tuple[Any, int]]:
+        """(value, visible entries) per value of ``column``, in order; ``named_only`` leaves out ``''``."""
+        if column not in _GROUP_COLUMNS:
+            raise ValueError(f"cannot group entries by {column!r}")
+        where = " AND ".join(([f"{column} != ''"] if named_only else []) + (["wing = ?"] if wing else []))
+        return visible_groups(self.conn, column, where, (wing,) if wing else ())
+
+    def wing_counts(self) -> list[dict[str, Any]]:
+        """Every wing with its entry count and rooms (room -> count), from one ``GROUP BY`` on the scope index."""
+        wings: dict[str, dict[str, Any]] = {}
+        sql = f"SELECT wing, room, count(*) FROM entries WHERE {visible()} GROUP BY wing, room ORDER BY wing, room"
+        for wing, room, n in self.conn.execute(sql):
+            w = wings.setdefault(wing, {"wing": wing, "entries": 0, "rooms": {}})
+            w["entries"] += n
+            w["rooms"][room or ""] = n
+        return list(wings.values())
+
+    def audit_count(self) -> int:
+        return int(self.conn.execute(
+            "SELECT (SELECT count(*) FROM audit) - (SELECT count(*) FROM audit WHERE import_id IN (SELECT id FROM imports))"
+        ).fetchone()[0])
+
+    def wings(self) -> list[str]:
+        """Every wing holding a visible entry (cached until the next write)."""
+        return self._distinct.values("wing")
+
+    def rooms(self, wing: str | None = None) -> list[str]:
+        """Every non-empty room of a visible entry (of ``wing``), cached until the next write."""
+        return self._distinct.values("room", wing, named_only=True)
+
+    # -- the in-process vector index ------------------------------------------------------------
+
+    @property
+    def vindex(self) -> VectorIndex | None:
+        """The in-process vector index when in use (``memlens.store.vindex``), else None (sqlite-vec)."""
+        mode = self._vector_index_mode()
+        if mode == "sqlite-vec":
+            return None
+        if self._vindex is None and mode == "memory":
+            self._vindex = VectorIndex()
+        return self._vindex
+
+    @property  # type: ignore[override]  # SqliteReads reads the index under this name (a method in Reads)
+    def vector_index(self) -> VectorIndex | None:
+        return self.vindex
+
+    @property
+    def index_host(self) -> SqliteStore:
+        """What the in-process index reads through: this store."""
+        return self
+
+    def warm_index(self) -> int:
+        """Load the in-process vector index now (long-lived processes); returns vectors held."""
+        if self._vector_index_mode() == "sqlite-vec":
+            return 0
+        if self._vindex is None:
+            self._vindex = VectorIndex()
+        return self._vindex.warm(self)
+
+    # -- generations ----------------------------------------------------------------------------
+
+    def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
+        gens = {w: g for w, g in self.conn.execute("SELECT wing, generation FROM wings").fetchall()}
+        return gens if wings is None else {w: gens.get(w, 0) for w in wings}
+
+    def write_stamp(self) -> tuple[int, int]:
+        """Changes whenever any process writes an entry: every write bumps a wing generation."""
+        row = self.conn.execute("SELECT coalesce(sum(generation), 0), count(*) FROM wings").fetchone()
+        return int(row[0]), int(row[1])
+
+    # -- audit and retrieval log ----------------------------------------------------------------
+
+    def audit(self, entry_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        sql = f"SELECT seq, ts, action, entry_id, wing, before, after, detail FROM audit WHERE {visible()}"
+        args: tuple[Any, ...] = ()
+        if entry_id:
+            sql += " AND entry_id = ?"
+            args = (entry_id,)
+        sql += " ORDER BY seq DESC LIMIT ?"
+        out = []
+        for seq, ts, action, eid, wing, before, after, detail in self.conn.execute(sql, args + (limit,)):
+            row = {"seq": seq, "ts": ts, "action": action, "entry_id": eid, "wing": wing}
+            for name, value in (("before", before), ("after", after), ("detail", detail)):
+                row[name] = json_object(value) if value else None
+                if value and row[name] is None:  # a hand-edited value: say so rather than fail the history
+                    row.setdefault("damaged", []).append(name)
+            out.append(row)
+        return out
+
+    def last_write(self, wings: list[str]) -> dict[str, Any] | None:
+        clause = ",".join("?" * len(wings))
+        row = self.conn.execute(
+            f"SELECT a.seq, a.ts, a.action, a.entry_id, a.wing FROM wings w JOIN audit a ON a.seq = w.last_write_seq "
+            f"WHERE w.wing IN ({clause}) ORDER BY a.seq DESC LIMIT 1",
+            wings,
+        ).fetchone()
+        if row is None:
+            return None
+        seq, ts, action, entry_id, wing = row
+        return {"seq": seq, "ts": ts, "action": action, "entry_id": entry_id, "wing": wing}
+
+    def log_retrieval(self, active_wing: str | None, metrics: dict[str, Any], *, max_rows: int,
+                      max_age_days: float) -> None:
+        """One ``retrieval`` audit row; never fails a retrieval (a read-only or busy store skips the row)."""
+        if corruption.seen(self.path):
+            return
+        conn = self.conn
+        try:
+            # a search must never wait for a writer: give up on the log row after 50 ms
+            conn.execute("PRAGMA busy_timeout = 50")
+            cur = conn.execute(
+                "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail)"
+                " VALUES (?, 'retrieval', NULL, ?, NULL, NULL, ?)",
+                (format_ts(utcnow()), active_wing, json.dumps(metrics, ensure_ascii=False)),
+            )
+            if retention.due(int(cur.lastrowid), not self._pruned):
+                self._pruned = True
+                retention.prune_retrievals(conn, max_rows, max_age_days)
+        except Exception:
+            pass
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+
+    def retrievals(self, limit: int) -> list[dict[str, Any]]:
+        """The newest logged retrievals; a row whose metrics do not decode (a hand edit) is left out."""
+        rows = self.conn.execute(
+            "SELECT seq, ts, detail FROM audit WHERE action = 'retrieval' ORDER BY seq DESC LIMIT ?", (limit,)
+        ).fetchall()
+        out = []
+        for seq, ts, detail in rows:
+            metrics = json_object(detail)
+            if metrics is not None and isinstance(metrics.get("latency_ms", {}), dict):
+                out.append({"seq": seq, "ts": ts, **metrics})
+        return out
+
+    # -- working memory -------------------------------------------------------------------------
+
+    def tasks(self) -> SqliteTaskRows:
+        return SqliteTaskRows(self.conn)

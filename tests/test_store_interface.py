@@ -1,0 +1,110 @@
+"""The SQLite store implements the write half of the storage interface, and entries round-trip through the one
+row mapping."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+from memlens.store import base
+from memlens.store.rows import COLUMN_LIST, COLUMNS, entry_values, row_to_entry
+from memlens.store.sqlite import SqliteStore
+from memlens.store.task_rows import SqliteTaskRows
+from memlens.store.writer import SqliteWriter
+
+
+def _members(proto: type) -> dict[str, object]:
+    names = set()
+    for klass in proto.__mro__:
+        if klass in (object,) or klass.__name__ in ("Protocol", "Generic"):
+            continue
+        names |= {n for n in vars(klass) if not n.startswith("_")}
+        names |= set(getattr(klass, "__annotations__", {}))
+    return {n: getattr(proto, n, None) for n in sorted(names)}
+
+
+@pytest.mark.parametrize(("proto", "impl"), [(base.Writes, SqliteStore), (base.Writer, SqliteWriter),
+                                             (base.TaskRows, SqliteTaskRows)])
+def test_sqlite_classes_implement_the_protocols(proto, impl, tmp_path, hash_embedder):
+    instance = None
+    if impl is SqliteStore:
+        instance = SqliteStore(tmp_path / "s.db", model=lambda: hash_embedder)
+    missing, wrong = [], []
+    for name, want in _members(proto).items():
+        have = getattr(instance if instance is not None else impl, name, None)
+        if have is None and name not in getattr(impl, "__annotations__", {}) and not hasattr(impl, name):
+            if not (impl is SqliteWriter and name == "tasks"):  # set per instance
+                missing.append(name)
+            continue
+        if inspect.isfunction(want) and have is not None and callable(have):
+            params = [p for p in inspect.signature(want).parameters if p != "self"]
+            got = [p for p in inspect.signature(have).parameters if p != "self"]
+            if got[: len(params)] != params:
+                wrong.append(f"{name}{tuple(got)} != {tuple(params)}")
+    if instance is not None:
+        instance.close()
+    assert not missing and not wrong, (missing, wrong)
+
+
+def test_an_entry_round_trips_through_the_row_mapping(tmp_path, hash_embedder):
+    from memlens.models import Entry
+
+    entry = Entry.model_validate({"wing": "w", "room": "r", "text": "a body", "title": "T", "key": "k",
+                                  "meta": {"b": 1, "a": [1, 2]}, "salience": 0.25})
+    store = SqliteStore(tmp_path / "s.db", model=lambda: hash_embedder)
+    try:
+        with store.write() as w:
+            rowid = w.insert(entry, np.ones(hash_embedder.dim, dtype=np.float32) / np.sqrt(hash_embedder.dim))
+            w.bump({"w"}, w.audit("add", entry.id, "w", None, entry.to_record()))
+        row = store.get_row(entry.id)
+        assert row is not None and len(row) == len(COLUMNS)
+        assert row_to_entry(row) == entry
+        assert list(row[:-1]) == entry_values(entry, store.model_id)[: len(COLUMNS) - 1]
+        stored = store.conn.execute(f"SELECT rowid, {COLUMN_LIST} FROM entries").fetchone()
+        assert stored[0] == rowid and row_to_entry(stored[1:]) == entry
+        assert store.generations(["w"]) == {"w": 1}
+        assert [a["action"] for a in store.audit()] == ["add"]
+    finally:
+        store.close()
+
+
+def test_a_failed_write_leaves_nothing(tmp_path, hash_embedder):
+    from memlens.models import Entry
+
+    store = SqliteStore(tmp_path / "s.db", model=lambda: hash_embedder)
+    entry = Entry.model_validate({"wing": "w", "text": "x"})
+    try:
+        with pytest.raises(RuntimeError), store.write() as w:
+            w.insert(entry, np.ones(hash_embedder.dim, dtype=np.float32))
+            w.bump({"w"}, w.audit("add", entry.id, "w", None, entry.to_record()))
+            raise RuntimeError("stop")
+        assert store.count() == 0 and store.generations() == {} and store.audit() == []
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("index", ["sqlite-vec", "memory"])
+def test_the_store_reads_like_the_memory_adapter(mem, index):
+    """``SqliteStore`` is a ``Reads`` of its own: it answers the pipeline's reads as the adapter over ``Memory`` does."""
+    from memlens.store.reads import MemoryReads, Scope
+
+    before = mem.settings.search.vector_index
+    mem.settings.search.vector_index = index
+    try:
+        for i, (wing, text) in enumerate([("a", "alpha beta gamma"), ("a", "beta delta"), ("b", "gamma epsilon"),
+                                          ("b", "alpha zeta"), ("a", "theta iota")]):
+            mem.add(text, wing=wing, room="r" if i % 2 else "", title=f"t{i}", type="decision" if i == 1 else "note")
+        own, adapter = mem.store, MemoryReads(mem)
+        scope = Scope(wings=["a", "b"])
+        qvec = mem.embed(["alpha beta"])[0]
+        assert own.knn(qvec, scope, 3).hits == adapter.knn(qvec, scope, 3).hits != []
+        assert own.lexical("alpha gamma", scope, 5) == adapter.lexical("alpha gamma", scope, 5) != []
+        assert own.listing(Scope(wings=["a"]), 5) == adapter.listing(Scope(wings=["a"]), 5) != []
+        rowids = [r for r, _ in own.knn(qvec, scope, 5).hits]
+        assert own.rows(rowids).rows == adapter.rows(rowids).rows
+        assert (own.vector_index is None) == (adapter.vector_index is None) == (index == "sqlite-vec")
+        assert (own.wings(), own.rooms(), own.generations()) == (mem.wings(), mem.rooms(), mem.generations())
+    finally:
+        mem.settings.search.vector_index = before
