@@ -19,7 +19,7 @@ import pytest
 
 from memlens.errors import StoreError, ValidationError
 from memlens.models import Entry
-from memlens.store.reads import MemoryReads, Scope
+from memlens.store.reads import Scope, reads_of
 from tests.conftest import REPO
 
 pytest.importorskip("psycopg")  # dev installs it (pyproject); a bare install without [postgres] has no backend
@@ -190,7 +190,7 @@ def test_exact_knn_matches_sqlite_vec(mem, pg_uri, hash_embedder, scope):
     """The same entries and vectors in both stores: the same top ids, the same similarities, for each scope."""
     store = open_pg(pg_uri, hash_embedder)
     fill_both(mem, store, 240)
-    sqlite = MemoryReads(mem)
+    sqlite = reads_of(mem)
     rng = random.Random(11)
     for _ in range(5):
         q = hash_embedder.embed([" ".join(rng.sample(WORDS, 4))])[0]

@@ -113,7 +113,7 @@ def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
     from memlens import Memory
     from memlens.store.postgres import open_store, with_options
     from memlens.store.postgres.copy import copy_store
-    from memlens.store.reads import MemoryReads, Scope
+    from memlens.store.reads import Scope, reads_of
 
     from . import foundation as fd
 
@@ -149,7 +149,7 @@ def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
         texts = fd.make_queries(ds.vocab, n_queries, plan.seed + 2)
         statuses = ["active", "under_review"]
         with Memory.open(sqlite_path, embedder=emb) as mem:
-            sq = MemoryReads(mem)
+            sq = reads_of(mem)
             for case, wings in (("unscoped", None), ("scoped", fd.SCOPE)):
                 scope = Scope(wings=wings, statuses=statuses)
                 row: dict[str, Any] = {}

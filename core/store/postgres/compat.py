@@ -20,10 +20,8 @@ BLOCKER_COLUMNS = "task_id, reason, blocked_at, resolved_at, resolution"
 
 def row_to_entry(row: tuple[Any, ...]) -> Entry:
     """An Entry from a row selected as ``COLUMNS`` (a damaged row raises CorruptRowError, in one line)."""
-    try:
-        from memlens.store.rows import row_to_entry as decode  # where the storage layer keeps it
-    except ImportError:
-        from memlens.memory import row_to_entry as decode  # until then
+    from memlens.store.rows import row_to_entry as decode
+
     return decode(row)
 
 
@@ -37,10 +35,7 @@ def entry_values(entry: Entry, model: str | None) -> list[Any]:
 
 def stamp(detail: dict[str, Any] | None) -> dict[str, Any] | None:
     """``detail`` with the acting client added, as the SQLite store's audit writer does."""
-    try:
-        from memlens.store import attribution  # type: ignore[attr-defined]  # where the storage layer keeps it
-    except ImportError:
-        from memlens.mcp import attribution  # until then
+    from memlens.store import attribution
 
     return attribution.stamp(detail)
 

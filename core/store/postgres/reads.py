@@ -24,7 +24,8 @@ import numpy as np
 
 from memlens.limits import MAX_QUERY_TERMS
 from memlens.store.postgres.compat import COLUMNS, from_pg
-from memlens.store.reads import Knn, Rows, Scope, _sound, query_terms
+from memlens.store.reads import Knn, Rows, Scope, StoredRow, query_terms
+from memlens.store.rows import damaged_note, row_problem
 
 VISIBLE = "({p}import_id IS NULL OR NOT EXISTS (SELECT 1 FROM imports i WHERE i.id = {p}import_id))"
 _SELECT = f"SELECT rowid, content_hash, {COLUMNS} FROM entries"
@@ -52,6 +53,17 @@ def ts_query(text: str) -> str | None:
     """Free text → a tsquery OR of its quoted terms (the first ``MAX_QUERY_TERMS``; no tsquery syntax leaks)."""
     terms = query_terms(text)[:MAX_QUERY_TERMS]
     return " | ".join("'" + t.replace("'", "''").replace("\\", "\\\\") + "'" for t in terms) if terms else None
+
+
+def _sound(rows: list[StoredRow], out: Rows) -> Rows:
+    """Keep the rows that decode; a damaged one (a hand edit) is a note, not a crash."""
+    for r in rows:
+        problem = row_problem(r[2:])
+        if problem is None:
+            out.rows.append(r)
+        else:
+            out.damaged.append(damaged_note(r[2], problem))
+    return out
 
 
 def _where(where: list[str]) -> str:
@@ -213,3 +225,22 @@ class PgReads:
         where, args = scope_filters(scope)
         sql = _SELECT + _where([visible(), *where]) + " ORDER BY salience DESC, updated_at DESC LIMIT %s"
         return _sound(self._all(sql, [*args, n]), Rows())
+
+    def scope_vectors(self, wings: list[str], statuses: list[str]) -> list[np.ndarray]:
+        rows = self._all(
+            "SELECT v.embedding, v.usable FROM entries e JOIN entries_vec v ON v.rowid = e.rowid "
+            f"WHERE e.wing = ANY(%s) AND e.status = ANY(%s) AND {visible('e')}",
+            [list(wings), list(statuses)],
+        )
+        return [from_pg(e) if ok else np.zeros(len(from_pg(e)), dtype=np.float32) for e, ok in rows]
+
+    def text_matches(self, text: str, wings: list[str]) -> list[str]:
+        tq = ts_query(text)
+        if not tq:
+            return []
+        rows = self._all(
+            f"SELECT e.id FROM entries e WHERE e.tsv @@ to_tsquery('english', %s) AND e.wing = ANY(%s) AND {visible('e')} "
+            "ORDER BY ts_rank_cd(e.tsv, to_tsquery('english', %s)) DESC, e.rowid",
+            [tq, list(wings), tq],
+        )
+        return [r[0] for r in rows]
