@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memlens.retrieval.search import fts_query
-from memlens.store.staging import visible
-from memlens.store.vectors import clean, from_blob
+from memlens.store.reads import reads_of
+from memlens.store.vectors import clean
 
 if TYPE_CHECKING:
     from memlens.memory import Memory
@@ -63,28 +62,13 @@ def _never_a_candidate(mem: Memory, entry: Any, bundle: Any, kwargs: dict[str, A
     vec = clean(mem.vector(entry.id))
     qvec = clean(mem.embed([t.text])[0])
     sim = float(vec @ qvec)
-    conn = mem.conn
+    store = reads_of(mem)
     wings = t.wings_searched
-    where = f"wing IN ({','.join('?' * len(wings))}) AND status IN ({','.join('?' * len(statuses))})"
-    higher = 0
-    rows = conn.execute(
-        f"SELECT v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid WHERE e.{where.replace(' AND ', ' AND e.')} "
-        f"AND {visible('e')}",
-        [*wings, *statuses],
-    )
-    for (blob,) in rows:
-        higher += float(from_blob(blob) @ qvec) > sim
+    higher = sum(float(v @ qvec) > sim for v in store.scope_vectors(wings, statuses))
     lexical = "does not match any query term"
-    fq = fts_query(t.text)
-    if fq:
-        rows = conn.execute(
-            "SELECT e.id FROM entries_fts JOIN entries e ON e.rowid = entries_fts.rowid WHERE entries_fts MATCH ? "
-            f"AND e.wing IN ({','.join('?' * len(wings))}) AND {visible('e')} ORDER BY bm25(entries_fts, 2.0, 1.0)",
-            [fq, *wings],
-        ).fetchall()
-        ids = [r[0] for r in rows]
-        if entry.id in ids:
-            lexical = f"BM25 rank {ids.index(entry.id) + 1}"
+    ids = store.text_matches(t.text, wings)
+    if entry.id in ids:
+        lexical = f"BM25 rank {ids.index(entry.id) + 1}"
     over = t.candidates.get("over_fetch", mem.settings.search.candidates)
     unusable = " (its stored vector is all zeros or not finite, so it is never a vector neighbour)" if not vec.any() else ""
     return "candidates", (

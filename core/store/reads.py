@@ -4,6 +4,7 @@
 (a ``Scope``, rowids, vectors); ``SqliteReads`` answers them with SQLite,
 sqlite-vec and FTS5. A second backend (PostgreSQL + pgvector, say) implements
 the same protocol; the trace says which lexical scorer ran (``lexical_scorer``).
+The data types (``Scope``, ``Rows``, ``Knn``) live in ``memlens.store.scope``.
 
 Rows come back as ``StoredRow`` tuples: ``(rowid, content_hash, *entry columns)``,
 the entry columns in ``ENTRY_COLUMNS`` order. Only visible rows are returned
@@ -13,69 +14,22 @@ edit, damage) is left out and reported in ``Rows.damaged``, one note each.
 
 from __future__ import annotations
 
-import re
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from memlens.limits import MAX_QUERY_TERMS
 from memlens.store import staging
 from memlens.store.rows import damaged_note, row_problem
+from memlens.store.scope import Knn, Rows, Scope, StoredRow, query_terms
 from memlens.store.vectors import from_blob, vec0_knn
-
-if TYPE_CHECKING:
-    from memlens.memory import Memory
 
 ENTRY_COLUMNS = (
     "id, wing, room, kind, type, status, title, text, key, salience, overrides, created_at, updated_at, meta"
 )
-StoredRow = tuple[Any, ...]  # (rowid, content_hash, *ENTRY_COLUMNS)
-
-
-@dataclass(frozen=True)
-class Scope:
-    """Where a search looks: each filter is a list of allowed values, or None for any."""
-
-    wings: list[str] | None = None
-    rooms: list[str] | None = None
-    kinds: list[str] | None = None
-    types: list[str] | None = None
-    statuses: list[str] | None = None
-
-    def columns(self) -> tuple[tuple[str, list[str] | None], ...]:
-        return (("wing", self.wings), ("room", self.rooms), ("kind", self.kinds), ("type", self.types),
-                ("status", self.statuses))
-
-    def index_filters(self) -> dict[str, list[str]]:
-        """The filters other than the wing, as the in-process vector index applies them."""
-        return {c: v for c, v in self.columns()[1:] if v is not None}
-
-    def contains(self, wing: str, room: str, kind: str, type_: str, status: str) -> bool:
-        return all(vals is None or v in vals for v, vals in zip((wing, room, kind, type_, status),
-                                                              (self.wings, self.rooms, self.kinds, self.types, self.statuses)))
-
-
-@dataclass
-class Rows:
-    """Rows read, in the order asked for, and a note per damaged row left out."""
-
-    rows: list[StoredRow] = field(default_factory=list)
-    damaged: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Knn:
-    """A KNN answer: (rowid, cosine similarity) best first; which index ranked them; the wing generations read
-    on the way (None if none were), so the lexical generator can reuse them; a note for the trace, if any."""
-
-    hits: list[tuple[int, float]]
-    index: str
-    gens: dict[str, int] | None = None
-    note: str | None = None
 
 
 class Reads(Protocol):
@@ -145,10 +99,13 @@ class Reads(Protocol):
         """The scope's ``n`` most salient entries, the most recently changed first among equals."""
         ...
 
+    def scope_vectors(self, wings: list[str], statuses: list[str]) -> list[np.ndarray]:
+        """The vectors of every visible entry of ``wings`` with one of ``statuses`` ("why not?" ranks an entry in them)."""
+        ...
 
-def query_terms(text: str) -> list[str]:
-    """The distinct lexical terms of free text, in order of appearance (all of them; see fts_query)."""
-    return list(dict.fromkeys(t.lower() for t in re.findall(r"\w+", text) if len(t) > 1 or t.isdigit()))
+    def text_matches(self, text: str, wings: list[str]) -> list[str]:
+        """The ids of every visible entry of ``wings`` matching ``text``, best first ("why not?")."""
+        ...
 
 
 def fts_query(text: str) -> str | None:
@@ -161,7 +118,7 @@ def fts_query(text: str) -> str | None:
     return " OR ".join(f'"{t}"' for t in terms) if terms else None
 
 
-def _in(col: str, values: list[str]) -> tuple[str, list[str]]:
+def sql_in(col: str, values: list[str]) -> tuple[str, list[str]]:
     return f"{col} IN ({','.join('?' * len(values))})", list(values)
 
 
@@ -171,7 +128,7 @@ def sql_filters(scope: Scope, prefix: str = "") -> tuple[list[str], list[Any]]:
     args: list[Any] = []
     for col, values in scope.columns():
         if values is not None:
-            clause, vals = _in(prefix + col, values)
+            clause, vals = sql_in(prefix + col, values)
             where.append(clause)
             args.extend(vals)
     return where, args
@@ -181,6 +138,8 @@ def entry_filters(scope: Scope, prefix: str = "") -> tuple[list[str], list[Any]]
     """``sql_filters`` on the entries table, and no row of an import in progress (``memlens.store.staging``)."""
     where, args = sql_filters(scope, prefix)
     return [staging.visible(prefix.rstrip(".")), *where], args
+
+
 
 
 _SELECT = f"SELECT rowid, content_hash, {ENTRY_COLUMNS} FROM entries"
@@ -206,7 +165,7 @@ def _where(where: list[str]) -> str:
 class SqliteReads:
     """``Reads`` with SQLite, sqlite-vec and FTS5: a mixin over this thread's connection.
 
-    The host class provides ``conn`` (this thread's connection), ``vector_index`` (the in-process
+    The host class provides ``conn`` (this thread's connection), ``vindex`` (the in-process
     ``VectorIndex`` when in use, else None), ``wings()``, ``rooms()``, ``generations()`` and
     ``index_host``: what the ``VectorIndex`` methods read the store through (today the ``Memory``).
     """
@@ -214,7 +173,7 @@ class SqliteReads:
     backend = "sqlite"
     lexical_scorer = "fts5-bm25"
     conn: Any
-    vector_index: Any
+    vindex: Any
     index_host: Any
 
     def wings(self) -> list[str]:
@@ -227,11 +186,11 @@ class SqliteReads:
         raise NotImplementedError
 
     def vector_index(self) -> str:
-        return "memory" if self.vector_index is not None else "sqlite-vec"
+        return "memory" if self.vindex is not None else "sqlite-vec"
 
     def knn(self, qvec: np.ndarray, scope: Scope, n: int) -> Knn:
         mem = self.index_host
-        vindex = self.vector_index
+        vindex = self.vindex
         if vindex is not None:
             gens = self.generations()  # one read for both generators: the blocks and the scope set they check
             return Knn(vindex.knn(mem, qvec, scope.wings, scope.index_filters(), n, gens), "memory", gens)
@@ -280,7 +239,7 @@ class SqliteReads:
         if not fq:
             return []
         conn = self.conn
-        vindex = self.vector_index
+        vindex = self.vindex
         if vindex is not None:
             allowed = vindex.in_scope(self.index_host, scope.wings, scope.index_filters(), gens)
             conn.create_function("memlens_in_scope", 1, allowed.__contains__, deterministic=True)
@@ -319,7 +278,7 @@ class SqliteReads:
 
     def vectors(self, need: dict[int, str]) -> dict[int, np.ndarray]:
         out: dict[int, np.ndarray] = {}
-        vindex = self.vector_index
+        vindex = self.vindex
         if need and vindex is not None:
             out.update(vindex.vectors(need))
         # one lookup per rowid: vec0 answers `rowid = ?` from its index but scans the table for `rowid IN (...)`
@@ -333,7 +292,7 @@ class SqliteReads:
         sql = f"SELECT rowid FROM entries WHERE wing = ? AND type = 'invariant' AND status = 'active' AND {staging.visible()}"
         args: list[Any] = [wing]
         if rooms:
-            c, v = _in("room", rooms)
+            c, v = sql_in("room", rooms)
             sql += " AND " + c
             args += v
         return {r for (r,) in self.conn.execute(sql, args)}
@@ -363,7 +322,7 @@ class SqliteReads:
                f" AND {staging.visible()}")
         args: list[Any] = [session]
         if wings is not None:
-            c, v = _in("wing", wings)
+            c, v = sql_in("wing", wings)
             sql += " AND " + c
             args += v
         sql += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
@@ -383,11 +342,30 @@ class SqliteReads:
         sql = _SELECT + _where(where) + " ORDER BY salience DESC, updated_at DESC LIMIT ?"
         return _sound(self.conn.execute(sql, [*args, n]).fetchall(), Rows())
 
+    def scope_vectors(self, wings: list[str], statuses: list[str]) -> list[np.ndarray]:
+        where = f"e.wing IN ({','.join('?' * len(wings))}) AND e.status IN ({','.join('?' * len(statuses))})"
+        rows = self.conn.execute(
+            f"SELECT v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid WHERE {where} AND {staging.visible('e')}",
+            [*wings, *statuses],
+        )
+        return [from_blob(blob) for (blob,) in rows]
+
+    def text_matches(self, text: str, wings: list[str]) -> list[str]:
+        fq = fts_query(text)
+        if not fq:
+            return []
+        rows = self.conn.execute(
+            "SELECT e.id FROM entries_fts JOIN entries e ON e.rowid = entries_fts.rowid WHERE entries_fts MATCH ? "
+            f"AND e.wing IN ({','.join('?' * len(wings))}) AND {staging.visible('e')} ORDER BY bm25(entries_fts, 2.0, 1.0)",
+            [fq, *wings],
+        ).fetchall()
+        return [r[0] for r in rows]
+
 
 class MemoryReads(SqliteReads):
     """``SqliteReads`` over a ``Memory``: its connection, in-process index, wings and generations."""
 
-    def __init__(self, mem: Memory) -> None:
+    def __init__(self, mem: Any) -> None:  # a Memory (typed loosely: the store never imports the facade)
         self.index_host = mem
 
     @property  # type: ignore[override]
@@ -395,7 +373,7 @@ class MemoryReads(SqliteReads):
         return self.index_host.conn
 
     @property  # type: ignore[override]
-    def vector_index(self) -> Any:  # created on first use by the host
+    def vindex(self) -> Any:  # created on first use by the host
         return self.index_host.vector_index
 
     def wings(self) -> list[str]:
@@ -408,11 +386,11 @@ class MemoryReads(SqliteReads):
         return self.index_host.generations(wings)
 
 
-def reads_of(mem: Memory) -> Reads:
+def reads_of(mem: Any) -> Reads:
     """The read interface of a ``Memory``: its own when it has one, else SQLite over its connection."""
     own = getattr(mem, "reads", None)
     return own if own is not None else MemoryReads(mem)
 
 
 __all__ = ["ENTRY_COLUMNS", "Knn", "MemoryReads", "Reads", "Rows", "Scope", "SqliteReads", "StoredRow", "entry_filters",
-           "fts_query", "query_terms", "reads_of", "sql_filters"]
+           "fts_query", "query_terms", "reads_of", "sql_filters", "sql_in"]

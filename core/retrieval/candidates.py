@@ -1,0 +1,148 @@
+"""Candidate generation: which stored entries a search weighs at all.
+
+    gate → embed → vector (KNN inside the scope) → lexical (text matches inside the scope)
+         ↘ listing (no free text: the scope in authority order)
+    → load (rows, the entries policy must see anyway, vectors, similarities)
+
+A candidate found only by the lexical generator still gets its true cosine
+similarity, looked up by rowid, so every result carries every component.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from memlens.limits import MAX_QUERY_TERMS, knn_rows
+from memlens.retrieval.policy import Candidate
+from memlens.retrieval.run import Run
+from memlens.store.reads import query_terms
+from memlens.store.vectors import clean, degenerate
+
+
+def gate(run: Run) -> None:
+    """Decide what to look for: free text, a filters-only listing, or nothing (the trace says why)."""
+    plan, trace, text = run.plan, run.trace, run.text
+    run.n_cand = knn_rows(plan.k, run.settings.search.candidates)  # never past sqlite-vec's KNN limit
+    if plan.kinds == []:
+        trace.notes.append(f"profile {plan.profile.name!r} allows no kind that the query asked for")
+    elif text and len(text.split()) < plan.profile.min_query_tokens:
+        trace.notes.append(
+            f"query has {len(text.split())} token(s); profile {plan.profile.name!r} needs {plan.profile.min_query_tokens}"
+        )
+    else:
+        run.mode = "text" if text else "listing"
+
+
+def has_text(run: Run) -> bool:
+    return run.mode == "text"
+
+
+def is_listing(run: Run) -> bool:
+    return run.mode == "listing"
+
+
+def embed(run: Run) -> None:
+    run.qvec = run.mem.embed([run.text])[0]
+
+
+def vector(run: Run) -> None:
+    """The KNN generator: nearest stored vectors inside the scope."""
+    qvec, trace, store = run.qvec, run.trace, run.store
+    assert qvec is not None
+    if degenerate(qvec):
+        run.qvec = clean(qvec)
+        hits: list[tuple[int, float]] = []
+        trace.notes.append("the query's vector is degenerate (zero or not finite): text matches only")
+        index = store.vector_index()
+    else:
+        knn = store.knn(qvec, run.plan.search_scope, run.n_cand)
+        hits, index, run.knn_gens = knn.hits, knn.index, knn.gens
+        if knn.note:
+            trace.notes.append(knn.note)
+    trace.fusion["vector_index"] = index
+    trace.fusion["lexical"] = store.lexical_scorer
+    for i, (rowid, sim) in enumerate(hits[: run.n_cand]):
+        run.sims[rowid] = sim
+        run.vec_rank[rowid] = i + 1
+
+
+def lexical(run: Run) -> None:
+    """The lexical generator: the best text matches inside the scope."""
+    n_terms = len(query_terms(run.text))
+    if n_terms > MAX_QUERY_TERMS:
+        run.trace.notes.append(f"the lexical search used the first {MAX_QUERY_TERMS} of the query's {n_terms} distinct terms")
+    for i, (rowid, score) in enumerate(run.store.lexical(run.text, run.plan.search_scope, run.n_cand, run.knn_gens)):
+        run.bm25[rowid] = score
+        run.bm25_rank[rowid] = i + 1
+    run.ordered = list(dict.fromkeys([*run.sims, *run.bm25]))
+
+
+def listing(run: Run) -> None:
+    """Filters only: the scope in authority order, most salient first."""
+    run.ordered = run.store.listing(run.plan.search_scope, run.n_cand)
+
+
+def _load(run: Run, rowids: list[int], pool: dict[int, Candidate]) -> None:
+    got = run.store.rows(rowids)
+    run.trace.notes.extend(got.damaged)
+    for r in got.rows:
+        if r[0] not in pool:
+            pool[r[0]] = Candidate(rowid=r[0], row=r[2:], content_hash=r[1])
+
+
+def _pull_in(run: Run, pool: dict[int, Candidate]) -> tuple[set[int], list[int]]:
+    """What policy must see even if the generators missed it: the profile's pull-ins (mandatory invariants),
+    and the entries that override a candidate or share its key."""
+    plan = run.plan
+    mandatory = run.hooks.pull_in(run) if run.hooks.pull_in is not None else set()
+    extra = [r for r in mandatory if r not in pool]
+    ids = [c.id for c in pool.values()]
+    keys = {c.key for c in pool.values() if c.key}
+    if ids and run.text:
+        extra += [r for r in run.store.related(ids, keys, plan.search_scope) if r not in pool]
+    return mandatory, extra
+
+
+def fetch_vectors(run: Run, need: dict[int, str]) -> None:
+    """Add the stored vectors of the ``need`` rowids (rowid -> wing) that ``run.vectors`` lacks."""
+    need = {r: w for r, w in need.items() if r not in run.vectors}
+    if need:
+        run.vectors.update(run.store.vectors(need))
+
+
+def _similarities(run: Run, pool: dict[int, Candidate]) -> None:
+    """Vectors for the candidates the KNN did not score and for the key groups dedup compares."""
+    qvec, sims = run.qvec, run.sims
+    assert qvec is not None
+    fetch_vectors(run, {r: c.wing for r, c in pool.items() if r not in sims or c.key})
+    unusable = sorted(pool[r].id for r, v in run.vectors.items() if not v.any())
+    if unusable:
+        run.trace.notes.append(f"no usable vector (all zeros or not finite), similarity counted as 0: {', '.join(unusable[:5])}"
+                               + (f" and {len(unusable) - 5} more" if len(unusable) > 5 else ""))
+    unscored = [r for r in run.vectors if r not in sims]
+    if unscored:
+        sims.update(zip(unscored, (np.stack([run.vectors[r] for r in unscored]) @ qvec).tolist()))
+
+
+def load(run: Run) -> None:
+    """The pool: the generators' rows, the pull-ins, their vectors and every candidate's raw components."""
+    trace = run.trace
+    trace.candidates = {"vector": len(run.sims), "lexical": len(run.bm25), "over_fetch": run.n_cand}
+    pool: dict[int, Candidate] = {}
+    _load(run, run.ordered, pool)
+    mandatory, extra = _pull_in(run, pool)
+    _load(run, list(dict.fromkeys(extra)), pool)
+    trace.candidates["pulled_in"] = len(set(extra))
+    if pool and run.qvec is not None:
+        _similarities(run, pool)
+    text_search = run.qvec is not None
+    for rowid, c in pool.items():
+        c.comps.similarity = run.sims.get(rowid) if text_search else None
+        c.comps.vector_rank = run.vec_rank.get(rowid)
+        c.comps.bm25 = run.bm25.get(rowid)
+        c.comps.bm25_rank = run.bm25_rank.get(rowid)
+        if rowid in mandatory:
+            c.mandatory = c.keep = True
+            c.source = "mandatory" if rowid in extra else c.source
+    trace.candidates["pool"] = len(pool)
+    run.pool = list(pool.values())

@@ -1,0 +1,88 @@
+"""The query plan: everything decided before touching the store (scope, filters, profile, weights, limits)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memlens.errors import QueryError, ValidationError
+from memlens.limits import check_budget, check_k, check_text
+from memlens.models import GLOBAL_WING
+from memlens.profiles import Profile, route
+from memlens.retrieval.query import ParsedQuery, check_known, parse
+from memlens.retrieval.scoring import RetrievalWeights
+from memlens.store.reads import Reads, Scope, entry_filters, sql_filters
+
+
+def resolve_scope(store: Reads, parsed: ParsedQuery, active_wing: str | None, wings: list[str] | None) -> list[str] | None:
+    """Wings to search: the query's ``wing=``, else ``wings``, else [active, _global]; None = all."""
+    known = store.wings()
+    if parsed.wings:
+        check_known(parsed, "wing", known)
+        return parsed.wings
+    if wings:
+        for w in wings:
+            if w not in known:
+                raise QueryError(f"unknown wing {w!r} (known wings: {', '.join(known) or 'none yet'})")
+        return list(dict.fromkeys(wings))
+    if active_wing:
+        return list(dict.fromkeys([active_wing, GLOBAL_WING]))
+    return None
+
+
+def _check_types(active_wing: Any, wings: Any, user: Any, profile: Any) -> None:
+    for name, value in (("active_wing", active_wing), ("user", user), ("profile", profile)):
+        if value is not None and not isinstance(value, str):
+            raise ValidationError(f"{name} must be a string, not {type(value).__name__}")
+    if wings is not None and (not isinstance(wings, (list, tuple)) or not all(isinstance(w, str) for w in wings)):
+        raise ValidationError("wings must be a list of strings")
+    for name, value in (("active wing", active_wing), ("wings", wings), ("user", user), ("profile", profile)):
+        check_text(name, value)
+
+
+class Plan:
+    """Everything decided before touching the index: scope, filters, profile, weights."""
+
+    def __init__(self, settings: Any, profiles: dict[str, Profile], store: Reads, query: str, active_wing: str | None,
+                 wings: list[str] | None, k: int | None, profile: str | None, budget: int | None, user: str | None,
+                 weights: dict[str, float] | None) -> None:
+        s = self.settings = settings
+        if not isinstance(query, str):
+            raise ValidationError(f"query must be a string, not {type(query).__name__}")
+        _check_types(active_wing, wings, user, profile)
+        self.text_query, self.profile = route(query, profile, profiles)
+        self.parsed = parse(self.text_query)
+        if self.parsed.rooms:
+            check_known(self.parsed, "room", store.rooms())
+        self.scope = resolve_scope(store, self.parsed, active_wing, wings)
+        self.active_wing = active_wing
+        self.k = check_k(s.search.k if k is None else k)
+        self.budget = None if budget is None else check_budget(budget)
+        self.user = user or s.retrieval.user
+        p = self.profile
+        self.kinds = self.parsed.kinds
+        if p.kinds is not None:
+            self.kinds = [x for x in (self.kinds or p.kinds) if x in p.kinds]
+        self.rooms = self.parsed.rooms or p.rooms
+        self.statuses = self.parsed.statuses or ["active", "under_review"]
+        self.weights = RetrievalWeights.from_dict(s.retrieval.weights).merge(p.weights).merge(weights)
+        self.limit = min(self.k, p.cap) if p.cap else self.k
+        self.search_scope = Scope(self.scope, self.rooms, self.kinds, self.parsed.types, self.statuses)
+
+    def filters(self, prefix: str = "") -> tuple[list[str], list[Any]]:
+        """The scope as the SQLite store's conditions (``memlens.store.reads.sql_filters``)."""
+        return sql_filters(self.search_scope, prefix)
+
+    def entry_filters(self, prefix: str = "") -> tuple[list[str], list[Any]]:
+        return entry_filters(self.search_scope, prefix)
+
+    def index_filters(self) -> dict[str, list[str]]:
+        """The filters other than the wing, as the in-process index applies them."""
+        return self.search_scope.index_filters()
+
+    def cache_params(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "profile": self.profile.model_dump(), "k": self.k, "budget": self.budget, "active": self.active_wing,
+            "weights": self.weights.to_dict(), "boost": s.retrieval.active_wing_boost, "search": s.search.model_dump(),
+            "retrieval": s.retrieval.model_dump(), "rerank": s.rerank.model_dump(),
+        }
