@@ -94,8 +94,9 @@ class PgReads:
     def wings(self) -> list[str]:
         return [w for (w,) in self._all(f"SELECT DISTINCT wing FROM entries WHERE {visible()} ORDER BY wing")]
 
-    def rooms(self) -> list[str]:
-        return [r for (r,) in self._all(f"SELECT DISTINCT room FROM entries WHERE room != '' AND {visible()} ORDER BY room")]
+    def rooms(self, wing: str | None = None) -> list[str]:
+        sql = f"SELECT DISTINCT room FROM entries WHERE room != '' AND {visible()}" + (" AND wing = %s" if wing else "")
+        return [r for (r,) in self._all(sql + " ORDER BY room", (wing,) if wing else ())]
 
     def _hnsw_ready(self, conn: Any, wings: list[str] | None = None) -> bool:
         """Whether an HNSW index exists and the vectors in ``wings`` (None: all) number ``hnsw_min_rows`` or more.

@@ -142,6 +142,12 @@ class PgStore(PgReads):
                 "('entries', 'entries_vec', 'audit', 'wings', 'tasks', 'blockers', 'imports', 'store_meta')"
             ).fetchone()[0])
 
+    vindex = None  # no in-process vector index: pgvector answers every KNN (exact, or HNSW on a large store)
+
+    def warm_index(self) -> int:
+        """Nothing to warm: the server holds the vectors (its shared buffers); returns 0 vectors held here."""
+        return 0
+
     def ensure_hnsw(self) -> bool:
         """Build the HNSW index now if it is missing (minutes at 100k vectors); True when built."""
         with self.connection() as conn:
