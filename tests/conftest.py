@@ -147,4 +147,4 @@ def bounded(fn, timeout: float = 30):
     return out.get("value")
 
 
-from tests.pg_fixture import pg_server, pg_uri  # noqa: E402,F401  (PostgreSQL backend fixtures)
+from tests.pg_fixture import backend_mem, pg_server, pg_uri  # noqa: E402,F401  (PostgreSQL backend fixtures)

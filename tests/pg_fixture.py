@@ -92,3 +92,40 @@ def pg_uri(pg_server: PgServer) -> Iterator[str]:
         yield uri
     finally:
         pg_server.drop_db(name)
+
+
+def pg_memory(uri: str, settings: Any, embedder: Any) -> Any:
+    """A ``Memory`` over the PostgreSQL store at ``uri``.
+
+    ``Memory`` opens SQLite stores only until it selects the backend from a
+    ``postgresql://`` target itself; meanwhile its store is swapped here, at
+    construction, for the PostgreSQL one (the facade reaches storage only
+    through ``self.store`` and, for the retrieval pipeline, ``self.reads``).
+    """
+    from unittest import mock
+
+    import memlens.memory as facade
+    from memlens.store.postgres import open_store
+
+    with mock.patch.object(facade, "SqliteStore", lambda path, model, **kw: open_store(str(path), model=model)):
+        mem = facade.Memory(uri, settings, embedder)  # type: ignore[arg-type]
+    mem.reads = mem.store
+    mem.path = mem.store.path  # the URI without its password, for messages and stats
+    return mem
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend_mem(request: pytest.FixtureRequest, tmp_path: Path, settings: Any, hash_embedder: Any) -> Iterator[Any]:
+    """The same engine on each backend: a new SQLite file, or a new database on the session's PostgreSQL server."""
+    if request.param == "sqlite":
+        from memlens import Memory
+
+        with Memory.open(tmp_path / "store" / "memlens.db", settings=settings, embedder=hash_embedder) as mem:
+            yield mem
+        return
+    uri = request.getfixturevalue("pg_uri")
+    mem = pg_memory(uri, settings, hash_embedder)
+    try:
+        yield mem
+    finally:
+        mem.close()
