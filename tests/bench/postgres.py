@@ -225,8 +225,9 @@ def _table(res: dict[str, Any]) -> str:
         f"Copy SQLite → PostgreSQL {res['copy_to_postgres']['entries_per_s']} entries/s; HNSW build (m=16, "
         f"ef_construction=64) {res['hnsw_build_s']} s.",
         "",
-        "HNSW ran here for every search (threshold 0; the plans confirm it); by default (`hnsw_min_rows=50000`) a scope of fewer vectors is "
-        "scanned exactly. Recall: the vectors are isotropic random and the queries are not near any entry, so the exact "
+        "HNSW ran here for every search (threshold 0; the plans confirm it); by default (`hnsw_min_rows=50000`) "
+        "a scope of fewer vectors is scanned exactly. Recall: the vectors are isotropic random and the queries are "
+        "not near any entry, so the exact "
         "top 10 is a near-tie among thousands of entries; that is HNSW's worst case, not what model embeddings give "
         "(tests/test_postgres.py holds recall@10 at 0.8 or more, 3,000 entries, queries near stored vectors).",
         "",
