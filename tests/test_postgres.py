@@ -554,3 +554,11 @@ def test_pg_classes_have_every_member_of_the_storage_protocols(pg_uri, hash_embe
         assert store.backend == "postgresql" and store.lexical_scorer == "pg-ts_rank_cd"
     finally:
         store.close()
+
+
+def test_an_invalid_uri_is_one_line_without_the_password():
+    from memlens.store.postgres import open_store
+
+    with pytest.raises(StoreError) as info:
+        open_store("postgresql://u:pw-in-uri@h/db?no_such_setting=1")
+    assert "pw-in-uri" not in str(info.value) and "\n" not in str(info.value)

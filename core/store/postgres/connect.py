@@ -50,8 +50,8 @@ def parts(uri: str) -> dict[str, str]:
 
     try:
         return {k: str(v) for k, v in conninfo_to_dict(uri).items() if v is not None}
-    except Exception as exc:
-        raise StoreError(f"not a valid PostgreSQL URI: {_first_line(exc)}") from None
+    except Exception:  # libpq's message may quote the URI, password included: say it in our own words
+        raise StoreError("not a valid PostgreSQL URI (postgresql://user:password@host:port/database?setting=value)") from None
 
 
 def label(uri: str) -> str:
