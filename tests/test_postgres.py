@@ -94,6 +94,19 @@ def test_schema_created_once_with_the_models_dimension(pg_uri, hash_embedder):
         again.close()
 
 
+def test_create_false_leaves_an_empty_database_empty(pg_uri, hash_embedder):
+    import psycopg
+
+    from memlens.store.postgres import open_store
+
+    with pytest.raises(StoreError, match="no memlens store in"):
+        open_store(pg_uri, model=lambda: _Model(hash_embedder), create=False)
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").fetchone()[0] == 0
+    open_pg(pg_uri, hash_embedder).close()
+    open_store(pg_uri, create=False).close()  # an existing store opens without the model
+
+
 def test_a_database_with_foreign_tables_is_refused(pg_uri, hash_embedder):
     import psycopg
 

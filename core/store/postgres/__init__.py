@@ -49,18 +49,19 @@ def with_options(uri: str, **options: int) -> str:
     return uri + ("&" if urlsplit(uri).query else "?") + extra if extra else uri
 
 
-def open_store(uri: str, *, model: Callable[[], Any] | None = None, pooled: bool | None = None) -> Any:
+def open_store(uri: str, *, model: Callable[[], Any] | None = None, pooled: bool | None = None, create: bool = True) -> Any:
     """Open (and on first use create) the memlens store in the database ``uri`` names.
 
     ``model``: returns the embedding model (``.model_id``, ``.dim``) that a new store records.
     ``pooled``: hold a connection pool; default from the URI's ``pool=`` (else one connection per thread).
+    ``create=False``: a database without a memlens store is an error instead of getting one.
     """
     from memlens.store.postgres.store import PgStore
 
     clean, options = split_options(uri)
     return PgStore(
         clean, model=model, pooled=bool(options.get("pool", 0)) if pooled is None else pooled,
-        hnsw_min_rows=options.get("hnsw_min_rows", 50_000), ef_search=options.get("ef_search", 100),
+        hnsw_min_rows=options.get("hnsw_min_rows", 50_000), ef_search=options.get("ef_search", 100), create=create,
     )
 
 

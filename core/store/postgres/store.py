@@ -47,23 +47,28 @@ class PgStore(PgReads):
     lexical_scorer = "pg-ts_rank_cd"
 
     def __init__(self, uri: str, *, model: Callable[[], Any] | None = None, pooled: bool = False,
-                 hnsw_min_rows: int = 50_000, ef_search: int = 100, pool_size: int = 8) -> None:
+                 hnsw_min_rows: int = 50_000, ef_search: int = 100, pool_size: int = 8, create: bool = True) -> None:
         self.uri = uri
         self.path = self.label = connect.label(uri)  # what messages and `stats` show as the store
         self._model = model
         self.hnsw_min_rows = int(hnsw_min_rows)
         self.ef_search = int(ef_search)
         self._pruned = False
-        self._prepare()
+        self._prepare(create)
         self._conns: Any = (connect.Pool(uri, self.label, _configure, max_size=pool_size) if pooled
                             else connect.Single(uri, self.label, _configure))
         with self.connection() as conn:
             self._meta = dict(conn.execute("SELECT key, value FROM store_meta").fetchall())
 
-    def _prepare(self) -> None:
-        """pgvector enabled, the schema migrated, the store's model recorded (one plain connection)."""
+    def _prepare(self, create: bool) -> None:
+        """pgvector enabled, the schema migrated, the store's model recorded (one plain connection).
+
+        ``create=False``: a database without a memlens store is an error (read commands never leave one behind).
+        """
         conn = connect.connect(self.uri, self.label)
         try:
+            if not create and schema.version(conn) == 0:
+                raise StoreError(f"no memlens store in {self.label} (memlens add, import or copy create one)")
             schema.ensure_extension(conn, self.label)
             if schema.version(conn) < schema.SCHEMA_VERSION:
                 row = None
