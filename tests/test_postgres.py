@@ -476,16 +476,31 @@ def test_server_side_disconnect_then_the_next_call_reconnects(pg_server, pg_uri,
     store = open_pg(pg_uri, hash_embedder, pooled=pooled)
     assert store.count() == 0
     dbname = psycopg.conninfo.conninfo_to_dict(pg_uri)["dbname"]
-    with pg_server.admin() as conn:
-        killed = conn.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s AND application_name = 'memlens'",
-            (dbname,)).fetchone()[0]
-    assert killed >= 1
+
+    def kill() -> None:
+        with pg_server.admin() as conn:
+            killed = conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s "
+                "AND application_name = 'memlens'", (dbname,)).fetchone()[0]
+        assert killed >= 1
+
+    kill()
     if not pooled:  # the call that meets the dead connection fails in one line; a pool checks before lending
         with pytest.raises(StoreError, match="the next call reconnects") as info:
             store.count()
         assert "\n" not in str(info.value)
     assert store.count() == 0 and store.generations() == {}
+    e = entry(1, random.Random(6))
+    with pytest.raises(StoreError, match="before the write committed; nothing was written"):
+        with store.write() as w:  # the connection dies inside a write transaction and the block carries on
+            w.insert(e, hash_embedder.embed([e.text])[0])
+            kill()
+            with pytest.raises(psycopg.OperationalError):
+                w.bump({e.wing}, w.audit("add", e.id, e.wing, None, e.to_record()))
+    assert store.count() == 0 and store.generations() == {}
+    with store.write() as w:  # and the next write goes through
+        w.insert(e, hash_embedder.embed([e.text])[0])
+    assert store.count() == 1
     store.close()
 
 

@@ -143,12 +143,14 @@ class _Postgres:
     def transaction(self) -> Iterator[None]:
         from memlens.store.postgres.schema import WRITE_LOCK
 
-        with self.conn.transaction():
+        with self.conn.transaction() as tx:
             self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
             yield
             for table, col in (("entries", "rowid"), ("audit", "seq"), ("blockers", "id")):
                 self.conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', '{col}'), "
                                   f"greatest((SELECT max({col}) FROM {table}), 1), (SELECT max({col}) FROM {table}) IS NOT NULL)")
+        if tx.status != tx.Status.COMMITTED:
+            raise StoreError(f"lost the connection to {self.label} before the copy committed; nothing was written")
 
     def put(self, table: str, cols: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
         with self.conn.cursor() as cur:

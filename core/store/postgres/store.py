@@ -168,10 +168,18 @@ class PgStore(PgReads):
 
     @contextmanager
     def write(self) -> Iterator[PgWriter]:
-        """One transaction under the store's write lock: everything the block wrote commits, or nothing."""
-        with self.connection() as conn, conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.WRITE_LOCK,))
-            yield PgWriter(conn, self.model_id)
+        """One transaction under the store's write lock: everything the block wrote commits, or nothing.
+
+        A block that ends normally after its connection died (an error inside it was caught) commits nothing:
+        that is an error here too, never a silent loss.
+        """
+        with self.connection() as conn:
+            with conn.transaction() as tx:
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.WRITE_LOCK,))
+                yield PgWriter(conn, self.model_id)
+            if tx.status != tx.Status.COMMITTED:
+                raise StoreError(f"lost the connection to {self.label} before the write committed; nothing was written; "
+                                 "the next call reconnects")
 
     def reusable_vector(self, digest: str, model: str) -> bytes | None:
         with self.connection() as conn:
