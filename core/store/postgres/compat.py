@@ -1,43 +1,24 @@
-"""The one place this backend reaches into the rest of the engine (rows, entries, the acting client).
+"""The one place this backend reaches into the rest of the storage layer (the row mapping, the acting client).
 
-When the storage layer's shared helpers move, only this module changes.
+The PostgreSQL tables hold the same columns as the SQLite ones, so entry rows
+are encoded and decoded by the storage layer's one mapping (``memlens.store.rows``)
+and the working-memory rows have the same columns (``memlens.store.task_rows``).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
 
-from memlens.models import Entry, content_hash
-from memlens.store.reads import ENTRY_COLUMNS
+from memlens.store import attribution, rows, task_rows
 
-COLUMNS = ENTRY_COLUMNS  # id, wing, room, kind, type, status, title, text, key, salience, overrides, created_at, updated_at, meta
-TASK_COLUMNS = "task_id, intent, summary, outcome, completed_at, requires_context, validation_report"
-BLOCKER_COLUMNS = "task_id, reason, blocked_at, resolved_at, resolution"
-
-
-def row_to_entry(row: tuple[Any, ...]) -> Entry:
-    """An Entry from a row selected as ``COLUMNS`` (a damaged row raises CorruptRowError, in one line)."""
-    from memlens.store.rows import row_to_entry as decode
-
-    return decode(row)
-
-
-def entry_values(entry: Entry, model: str | None) -> list[Any]:
-    """The values of ``COLUMNS`` for ``entry``, then content_hash and model (as the SQLite store writes them)."""
-    rec = entry.to_record()
-    values = [rec[f] for f in Entry.model_fields if f != "meta"]
-    values += [json.dumps(entry.meta, ensure_ascii=False, sort_keys=True), content_hash(entry.embed_text), model]
-    return values
-
-
-def stamp(detail: dict[str, Any] | None) -> dict[str, Any] | None:
-    """``detail`` with the acting client added, as the SQLite store's audit writer does."""
-    from memlens.store import attribution
-
-    return attribution.stamp(detail)
+COLUMNS = rows.COLUMN_LIST  # id, wing, room, kind, type, status, title, text, key, salience, overrides, created_at, ...
+TASK_COLUMNS = ", ".join(task_rows.TASK_COLUMNS)
+BLOCKER_COLUMNS = ", ".join(task_rows.BLOCKER_COLUMNS)
+row_to_entry = rows.row_to_entry  # a damaged row raises CorruptRowError, in one line
+entry_values = rows.entry_values  # the values of COLUMNS, then content_hash and model
+stamp = attribution.stamp  # ``detail`` with the acting client added, as the SQLite store's audit writer does
 
 
 def as_vector(vec: np.ndarray | bytes) -> np.ndarray:

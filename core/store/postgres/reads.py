@@ -24,8 +24,8 @@ import numpy as np
 
 from memlens.limits import MAX_QUERY_TERMS
 from memlens.store.postgres.compat import COLUMNS, from_pg
-from memlens.store.reads import Knn, Rows, Scope, StoredRow, query_terms
 from memlens.store.rows import damaged_note, row_problem
+from memlens.store.scope import Knn, Rows, Scope, StoredRow, query_terms
 
 VISIBLE = "({p}import_id IS NULL OR NOT EXISTS (SELECT 1 FROM imports i WHERE i.id = {p}import_id))"
 _SELECT = f"SELECT rowid, content_hash, {COLUMNS} FROM entries"
