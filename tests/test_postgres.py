@@ -590,3 +590,24 @@ def test_an_invalid_uri_is_one_line_without_the_password():
     with pytest.raises(StoreError) as info:
         open_store("postgresql://u:pw-in-uri@h/db?no_such_setting=1")
     assert "pw-in-uri" not in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_read_only_database_refuses_writes_in_one_line(pg_server, pg_uri, hash_embedder):
+    import psycopg
+
+    open_pg(pg_uri, hash_embedder).close()
+    dbname = psycopg.conninfo.conninfo_to_dict(pg_uri)["dbname"]
+    with pg_server.admin() as conn:
+        conn.execute(f'ALTER DATABASE "{dbname}" SET default_transaction_read_only = on')
+    store = open_pg(pg_uri, hash_embedder)
+    try:
+        assert store.read_only() and store.count() == 0
+        with pytest.raises(StoreError, match="read-only"):
+            store.check_writable()
+        e = entry(1, random.Random(2))
+        with pytest.raises(StoreError, match="read-only") as info:
+            with store.write() as w:
+                w.insert(e, hash_embedder.embed([e.text])[0])
+        assert "\n" not in str(info.value) and store.count() == 0
+    finally:
+        store.close()

@@ -54,6 +54,7 @@ class PgStore(PgReads):
         self.hnsw_min_rows = int(hnsw_min_rows)
         self.ef_search = int(ef_search)
         self._pruned = False
+        self._read_only: bool | None = None
         self._prepare(create)
         self._conns: Any = (connect.Pool(uri, self.label, _configure, max_size=pool_size) if pooled
                             else connect.Single(uri, self.label, _configure))
@@ -135,8 +136,12 @@ class PgStore(PgReads):
             return schema.version(conn)
 
     def read_only(self) -> bool:
-        with self.connection() as conn:
-            return conn.execute("SELECT current_setting('transaction_read_only') = 'on'").fetchone()[0]
+        """A standby server, or a user or database set read-only; asked once (a write refused later still fails
+        in one line: the server refuses it)."""
+        if self._read_only is None:
+            with self.connection() as conn:
+                self._read_only = bool(conn.execute("SELECT current_setting('transaction_read_only') = 'on'").fetchone()[0])
+        return self._read_only
 
     def size_bytes(self) -> int:
         with self.connection() as conn:

@@ -52,14 +52,16 @@ class PgWriter:
         return self.conn.execute(sql, args).fetchone()
 
     def insert(self, entry: Entry, vector: np.ndarray | bytes, *, import_id: int | None = None) -> int:
-        values = entry_values(entry, self.model)
+        """The entry row and its vector in one statement (one round trip while the write lock is held)."""
+        v, ok = vector_value(vector)
         row = self._one(
-            f"INSERT INTO entries({COLUMNS}, content_hash, model, import_id) VALUES ({', '.join(['%s'] * 17)}) RETURNING rowid",
-            [*values, import_id],
+            f"WITH e AS (INSERT INTO entries({COLUMNS}, content_hash, model, import_id) VALUES ({', '.join(['%s'] * 17)}) "
+            "RETURNING rowid) INSERT INTO entries_vec(rowid, embedding, usable, wing, room, kind, type, status, import_id) "
+            "SELECT e.rowid, %s, %s, %s, %s, %s, %s, %s, %s FROM e RETURNING rowid",
+            [*entry_values(entry, self.model), import_id,
+             v, ok, entry.wing, entry.room, entry.kind.value, entry.type.value, entry.status.value, import_id],
         )
-        rowid = int(row[0])  # type: ignore[index]
-        self._put_vector(rowid, entry, vector, import_id)
-        return rowid
+        return int(row[0])  # type: ignore[index]
 
     def _put_vector(self, rowid: int, entry: Entry, vector: np.ndarray | bytes, import_id: int | None) -> None:
         v, ok = vector_value(vector)
@@ -123,12 +125,12 @@ class PgWriter:
         names = sorted(set(wings))
         if not names:
             return
-        self.conn.execute(
-            "INSERT INTO wings(wing, generation, last_write_seq) SELECT w, 1, %s FROM unnest(%s::text[]) AS w "
-            "ON CONFLICT (wing) DO UPDATE SET generation = wings.generation + 1, last_write_seq = excluded.last_write_seq",
-            (seq, names),
+        self.conn.execute(  # the bump and the notification (sent at commit) in one round trip
+            "WITH b AS (INSERT INTO wings(wing, generation, last_write_seq) SELECT w, 1, %s FROM unnest(%s::text[]) AS w "
+            "ON CONFLICT (wing) DO UPDATE SET generation = wings.generation + 1, last_write_seq = excluded.last_write_seq "
+            "RETURNING 1) SELECT pg_notify(%s, %s), (SELECT count(*) FROM b)",
+            (seq, names, NOTIFY_CHANNEL, json.dumps(names)),
         )
-        self.conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, json.dumps(names)))
 
     def last_seq(self) -> int:
         row = self._one("SELECT coalesce(max(seq), 0) FROM audit")
