@@ -229,3 +229,6 @@ def bounded(fn, timeout: float = 30):
     if "error" in out:
         raise out["error"]
     return out.get("value")
+
+
+from tests.pg_fixture import backend_mem, pg_server, pg_uri  # noqa: E402,F401  (PostgreSQL backend fixtures)

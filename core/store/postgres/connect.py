@@ -1,0 +1,211 @@
+"""Connections to a PostgreSQL store: settings from the URI, a pool for long-lived processes, one-line errors.
+
+A store is named by a libpq URI (``postgresql://user:password@host:port/db``,
+or ``postgresql:///db?host=/run/postgresql`` for a unix socket). Errors never
+repeat the password: they name the store by :func:`label`.
+
+Two ways to hold connections, both behind ``connection()``:
+
+- :class:`Single`: one connection per thread, opened on first use (a CLI
+  command, one search). A connection found broken (the server restarted, the
+  backend was terminated) is dropped, and the next call opens a new one.
+- :class:`Pool`: ``psycopg_pool.ConnectionPool`` for long-lived processes (the
+  app, the MCP server); every connection is checked when taken from the pool,
+  so one that died while idle is replaced before it is used.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from memlens.errors import StoreError, StoreLockedError
+
+SCHEMES = ("postgresql://", "postgres://")
+CONNECT_TIMEOUT_S = 10
+
+
+def is_uri(target: object) -> bool:
+    """Whether ``target`` (a ``--store`` value) names a PostgreSQL store rather than a SQLite file."""
+    return isinstance(target, str) and target.startswith(SCHEMES)
+
+
+def _driver() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise StoreError(
+            "a postgresql:// store needs the PostgreSQL client libraries: pip install 'memlens[postgres]'"
+        ) from None
+    return psycopg
+
+
+def parts(uri: str) -> dict[str, str]:
+    """The URI's connection settings (libpq's names: host, port, dbname, user, password, ...)."""
+    _driver()
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        return {k: str(v) for k, v in conninfo_to_dict(uri).items() if v is not None}
+    except Exception:  # libpq's message may quote the URI, password included: say it in our own words
+        raise StoreError("not a valid PostgreSQL URI (postgresql://user:password@host:port/database?setting=value)") from None
+
+
+def label(uri: str) -> str:
+    """The store's name in messages: the URI without its password."""
+    try:
+        p = parts(uri)
+    except StoreError:
+        return re.sub(r"//([^:/@]*):[^@]*@", r"//\1@", uri.split("?")[0])  # at least never the password
+    host = p.get("host", "")
+    where = f"{host}:{p['port']}" if "port" in p and host and not host.startswith("/") else host
+    user = p.get("user", "")
+    return f"postgresql://{user + '@' if user else ''}{where if not where.startswith('/') else ''}/{p.get('dbname', '')}" + (
+        f"?host={where}" if where.startswith("/") else ""
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0].strip()
+
+
+def translate(exc: BaseException, store: str) -> StoreError:
+    """A driver error as one actionable line naming the store (never its password)."""
+    msg = _first_line(exc)
+    low = str(exc).lower()
+    sqlstate = getattr(exc, "sqlstate", None) or ""
+    if "connection refused" in low:
+        return StoreError(f"cannot connect to {store}: connection refused (is the PostgreSQL server running there?)")
+    if "password authentication failed" in low or "no password supplied" in low or sqlstate == "28P01":
+        return StoreError(f"cannot connect to {store}: the server refused the user name or password")
+    if sqlstate == "28000" or "authentication" in low:
+        return StoreError(f"cannot connect to {store}: {msg}")
+    if sqlstate == "3D000" or ("database" in low and "does not exist" in low):
+        return StoreError(f"cannot connect to {store}: {msg} (create it first: createdb)")
+    if "no such file or directory" in low and "socket" in low:
+        return StoreError(f"cannot connect to {store}: no server listens on that socket")
+    if "timeout expired" in low or "timed out" in low:
+        return StoreError(f"cannot connect to {store}: no answer within {CONNECT_TIMEOUT_S} s")
+    if sqlstate in ("40001", "40P01", "55P03") or "lock timeout" in low:
+        return StoreLockedError(f"store {store} is busy (a conflicting writer); try again")
+    if lost(exc):
+        return StoreError(f"lost the connection to {store} ({msg}); the next call reconnects")
+    return StoreError(f"store {store}: {msg}")
+
+
+def lost(exc: BaseException) -> bool:
+    """Whether ``exc`` means the connection itself is gone (server stopped, backend terminated)."""
+    psycopg = _driver()
+    if isinstance(exc, (psycopg.errors.AdminShutdown, psycopg.errors.CrashShutdown)):
+        return True
+    low = str(exc).lower()
+    return isinstance(exc, psycopg.OperationalError) and (
+        "server closed the connection" in low or "terminating connection" in low or "connection is lost" in low
+        or "consuming input failed" in low or "the connection is closed" in low or "ssl syscall" in low
+    )
+
+
+def connect(uri: str, store: str, *, configure: Callable[[Any], None] | None = None) -> Any:
+    """One autocommit connection (transactions are explicit: ``conn.transaction()``)."""
+    psycopg = _driver()
+    try:
+        conn = psycopg.connect(uri, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, application_name="memlens")
+    except psycopg.Error as exc:
+        raise translate(exc, store) from None
+    if configure is not None:
+        try:
+            configure(conn)
+        except BaseException:
+            conn.close()
+            raise
+    return conn
+
+
+def _broken(conn: Any) -> bool:
+    return conn.closed or conn.broken
+
+
+class Single:
+    """One connection per thread; a broken one is replaced on the next call."""
+
+    def __init__(self, uri: str, store: str, configure: Callable[[Any], None] | None = None) -> None:
+        self.uri, self.store, self.configure = uri, store, configure
+        self._local = threading.local()
+        self._all: list[Any] = []
+        self._lock = threading.Lock()
+        self.closed = False
+
+    @contextmanager
+    def connection(self) -> Iterator[Any]:
+        if self.closed:
+            raise StoreError(f"store {self.store} is closed")
+        conn = getattr(self._local, "conn", None)
+        if conn is None or _broken(conn):
+            conn = connect(self.uri, self.store, configure=self.configure)
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        try:
+            yield conn
+        finally:
+            if _broken(conn):
+                self._local.conn = None
+                with self._lock:
+                    if conn in self._all:
+                        self._all.remove(conn)
+
+    def close(self) -> None:
+        self.closed = True
+        with self._lock:
+            for c in self._all:
+                try:
+                    c.close()
+                except Exception:
+                    pass
+            self._all.clear()
+
+
+class Pool:
+    """``psycopg_pool.ConnectionPool``: connections checked when taken, broken ones discarded when returned."""
+
+    def __init__(self, uri: str, store: str, configure: Callable[[Any], None] | None = None, *,
+                 min_size: int = 1, max_size: int = 8, timeout_s: float = 30.0) -> None:
+        _driver()
+        try:
+            from psycopg_pool import ConnectionPool
+        except ImportError:
+            raise StoreError("a pooled postgresql:// store needs psycopg-pool: pip install 'memlens[postgres]'") from None
+        self.store = store
+        self._pool = ConnectionPool(
+            uri, min_size=min_size, max_size=max_size, timeout=timeout_s, open=False, configure=configure,
+            check=ConnectionPool.check_connection, name="memlens",
+            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S, "application_name": "memlens"},
+        )
+        try:
+            self._pool.open(wait=True, timeout=timeout_s)
+        except Exception as exc:
+            self._pool.close()
+            # the pool hides the server's answer: connect once for the real reason
+            connect(uri, store).close()
+            raise StoreError(f"cannot connect to {store}: {_first_line(exc)}") from None
+        self.closed = False
+
+    @contextmanager
+    def connection(self) -> Iterator[Any]:
+        from psycopg_pool import PoolTimeout
+
+        if self.closed:
+            raise StoreError(f"store {self.store} is closed")
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise StoreError(f"cannot connect to {self.store}: {_first_line(exc)}") from None
+
+    def close(self) -> None:
+        self.closed = True
+        self._pool.close()

@@ -1,0 +1,254 @@
+"""``memlens copy SRC DST``: a whole store from SQLite to PostgreSQL, or back, or between two of a kind.
+
+Everything an export would lose is copied too: entries with their rowids and
+vectors, the audit with its sequence numbers, wing generations, completed
+tasks and blockers, and the store's meta (model, dimension, creation time).
+Rows of an import still in progress are not copied (no reader sees them).
+
+All or nothing: the destination must be a new (or empty) store, and every
+row is written in ONE transaction there, so an interrupted copy leaves the
+destination as empty as it was; run it again. It is not resumable. The
+source is read in one snapshot (a read transaction), so writers may keep
+writing to it meanwhile; the copy holds the store as it was when it began.
+
+A vector with no direction (all zeros, NaN or infinite) arrives as zeros in
+PostgreSQL, which cannot hold NaN; it is never a search neighbour either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memlens.errors import StoreError
+from memlens.store.postgres.compat import from_pg
+from memlens.store.postgres.connect import is_uri
+
+BATCH = 500
+ENTRY = ("rowid", "id", "wing", "room", "kind", "type", "status", "title", "text", "key", "salience", "overrides",
+         "created_at", "updated_at", "meta", "content_hash", "model")
+VEC_META = ("wing", "room", "kind", "type", "status")
+AUDIT = ("seq", "ts", "action", "entry_id", "wing", "before", "after", "detail")
+TABLES: list[tuple[str, tuple[str, ...], str]] = [  # (table, columns, order)
+    ("entries", ENTRY, "rowid"),
+    ("audit", AUDIT, "seq"),
+    ("wings", ("wing", "generation", "last_write_seq"), "wing"),
+    ("tasks", ("task_id", "intent", "summary", "outcome", "completed_at", "requires_context", "validation_report", "seq"),
+     "task_id"),
+    ("blockers", ("id", "task_id", "reason", "blocked_at", "resolved_at", "resolution"), "id"),
+]
+_VISIBLE = {"entries": "({p}import_id IS NULL OR {p}import_id NOT IN (SELECT id FROM imports))",
+            "audit": "({p}import_id IS NULL OR {p}import_id NOT IN (SELECT id FROM imports))"}
+
+
+class _Model:
+    def __init__(self, model_id: str, dim: int) -> None:
+        self.model_id, self.dim = model_id, dim
+
+
+class _Sqlite:
+    ph = "?"
+
+    def __init__(self, path: Path, dim: int | None) -> None:
+        from memlens.store import db
+
+        self.label = str(path)
+        self.conn = db.connect(path, create=dim is not None)
+        if db.schema_version(self.conn) < db.SCHEMA_VERSION:
+            if dim is None and not db.schema_version(self.conn):
+                raise StoreError(f"no memlens store at {path}")
+            row = None
+            if db.schema_version(self.conn):
+                row = self.conn.execute("SELECT value FROM store_meta WHERE key = 'dim'").fetchone()
+            db.migrate(self.conn, path, int(row[0]) if row else int(dim or 0))
+        else:
+            db.migrate(self.conn, path, 0)
+
+    def rows(self, sql: str) -> Iterator[tuple[Any, ...]]:
+        yield from self.conn.execute(sql)
+
+    def vectors(self) -> Iterator[tuple[Any, ...]]:
+        yield from self.conn.execute(
+            f"SELECT v.rowid, v.embedding, {', '.join('v.' + c for c in VEC_META)} FROM entries_vec v "
+            "JOIN entries e ON e.rowid = v.rowid "
+            f"WHERE {_VISIBLE['entries'].format(p='e.')} ORDER BY v.rowid")
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.conn.execute("COMMIT")
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        from memlens.store import db
+
+        with db.transaction(self.conn, self.label):
+            yield
+
+    def put(self, table: str, cols: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+        self.conn.executemany(f"INSERT INTO {table}({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", rows)
+
+    def put_vectors(self, rows: list[tuple[Any, ...]]) -> None:
+        blobs = [(r, v if isinstance(v, bytes) else from_pg(v).astype("<f4").tobytes(), *m) for r, v, *m in rows]
+        self.put("entries_vec", ("rowid", "embedding", *VEC_META), blobs)
+
+    def put_meta(self, meta: dict[str, str]) -> None:
+        self.conn.executemany("INSERT OR REPLACE INTO store_meta(key, value) VALUES (?, ?)", list(meta.items()))
+
+    def meta(self) -> dict[str, str]:
+        return dict(self.conn.execute("SELECT key, value FROM store_meta").fetchall())
+
+    def analyze(self) -> None:
+        pass  # SQLite's planner works without statistics here (the store never runs ANALYZE)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class _Postgres:
+    ph = "%s"
+
+    def __init__(self, uri: str, dim: int | None, model: str | None) -> None:
+        from memlens.store.postgres import open_store
+
+        self.store = open_store(uri, model=(lambda: _Model(model or "", int(dim))) if dim is not None else None)
+        self.label = self.store.label
+        self._cm: Any = self.store.connection()
+        self.conn = self._cm.__enter__()
+
+    def rows(self, sql: str) -> Iterator[tuple[Any, ...]]:
+        with self.conn.cursor() as cur:
+            yield from cur.execute(sql)
+
+    def vectors(self) -> Iterator[tuple[Any, ...]]:
+        with self.conn.cursor() as cur:
+            yield from cur.execute(
+                f"SELECT v.rowid, v.embedding, {', '.join('v.' + c for c in VEC_META)} FROM entries_vec v "
+                f"JOIN entries e ON e.rowid = v.rowid WHERE {_VISIBLE['entries'].format(p='e.')} ORDER BY v.rowid")
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        with self.conn.transaction():
+            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        from memlens.store.postgres.schema import WRITE_LOCK
+
+        with self.conn.transaction() as tx:
+            self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+            yield
+            for table, col in (("entries", "rowid"), ("audit", "seq"), ("blockers", "id")):
+                self.conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', '{col}'), "
+                                  f"greatest((SELECT max({col}) FROM {table}), 1), (SELECT max({col}) FROM {table}) IS NOT NULL)")
+        if tx.status != tx.Status.COMMITTED:
+            raise StoreError(f"lost the connection to {self.label} before the copy committed; nothing was written")
+
+    def put(self, table: str, cols: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+        with self.conn.cursor() as cur:
+            cur.executemany(f"INSERT INTO {table}({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))})", rows)
+
+    def put_vectors(self, rows: list[tuple[Any, ...]]) -> None:
+        from memlens.store.postgres.writer import vector_value
+
+        out = []
+        for rowid, v, *m in rows:
+            vec, ok = vector_value(np.frombuffer(v, dtype="<f4") if isinstance(v, bytes) else from_pg(v))
+            out.append((rowid, vec, ok, *m))
+        self.put("entries_vec", ("rowid", "embedding", "usable", *VEC_META), out)
+
+    def put_meta(self, meta: dict[str, str]) -> None:
+        with self.conn.cursor() as cur:
+            cur.executemany("INSERT INTO store_meta(key, value) VALUES (%s, %s) "
+                            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                            [(k, v) for k, v in meta.items() if k != "schema_version"])
+
+    def meta(self) -> dict[str, str]:
+        return {k: v for k, v in self.conn.execute("SELECT key, value FROM store_meta").fetchall() if k != "schema_version"}
+
+    def analyze(self) -> None:
+        self.conn.execute("ANALYZE")  # statistics for the planner: the copied tables were empty a moment ago
+
+    def close(self) -> None:
+        self._cm.__exit__(None, None, None)
+        self.store.close()
+
+
+def _open(target: str | Path, dim: int | None = None, model: str | None = None) -> Any:
+    if is_uri(target):
+        return _Postgres(str(target), dim, model)
+    return _Sqlite(Path(target).expanduser(), dim)
+
+
+def copy_store(src: str | Path, dst: str | Path, *, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+    """Copy the store ``src`` into the new store ``dst`` (a path or a ``postgresql://`` URI); returns rows per table."""
+    source = _open(src)
+    try:
+        meta = source.meta()
+        if "dim" not in meta:
+            raise StoreError(f"store {source.label} records no vector size; it is not a complete memlens store")
+        target = _open(dst, int(meta["dim"]), meta.get("model"))
+        try:
+            counts = _copy(source, target, meta, progress)
+            target.analyze()
+            return counts
+        finally:
+            target.close()
+    finally:
+        source.close()
+
+
+def _copy(source: Any, target: Any, meta: dict[str, str], progress: Callable[[int, int], None] | None) -> dict[str, int]:
+    if any(int(next(iter(target.rows(f"SELECT count(*) FROM {t}")))[0]) for t in ("entries", "audit")):
+        raise StoreError(f"store {target.label} is not empty: copy writes into a new store only (all or nothing)")
+    tmeta = target.meta()
+    if tmeta.get("dim") and tmeta["dim"] != meta["dim"]:
+        raise StoreError(f"store {target.label} holds {tmeta['dim']}-dimensional vectors, {source.label} {meta['dim']}")
+    counts: dict[str, int] = {}
+    with source.snapshot(), target.transaction():
+        total = int(next(iter(source.rows(f"SELECT count(*) FROM entries WHERE {_VISIBLE['entries'].format(p='')}")))[0])
+        for table, cols, order in TABLES:
+            where = f" WHERE {_VISIBLE[table].format(p='')}" if table in _VISIBLE else ""
+            n = 0
+            batch: list[tuple[Any, ...]] = []
+            for row in source.rows(f"SELECT {', '.join(cols)} FROM {table}{where} ORDER BY {order}"):
+                batch.append(tuple(row))
+                if len(batch) >= BATCH:
+                    target.put(table, cols, batch)
+                    n += len(batch)
+                    batch = []
+                    if progress and table == "entries":
+                        progress(n, total)
+            if batch:
+                target.put(table, cols, batch)
+                n += len(batch)
+            counts[table] = n
+            if table == "entries":
+                counts["vectors"] = _copy_vectors(source, target, progress, total)
+        target.put_meta(meta)
+    return counts
+
+
+def _copy_vectors(source: Any, target: Any, progress: Callable[[int, int], None] | None, total: int) -> int:
+    n = 0
+    batch: list[tuple[Any, ...]] = []
+    for row in source.vectors():
+        batch.append(tuple(row))
+        if len(batch) >= BATCH:
+            target.put_vectors(batch)
+            n += len(batch)
+            batch = []
+    if batch:
+        target.put_vectors(batch)
+        n += len(batch)
+    if progress:
+        progress(total, total)
+    return n

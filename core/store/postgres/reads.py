@@ -1,0 +1,247 @@
+"""``Reads`` on PostgreSQL: KNN with pgvector, lexical candidates with tsvector, rows and vectors.
+
+- KNN: cosine distance (``<=>``) with every scope filter and the "no import in
+  progress" rule inside the query; a scoped search takes the ``n`` nearest per
+  wing (as sqlite-vec's partitioned KNN does) through a LATERAL join. By
+  default the scan is exact (index scans off for that statement). Once the
+  store has an HNSW index and the scope's wings hold at least ``hnsw_min_rows``
+  vectors (the planner's estimate), the KNN runs with ``SET LOCAL
+  hnsw.ef_search`` and pgvector's iterative scan (so filters do not starve
+  it); a narrower scope is scanned exactly. The planner may still prefer an
+  exact scan, and the answer's ``index`` says which one ran (from the plan).
+- Lexical: ``ts_rank_cd`` over ``entries.tsv`` (english stemming; title
+  weighted above text), an OR of the query's terms, ties by rowid. It is not
+  FTS5's BM25, hence ``lexical_scorer = "pg-ts_rank_cd"``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from memlens.limits import MAX_QUERY_TERMS
+from memlens.store.postgres.compat import COLUMNS, from_pg
+from memlens.store.rows import damaged_note, row_problem
+from memlens.store.scope import Knn, Rows, Scope, StoredRow, query_terms
+
+VISIBLE = "({p}import_id IS NULL OR NOT EXISTS (SELECT 1 FROM imports i WHERE i.id = {p}import_id))"
+_SELECT = f"SELECT rowid, content_hash, {COLUMNS} FROM entries"
+_ORDER_AUTHORITY = (" ORDER BY CASE type WHEN 'invariant' THEN 0 WHEN 'decision' THEN 1 WHEN 'pattern' THEN 2 ELSE 3 END,"
+                    " salience DESC, updated_at DESC")
+
+
+def visible(alias: str = "") -> str:
+    return VISIBLE.format(p=f"{alias}." if alias else "")
+
+
+def scope_filters(scope: Scope, alias: str = "", *, wings: bool = True) -> tuple[list[str], list[Any]]:
+    """SQL conditions of ``scope`` (``col = ANY(%s)``) and their arguments."""
+    p = f"{alias}." if alias else ""
+    where: list[str] = []
+    args: list[Any] = []
+    for col, values in scope.columns():
+        if values is not None and (wings or col != "wing"):
+            where.append(f"{p}{col} = ANY(%s)")
+            args.append(list(values))
+    return where, args
+
+
+def ts_query(text: str) -> str | None:
+    """Free text → a tsquery OR of its quoted terms (the first ``MAX_QUERY_TERMS``; no tsquery syntax leaks)."""
+    terms = query_terms(text)[:MAX_QUERY_TERMS]
+    return " | ".join("'" + t.replace("'", "''").replace("\\", "\\\\") + "'" for t in terms) if terms else None
+
+
+def _sound(rows: list[StoredRow], out: Rows) -> Rows:
+    """Keep the rows that decode; a damaged one (a hand edit) is a note, not a crash."""
+    for r in rows:
+        problem = row_problem(r[2:])
+        if problem is None:
+            out.rows.append(r)
+        else:
+            out.damaged.append(damaged_note(r[2], problem))
+    return out
+
+
+def _where(where: list[str]) -> str:
+    return " WHERE " + " AND ".join(where) if where else ""
+
+
+class PgReads:
+    """The read half of the storage interface over ``self.connection()`` (a context manager giving a connection).
+
+    The host provides ``connection()``, ``hnsw_min_rows``, ``ef_search`` and ``generations()``.
+    """
+
+    backend = "postgresql"
+    lexical_scorer = "pg-ts_rank_cd"
+    hnsw_min_rows: int
+    ef_search: int
+
+    def connection(self) -> Any:
+        raise NotImplementedError
+
+    def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
+        raise NotImplementedError
+
+    def _all(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self.connection() as conn:
+            return conn.execute(sql, args).fetchall()
+
+    def wings(self) -> list[str]:
+        return [w for (w,) in self._all(f"SELECT DISTINCT wing FROM entries WHERE {visible()} ORDER BY wing")]
+
+    def rooms(self, wing: str | None = None) -> list[str]:
+        sql = f"SELECT DISTINCT room FROM entries WHERE room != '' AND {visible()}" + (" AND wing = %s" if wing else "")
+        return [r for (r,) in self._all(sql + " ORDER BY room", (wing,) if wing else ())]
+
+    def _hnsw_ready(self, conn: Any, wings: list[str] | None = None) -> bool:
+        """Whether an HNSW index exists and the vectors in ``wings`` (None: all) number ``hnsw_min_rows`` or more.
+
+        Sizes are the planner's estimates (table size, the wing column's most common values), never a count:
+        a narrow scope is scanned exactly, which is both exact and faster than a filtered HNSW walk.
+        """
+        row = conn.execute(
+            "SELECT to_regclass('entries_vec_hnsw') IS NOT NULL, "
+            "(SELECT reltuples FROM pg_class WHERE oid = 'entries_vec'::regclass), "
+            "(SELECT coalesce(sum(m.f), 0) FROM pg_stats s, unnest(s.most_common_vals::text::text[], s.most_common_freqs) "
+            " AS m(v, f) WHERE s.schemaname = current_schema() AND s.tablename = 'entries_vec' AND s.attname = 'wing' "
+            " AND m.v = ANY(%s))",
+            (list(wings or []),),
+        ).fetchone()
+        rows = float(row[1] or 0) * (1.0 if wings is None else float(row[2]))
+        return bool(row[0]) and rows >= self.hnsw_min_rows
+
+    def vector_index(self) -> str:
+        with self.connection() as conn:
+            return f"pgvector-hnsw(ef_search={self.ef_search})" if self._hnsw_ready(conn) else "pgvector-exact"
+
+    def knn(self, qvec: np.ndarray, scope: Scope, n: int) -> Knn:
+        q = np.asarray(qvec, dtype=np.float32)
+        if not q.any() or not np.isfinite(q).all() or n <= 0:
+            return Knn([], "pgvector-exact")
+        where, args = scope_filters(scope, "v", wings=False)
+        where = ["v.usable", visible("v"), *where]
+        inner = f"SELECT v.rowid, v.embedding <=> %s AS d FROM entries_vec v{_where(where)}"
+        if scope.wings is not None:
+            sql = (f"SELECT h.rowid, h.d FROM unnest(%s::text[]) AS w(wing) CROSS JOIN LATERAL "
+                   f"({inner} AND v.wing = w.wing ORDER BY d LIMIT %s) h ORDER BY h.d, h.rowid")
+            params: list[Any] = [list(scope.wings), q, *args, n]
+        else:
+            sql = f"{inner} ORDER BY d LIMIT %s"  # by distance alone, so an HNSW index can serve it
+            params = [q, *args, n]
+        with self.connection() as conn, conn.transaction():
+            if self._hnsw_ready(conn, scope.wings):
+                conn.execute(f"SET LOCAL hnsw.ef_search = {int(self.ef_search)}")
+                conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
+                plan = json.dumps(conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()[0])
+                index = f"pgvector-hnsw(ef_search={self.ef_search})" if "entries_vec_hnsw" in plan else "pgvector-exact"
+            else:
+                conn.execute("SET LOCAL enable_indexscan = off")  # never an approximate answer below the threshold
+                index = "pgvector-exact"
+            rows = conn.execute(sql, params).fetchall()
+        hits = [(int(r), 1.0 - float(d)) for r, d in rows]
+        hits.sort(key=lambda h: (-h[1], h[0]))
+        return Knn(hits, index)
+
+    def lexical(self, text: str, scope: Scope, n: int, gens: dict[str, int] | None = None) -> list[tuple[int, float]]:
+        """``ts_rank_cd`` (higher is better) of the matches inside ``scope``; ties by rowid."""
+        tq = ts_query(text)
+        if not tq:
+            return []
+        where, args = scope_filters(scope, "e")
+        # the tsquery inline (not a joined function call): the planner folds it and can estimate the GIN index scan
+        sql = (f"SELECT e.rowid, ts_rank_cd(e.tsv, to_tsquery('english', %s)) AS s FROM entries e "
+               f"WHERE e.tsv @@ to_tsquery('english', %s) AND {visible('e')}" + "".join(" AND " + w for w in where)
+               + " ORDER BY s DESC, e.rowid LIMIT %s")
+        return [(int(r), float(s)) for r, s in self._all(sql, [tq, tq, *args, n])]
+
+    def listing(self, scope: Scope, n: int) -> list[int]:
+        where, args = scope_filters(scope)
+        sql = "SELECT rowid FROM entries" + _where([visible(), *where]) + _ORDER_AUTHORITY + " LIMIT %s"
+        return [r for (r,) in self._all(sql, [*args, n])]
+
+    def rows(self, rowids: Sequence[int]) -> Rows:
+        if not rowids:
+            return Rows()
+        found = self._all(f"{_SELECT} WHERE rowid = ANY(%s) AND {visible()}", [list(rowids)])
+        sound = _sound(found, Rows())
+        by_rowid = {r[0]: r for r in sound.rows}
+        return Rows([by_rowid[r] for r in rowids if r in by_rowid], sound.damaged)
+
+    def vectors(self, need: dict[int, str]) -> dict[int, np.ndarray]:
+        if not need:
+            return {}
+        rows = self._all("SELECT rowid, embedding, usable FROM entries_vec WHERE rowid = ANY(%s)", [list(need)])
+        return {int(r): (from_pg(e) if ok else np.zeros(len(from_pg(e)), dtype=np.float32)) for r, e, ok in rows}
+
+    def mandatory_invariants(self, wing: str, rooms: list[str] | None) -> set[int]:
+        sql = f"SELECT rowid FROM entries WHERE wing = %s AND type = 'invariant' AND status = 'active' AND {visible()}"
+        args: list[Any] = [wing]
+        if rooms:
+            sql += " AND room = ANY(%s)"
+            args.append(list(rooms))
+        return {r for (r,) in self._all(sql, args)}
+
+    def related(self, ids: list[str], keys: Iterable[str], scope: Scope) -> list[int]:
+        keys = list(keys)
+        out: list[int] = []
+        cols = "rowid, wing, room, kind, type, status"
+        if ids:
+            sql = f"SELECT {cols} FROM entries WHERE overrides = ANY(%s) AND {visible()} ORDER BY rowid"
+            out += [r[0] for r in self._all(sql, [ids]) if scope.contains(*r[1:])]
+        if keys:
+            out += [r[0] for r in self._all(f"SELECT {cols} FROM entries WHERE key = ANY(%s) AND {visible()} ORDER BY rowid",
+                                            [keys]) if scope.contains(*r[1:])]
+        return out
+
+    def latest(self, scope: Scope) -> Rows:
+        where, args = scope_filters(scope)
+        sql = _SELECT + _where([visible(), *where]) + " ORDER BY created_at DESC, rowid DESC LIMIT 1"
+        return _sound(self._all(sql, args), Rows())
+
+    _SESSION = "kind = 'turn' AND CASE WHEN {p}meta IS JSON OBJECT THEN {p}meta::jsonb ->> 'session_id' END = %s"
+
+    def session_turns(self, session: Any, wings: list[str] | None, n: int) -> Rows:
+        sql = f"{_SELECT} WHERE {self._SESSION.format(p='')} AND {visible()}"
+        args: list[Any] = [str(session)]
+        if wings is not None:
+            sql += " AND wing = ANY(%s)"
+            args.append(list(wings))
+        sql += " ORDER BY created_at DESC, rowid DESC LIMIT %s"
+        return _sound(self._all(sql, [*args, n]), Rows())
+
+    def session_vectors(self, session: str) -> list[np.ndarray]:
+        rows = self._all(
+            "SELECT v.embedding, v.usable FROM entries e JOIN entries_vec v ON v.rowid = e.rowid "
+            f"WHERE e.{self._SESSION.format(p='e.')} AND {visible('e')}",
+            [str(session)],
+        )
+        return [from_pg(e) if ok else np.zeros(len(from_pg(e)), dtype=np.float32) for e, ok in rows]
+
+    def top_salient(self, scope: Scope, n: int) -> Rows:
+        where, args = scope_filters(scope)
+        sql = _SELECT + _where([visible(), *where]) + " ORDER BY salience DESC, updated_at DESC LIMIT %s"
+        return _sound(self._all(sql, [*args, n]), Rows())
+
+    def scope_vectors(self, wings: list[str], statuses: list[str]) -> list[np.ndarray]:
+        rows = self._all(
+            "SELECT v.embedding, v.usable FROM entries e JOIN entries_vec v ON v.rowid = e.rowid "
+            f"WHERE e.wing = ANY(%s) AND e.status = ANY(%s) AND {visible('e')}",
+            [list(wings), list(statuses)],
+        )
+        return [from_pg(e) if ok else np.zeros(len(from_pg(e)), dtype=np.float32) for e, ok in rows]
+
+    def text_matches(self, text: str, wings: list[str]) -> list[str]:
+        tq = ts_query(text)
+        if not tq:
+            return []
+        rows = self._all(
+            f"SELECT e.id FROM entries e WHERE e.tsv @@ to_tsquery('english', %s) AND e.wing = ANY(%s) AND {visible('e')} "
+            "ORDER BY ts_rank_cd(e.tsv, to_tsquery('english', %s)) DESC, e.rowid",
+            [tq, list(wings), tq],
+        )
+        return [r[0] for r in rows]

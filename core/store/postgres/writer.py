@@ -1,0 +1,259 @@
+"""The write protocol on PostgreSQL: one transaction for the entry row, its vector, the audit row and
+the generation bump of every wing written, under one advisory lock.
+
+Every write transaction first takes ``pg_advisory_xact_lock(WRITE_LOCK)``:
+writers serialise as they do on SQLite (``BEGIN IMMEDIATE``), so a check made
+inside the transaction (the same content already stored, an entry changed
+since it was read) still holds when the transaction commits, on any machine.
+A bump also sends ``NOTIFY memlens_generations``, delivered at commit, so a
+long-lived process that listens hears every write at once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
+
+import numpy as np
+
+from memlens.limits import printable
+from memlens.models import Entry, format_ts, utcnow
+from memlens.store.postgres.compat import BLOCKER_COLUMNS, COLUMNS, TASK_COLUMNS, as_vector, entry_values, row_to_entry, stamp
+from memlens.store.postgres.reads import visible
+from memlens.store.postgres.schema import NOTIFY_CHANNEL
+
+
+def _usable(v: np.ndarray) -> bool:
+    return bool(np.isfinite(v).all()) and bool(v.any())
+
+
+def vector_value(vec: np.ndarray | bytes) -> tuple[np.ndarray, bool]:
+    """What ``entries_vec`` stores: pgvector refuses NaN and infinities, so a degenerate vector is stored as zeros."""
+    v = as_vector(vec)
+    ok = _usable(v)
+    return (v if ok else np.zeros(v.shape, dtype=np.float32)), ok
+
+
+def dumps(v: Any) -> str | None:
+    return None if v is None else json.dumps(v, ensure_ascii=False)
+
+
+class PgWriter:
+    """One open write transaction (``Store.write()``)."""
+
+    def __init__(self, conn: Any, model: str | None) -> None:
+        self.conn = conn
+        self.model = model
+        self.tasks = PgTaskRows(lambda: nullcontext(conn))
+
+    def _one(self, sql: str, args: Any = ()) -> tuple[Any, ...] | None:
+        return self.conn.execute(sql, args).fetchone()
+
+    def insert(self, entry: Entry, vector: np.ndarray | bytes, *, import_id: int | None = None) -> int:
+        """The entry row and its vector in one statement (one round trip while the write lock is held)."""
+        v, ok = vector_value(vector)
+        row = self._one(
+            f"WITH e AS (INSERT INTO entries({COLUMNS}, content_hash, model, import_id) VALUES ({', '.join(['%s'] * 17)}) "
+            "RETURNING rowid) INSERT INTO entries_vec(rowid, embedding, usable, wing, room, kind, type, status, import_id) "
+            "SELECT e.rowid, %s, %s, %s, %s, %s, %s, %s, %s FROM e RETURNING rowid",
+            [*entry_values(entry, self.model), import_id,
+             v, ok, entry.wing, entry.room, entry.kind.value, entry.type.value, entry.status.value, import_id],
+        )
+        return int(row[0])  # type: ignore[index]
+
+    def _put_vector(self, rowid: int, entry: Entry, vector: np.ndarray | bytes, import_id: int | None) -> None:
+        v, ok = vector_value(vector)
+        self.conn.execute(
+            "INSERT INTO entries_vec(rowid, embedding, usable, wing, room, kind, type, status, import_id) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (rowid) DO UPDATE SET embedding = excluded.embedding, "
+            "usable = excluded.usable, wing = excluded.wing, room = excluded.room, kind = excluded.kind, "
+            "type = excluded.type, status = excluded.status, import_id = excluded.import_id",
+            (rowid, v, ok, entry.wing, entry.room, entry.kind.value, entry.type.value, entry.status.value, import_id),
+        )
+
+    def state(self, entry_id: str) -> bool | None:
+        row = self._one(f"SELECT {visible()} FROM entries WHERE id = %s", (entry_id,))
+        return None if row is None else bool(row[0])
+
+    def find(self, entry_id: str) -> tuple[int, Entry] | None:
+        row = self._one(f"SELECT rowid, {COLUMNS} FROM entries WHERE id = %s AND {visible()} FOR UPDATE", (entry_id,))
+        return None if row is None else (int(row[0]), row_to_entry(row[1:]))
+
+    def find_rowid(self, entry_id: str) -> int | None:
+        row = self._one(f"SELECT rowid FROM entries WHERE id = %s AND {visible()}", (entry_id,))
+        return None if row is None else int(row[0])
+
+    def find_content(self, digest: str, wing: str) -> Entry | None:
+        row = self._one(
+            f"SELECT {COLUMNS} FROM entries WHERE content_hash = %s AND wing = %s AND {visible()} ORDER BY rowid LIMIT 1",
+            (digest, wing),
+        )
+        return None if row is None else row_to_entry(row)
+
+    def replace(self, rowid: int, entry: Entry, vector: bytes | np.ndarray | None) -> None:
+        values = entry_values(entry, self.model)
+        cols = [c.strip() for c in COLUMNS.split(",")]
+        sets = ", ".join(f"{c} = %s" for c in cols[1:]) + ", content_hash = %s, model = %s"
+        self.conn.execute(f"UPDATE entries SET {sets} WHERE rowid = %s", [*values[1:], rowid])
+        if vector is None:
+            self.conn.execute(
+                "UPDATE entries_vec SET wing = %s, room = %s, kind = %s, type = %s, status = %s WHERE rowid = %s",
+                (entry.wing, entry.room, entry.kind.value, entry.type.value, entry.status.value, rowid),
+            )
+        else:
+            import_id = self._one("SELECT import_id FROM entries WHERE rowid = %s", (rowid,))
+            self._put_vector(rowid, entry, vector, import_id[0] if import_id else None)
+
+    def delete(self, rowid: int) -> None:
+        self.conn.execute("DELETE FROM entries WHERE rowid = %s", (rowid,))  # its vector goes with it (ON DELETE CASCADE)
+
+    def audit(
+        self, action: str, entry_id: str | None, wing: str | None, before: dict[str, Any] | None,
+        after: dict[str, Any] | None, detail: dict[str, Any] | None = None, *, import_id: int | None = None,
+    ) -> int:
+        row = self._one(
+            "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail, import_id) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING seq",
+            (format_ts(utcnow()), action, entry_id, wing, dumps(before), dumps(after), dumps(printable(stamp(detail))),
+             import_id),
+        )
+        return int(row[0])  # type: ignore[index]
+
+    def bump(self, wings: Iterable[str], seq: int) -> None:
+        names = sorted(set(wings))
+        if not names:
+            return
+        self.conn.execute(  # the bump and the notification (sent at commit) in one round trip
+            "WITH b AS (INSERT INTO wings(wing, generation, last_write_seq) SELECT w, 1, %s FROM unnest(%s::text[]) AS w "
+            "ON CONFLICT (wing) DO UPDATE SET generation = wings.generation + 1, last_write_seq = excluded.last_write_seq "
+            "RETURNING 1) SELECT pg_notify(%s, %s), (SELECT count(*) FROM b)",
+            (seq, names, NOTIFY_CHANNEL, json.dumps(names)),
+        )
+
+    def last_seq(self) -> int:
+        row = self._one("SELECT coalesce(max(seq), 0) FROM audit")
+        return int(row[0])  # type: ignore[index]
+
+
+class PgTaskRows:
+    """The working-memory tables (completed tasks, blockers) as rows (``TASK_COLUMNS`` / ``BLOCKER_COLUMNS``).
+
+    ``connection`` gives the connection to use (a context manager): the write transaction's own inside a
+    ``Writer``, else one from the store's pool; ``snapshot()`` pins one for reads that must agree.
+    """
+
+    def __init__(self, connection: Callable[[], AbstractContextManager[Any]]) -> None:
+        self._connection = connection
+        self._pinned: Any = None
+
+    @contextmanager
+    def _conn(self) -> Iterator[Any]:
+        if self._pinned is not None:
+            yield self._pinned
+        else:
+            with self._connection() as conn:
+                yield conn
+
+    def _all(self, sql: str, args: Any = ()) -> list[tuple[Any, ...]]:
+        with self._conn() as conn:
+            return conn.execute(sql, args).fetchall()
+
+    def _one(self, sql: str, args: Any = ()) -> tuple[Any, ...] | None:
+        with self._conn() as conn:
+            return conn.execute(sql, args).fetchone()
+
+    def _run(self, sql: str, args: Any = ()) -> None:
+        with self._conn() as conn:
+            conn.execute(sql, args)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def task(self, task_id: str) -> tuple[Any, ...] | None:
+        return self._one(f"SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = %s", (task_id,))
+
+    def task_count(self) -> int:
+        return int(self._one("SELECT count(*) FROM tasks")[0])  # type: ignore[index]
+
+    def is_empty(self) -> bool:
+        return self._one("SELECT 1 FROM tasks UNION ALL SELECT 1 FROM blockers LIMIT 1") is None
+
+    def recent_tasks(self, n: int) -> list[tuple[Any, ...]]:
+        """The ``n`` latest completed tasks, oldest first."""
+        rows = self._all(f"SELECT {TASK_COLUMNS} FROM tasks ORDER BY completed_at DESC, seq DESC LIMIT %s", (n,))
+        return list(reversed(rows))
+
+    def all_tasks(self) -> list[tuple[Any, ...]]:
+        return self._all(f"SELECT {TASK_COLUMNS} FROM tasks ORDER BY completed_at, seq")
+
+    def blockers(self, active_only: bool) -> list[tuple[Any, ...]]:
+        where = " WHERE resolved_at IS NULL" if active_only else ""
+        return self._all(f"SELECT {BLOCKER_COLUMNS} FROM blockers{where} ORDER BY blocked_at, id")
+
+    def active_task_ids(self, limit: int) -> list[str]:
+        return [r[0] for r in self._all(
+            "SELECT task_id FROM blockers WHERE resolved_at IS NULL ORDER BY blocked_at, id LIMIT %s", (limit,))]
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads inside see one snapshot (a repeatable-read transaction, unless one is already open)."""
+        if self._pinned is not None:
+            yield
+            return
+        with self._conn() as conn:
+            if conn.info.transaction_status != 0:  # already inside the caller's transaction
+                yield
+                return
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                self._pinned = conn
+                try:
+                    yield
+                finally:
+                    self._pinned = None
+
+    def active_blocker(self, task_id: str) -> tuple[Any, ...] | None:
+        return self._one(f"SELECT id, {BLOCKER_COLUMNS} FROM blockers WHERE task_id = %s AND resolved_at IS NULL", (task_id,))
+
+    def blocker_at(self, task_id: str, blocked_at: str) -> tuple[Any, ...] | None:
+        return self._one(f"SELECT id, {BLOCKER_COLUMNS} FROM blockers WHERE task_id = %s AND blocked_at = %s",
+                         (task_id, blocked_at))
+
+    def other_active(self, task_id: str, exclude: int | None) -> tuple[Any, ...] | None:
+        return self._one("SELECT id, blocked_at FROM blockers WHERE task_id = %s AND resolved_at IS NULL "
+                         "AND id IS DISTINCT FROM %s", (task_id, exclude))
+
+    def tasks_beyond(self, keep: int) -> list[tuple[Any, ...]]:
+        return self._all(f"SELECT {TASK_COLUMNS} FROM tasks ORDER BY completed_at DESC, seq DESC OFFSET %s", (keep,))
+
+    def resolved_beyond(self, keep: int) -> list[tuple[Any, ...]]:
+        return self._all(f"SELECT id, {BLOCKER_COLUMNS} FROM blockers WHERE resolved_at IS NOT NULL "
+                         "ORDER BY resolved_at DESC, id DESC OFFSET %s", (keep,))
+
+    # -- writes (inside a Writer's transaction) ---------------------------------------------------
+
+    def put_task(self, values: tuple[Any, ...], seq: int) -> None:
+        self._run(
+            f"INSERT INTO tasks({TASK_COLUMNS}, seq) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (task_id) DO UPDATE SET "
+            "intent = excluded.intent, summary = excluded.summary, outcome = excluded.outcome, "
+            "completed_at = excluded.completed_at, requires_context = excluded.requires_context, "
+            "validation_report = excluded.validation_report, seq = excluded.seq",
+            (*values, seq),
+        )
+
+    def delete_task(self, task_id: str) -> None:
+        self._run("DELETE FROM tasks WHERE task_id = %s", (task_id,))
+
+    def insert_blocker(self, values: tuple[Any, ...]) -> None:
+        self._run(f"INSERT INTO blockers({BLOCKER_COLUMNS}) VALUES (%s, %s, %s, %s, %s)", values)
+
+    def update_blocker(self, rowid: int, reason: str, resolved_at: str | None, resolution: str | None) -> None:
+        self._run("UPDATE blockers SET reason = %s, resolved_at = %s, resolution = %s WHERE id = %s",
+                  (reason, resolved_at, resolution, rowid))
+
+    def resolve_blocker(self, rowid: int, resolved_at: str, resolution: str) -> None:
+        self._run("UPDATE blockers SET resolved_at = %s, resolution = %s WHERE id = %s", (resolved_at, resolution, rowid))
+
+    def delete_blocker(self, rowid: int) -> None:
+        self._run("DELETE FROM blockers WHERE id = %s", (rowid,))

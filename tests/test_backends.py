@@ -1,0 +1,151 @@
+"""The engine's behaviour, the same on each backend: SQLite + sqlite-vec, and PostgreSQL + pgvector.
+
+Every test runs twice through ``backend_mem`` (tests/pg_fixture.py): on a new
+SQLite file and on a new database of the session's embedded PostgreSQL server.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from memlens.errors import NotFoundError, StaleUpdateError
+from tests.conftest import REPO
+
+pytest.importorskip("psycopg")
+
+BACKEND_TRACE = {
+    "sqlite": ("sqlite-vec", "fts5-bm25"),
+    "postgresql": ("pgvector-exact", "pg-ts_rank_cd"),
+}
+
+
+def _backend(mem) -> str:
+    return mem.store.backend
+
+
+def test_writes_and_their_audit(backend_mem):
+    mem = backend_mem
+    e = mem.add("Deploys go through the release branch", wing="ops", type="invariant")
+    assert mem.get(e.id).text == e.text
+    changed = mem.update(e.id, text="Deploys go only through the release branch")
+    with pytest.raises(StaleUpdateError):
+        mem.update(e.id, expected_updated_at=e.created_at, title="late edit")
+    mem.set_status(e.id, "under_review")
+    mem.delete(e.id)
+    with pytest.raises(NotFoundError):
+        mem.get(e.id)
+    history = mem.audit(e.id)
+    assert [h["action"] for h in history] == ["delete", "update", "update", "add"]
+    assert history[2]["after"]["text"] == changed.text and history[2]["detail"] == {"reembedded": True}
+    assert mem.count() == 0 and mem.generations()["ops"] == 4
+
+
+def test_search_policy_and_trace(backend_mem):
+    mem = backend_mem
+    inv = mem.add("Never force-push to the main branch", wing="ops", type="invariant")
+    note = mem.add("The deploy script lives in tools/deploy.sh and pushes the release branch", wing="ops")
+    old = mem.add("Deploys used to go through the staging branch", wing="ops")
+    mem.set_status(old.id, "deprecated")
+    mem.add("Release notes are written by the release manager", wing="docs")
+    bundle = mem.search("deploy script release branch", active_wing="ops", k=5)
+    ids = [r.entry.id for r in bundle.results]
+    assert note.id in ids and old.id not in ids  # deprecated entries stay out by default
+    assert inv.id in ids  # the active wing's invariants are always included
+    assert all(r.entry.wing in ("ops", "_global") for r in bundle.results)
+    index, lexical = BACKEND_TRACE[_backend(mem)]
+    assert bundle.trace.fusion["vector_index"] == index and bundle.trace.fusion["lexical"] == lexical
+    everywhere = mem.search("release", k=10)
+    assert {r.entry.wing for r in everywhere.results} == {"ops", "docs"}
+    assert mem.explain("deploy script release branch", note.id, active_wing="ops")
+
+
+def test_working_memory(backend_mem):
+    tasks = backend_mem.tasks
+    tasks.complete("t-1", "ship the copy command", validation_report={"tests": "green"})
+    tasks.block("t-2", "waiting for review")
+    with pytest.raises(Exception, match="already blocked"):
+        tasks.block("t-2", "again")
+    window = tasks.window()
+    assert [t.task_id for t in window.tasks] == ["t-1"] and [b.task_id for b in window.blockers] == ["t-2"]
+    tasks.complete("t-2", "reviewed")  # completing a blocked task resolves its blocker
+    assert tasks.blockers() == [] and [t.task_id for t in tasks.recent()] == ["t-1", "t-2"]
+    assert "ship the copy command" in tasks.render()
+
+
+def test_export_import_round_trip(backend_mem, tmp_path):
+    mem = backend_mem
+    mem.add("Café au lait: unicode survives", wing="_global", key="coffee", meta={"n": 1})
+    mem.add("An invariant of the api", wing="api", room="http", type="invariant")
+    first = io.StringIO()
+    assert mem.export_jsonl(first, with_vectors=True) == 2
+    source = tmp_path / "export.jsonl"
+    source.write_text(first.getvalue(), encoding="utf-8")
+    # into a second store of the same backend: delete both, import, export again
+    for e in list(mem.entries()):
+        mem.delete(e.id)
+    report = mem.import_jsonl(source)
+    assert report["imported"] == 2 and report["embedded"] == 0
+    again = io.StringIO()
+    mem.export_jsonl(again, with_vectors=True)
+    assert again.getvalue() == first.getvalue()
+
+
+OTHER_PROCESS = r"""
+import sys
+from memlens.config import load_settings
+from memlens.embed import HashEmbedder
+backend, target, text = sys.argv[1], sys.argv[2], sys.argv[3]
+if backend == "postgresql":
+    from tests.pg_fixture import pg_memory
+    mem = pg_memory(target, load_settings(), HashEmbedder())
+else:
+    from memlens import Memory
+    mem = Memory.open(target, embedder=HashEmbedder())
+print(mem.add(text, wing="ops").id)
+mem.close()
+"""
+
+
+def test_a_write_in_another_process_invalidates_the_cache(backend_mem):
+    mem = backend_mem
+    mem.add("The on-call rotation changes every Monday", wing="ops")
+    first = mem.search("on-call rotation pager", active_wing="ops")
+    assert mem.search("on-call rotation pager", active_wing="ops").trace.cache_hit
+    target = mem.store.uri if _backend(mem) == "postgresql" else str(mem.path)
+    text = "The on-call pager is handed over on Monday"
+    out = subprocess.run([sys.executable, "-c", OTHER_PROCESS, _backend(mem), target, text], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    new_id = out.stdout.strip().splitlines()[-1]
+    after = mem.search("on-call rotation pager", active_wing="ops")
+    why = after.trace.cache.invalidated_by
+    assert not after.trace.cache_hit and why is not None and why["entry_id"] == new_id and why["action"] == "add"
+    assert new_id in [r.entry.id for r in after.results] and new_id not in [r.entry.id for r in first.results]
+
+
+def test_concurrent_writers_in_threads_lose_nothing(backend_mem):
+    mem = backend_mem
+    errors: list[BaseException] = []
+
+    def writer(k: int) -> None:
+        try:
+            for i in range(15):
+                mem.add(f"thread {k} wrote entry number {i}", wing=f"w{k % 2}")
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads) and errors == []
+    assert mem.count() == 60 and sum(mem.generations(["w0", "w1"]).values()) == 60
+    assert len({a["entry_id"] for a in mem.audit(limit=100)}) == 60
+    assert json.dumps(mem.stats()["per_wing"], sort_keys=True) == json.dumps({"w0": 30, "w1": 30}, sort_keys=True)

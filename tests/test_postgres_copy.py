@@ -1,0 +1,135 @@
+"""``copy_store``: SQLite → PostgreSQL → SQLite gives back the same store (a real embedded server)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from memlens.errors import StoreError
+from tests.conftest import snapshot_store
+
+pytest.importorskip("psycopg")
+
+
+def _tables(path):
+    from memlens.store import db
+
+    conn = db.connect(path, create=False)
+    try:
+        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in ("tasks", "blockers", "store_meta")}
+    finally:
+        conn.close()
+
+
+def _fill(mem):
+    a = mem.add("Deploys go through the release branch", wing="ops", room="deploy", type="invariant")
+    b = mem.add("We chose PostgreSQL for the team store", wing="ops", type="decision", meta={"by": "ann", "n": 3})
+    mem.add("Café au lait, s'il vous plaît: unicode survives", wing="_global", key="coffee")
+    mem.update(b.id, text="We chose PostgreSQL with pgvector for the team store")
+    mem.set_status(a.id, "under_review")
+    c = mem.add("a short-lived note", wing="scratch")
+    mem.delete(c.id)
+    mem.tasks.complete("t-1", "ship the copy command", validation_report={"tests": "green"})
+    mem.tasks.block("t-2", "waiting for review")
+
+
+def test_sqlite_to_postgres_to_sqlite_round_trips_exactly(tmp_path, settings, hash_embedder, pg_uri):
+    from memlens import Memory
+    from memlens.store.postgres import open_store
+    from memlens.store.postgres.copy import copy_store
+
+    src, back = tmp_path / "a.db", tmp_path / "b.db"
+    with Memory.open(src, settings=settings, embedder=hash_embedder) as mem:
+        _fill(mem)
+        want = io.StringIO()
+        mem.export_jsonl(want, with_vectors=True)
+    seen: list[tuple[int, int]] = []
+    counts = copy_store(src, pg_uri, progress=lambda done, total: seen.append((done, total)))
+    assert counts["entries"] == counts["vectors"] == 3 and counts["tasks"] == 1 and counts["blockers"] == 1
+    assert seen[-1] == (3, 3)
+    pg = open_store(pg_uri)
+    try:
+        assert pg.count() == 3 and pg.meta()["model"] == hash_embedder.model_id
+        assert len(pg.audit(limit=100)) == len(snapshot_store(src)[2])
+        copied = max(a["seq"] for a in pg.audit(limit=100))
+        with pytest.raises(RuntimeError, match="roll back"):
+            with pg.write() as w:  # the copy's sequences continue past the copied rows
+                assert w.audit("probe", None, None, None, None) > copied
+                raise RuntimeError("roll back the probe")
+        assert max(a["seq"] for a in pg.audit(limit=100)) == copied
+    finally:
+        pg.close()
+    copy_store(pg_uri, back)
+    assert snapshot_store(back) == snapshot_store(src)
+    assert _tables(back) == _tables(src)
+    with Memory.open(back, settings=settings, embedder=hash_embedder) as mem:
+        got = io.StringIO()
+        mem.export_jsonl(got, with_vectors=True)
+        assert got.getvalue() == want.getvalue()
+        hits = mem.search("release branch deploys", active_wing="ops", k=3).results
+        assert hits and hits[0].entry.wing == "ops"
+
+
+def test_copy_refuses_a_store_that_is_not_empty_and_writes_nothing(tmp_path, settings, hash_embedder, pg_uri):
+    from memlens import Memory
+    from memlens.store.postgres import open_store
+    from memlens.store.postgres.copy import copy_store
+
+    src = tmp_path / "a.db"
+    with Memory.open(src, settings=settings, embedder=hash_embedder) as mem:
+        mem.add("one entry", wing="w")
+    copy_store(src, pg_uri)
+    with pytest.raises(StoreError, match="not empty"):
+        copy_store(src, pg_uri)
+    pg = open_store(pg_uri)
+    try:
+        assert pg.count() == 1
+    finally:
+        pg.close()
+
+
+def test_a_failed_copy_leaves_the_destination_empty(tmp_path, settings, hash_embedder, pg_uri, monkeypatch):
+    from memlens import Memory
+    from memlens.store.postgres import copy as copy_mod
+    from memlens.store.postgres import open_store
+
+    src = tmp_path / "a.db"
+    with Memory.open(src, settings=settings, embedder=hash_embedder) as mem:
+        for i in range(7):
+            mem.add(f"entry number {i}", wing="w")
+
+    def broken(self, rows):
+        raise RuntimeError("disk gone")
+
+    monkeypatch.setattr(copy_mod._Postgres, "put_vectors", broken)  # entries already written when it fails
+    with pytest.raises(RuntimeError, match="disk gone"):
+        copy_mod.copy_store(src, pg_uri)
+    pg = open_store(pg_uri)
+    try:
+        assert pg.count() == 0 and pg.audit(limit=10) == [] and pg.generations() == {}
+    finally:
+        pg.close()
+
+
+def test_degenerate_vector_arrives_as_zeros(tmp_path, settings, hash_embedder, pg_uri):
+    from memlens import Memory
+    from memlens.store.postgres import open_store
+    from memlens.store.postgres.copy import copy_store
+    from memlens.store.reads import Scope
+
+    src = tmp_path / "a.db"
+    with Memory.open(src, settings=settings, embedder=hash_embedder) as mem:
+        e = mem.add("a vector that will be damaged", wing="w")
+        mem.add("a sound one", wing="w")
+        nan = np.full(hash_embedder.dim, np.nan, dtype="<f4").tobytes()
+        mem.conn.execute("UPDATE entries_vec SET embedding = ? WHERE rowid = 1", (nan,))
+    copy_store(src, pg_uri)
+    pg = open_store(pg_uri)
+    try:
+        assert not np.frombuffer(pg.entry_vector(e.id), dtype="<f4").any()
+        q = hash_embedder.embed(["a vector that will be damaged"])[0]
+        assert [h[0] for h in pg.knn(q, Scope(wings=["w"]), 5).hits] == [2]
+    finally:
+        pg.close()
