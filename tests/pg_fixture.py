@@ -109,7 +109,6 @@ def pg_memory(uri: str, settings: Any, embedder: Any) -> Any:
 
     with mock.patch.object(facade, "SqliteStore", lambda path, model, **kw: open_store(str(path), model=model)):
         mem = facade.Memory(uri, settings, embedder)  # type: ignore[arg-type]
-    mem.reads = mem.store
     mem.path = mem.store.path  # the URI without its password, for messages and stats
     return mem
 

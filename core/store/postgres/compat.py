@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from memlens.store import attribution, rows, task_rows
+from memlens import attribution
+from memlens.store import rows, task_rows
 
 COLUMNS = rows.COLUMN_LIST  # id, wing, room, kind, type, status, title, text, key, salience, overrides, created_at, ...
 TASK_COLUMNS = ", ".join(task_rows.TASK_COLUMNS)
