@@ -22,9 +22,10 @@ import os
 import re
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
@@ -258,12 +259,19 @@ class OnnxEmbedder(_TokenizerMixin):
         return out
 
 
+def quiet_transformers() -> None:
+    """Silence transformers' log lines and progress bars (its logging helpers are unannotated: hence the casts)."""
+    from transformers.utils import logging as hf_logging
+
+    cast(Callable[[], None], hf_logging.set_verbosity_error)()
+    cast(Callable[[], None], hf_logging.disable_progress_bar)()
+
+
 def export_onnx(spec: ModelSpec, target: Path) -> None:
     """Export the transformer to ONNX once (needs torch, transformers and onnx)."""
     try:
         import torch
         from transformers import AutoModel
-        from transformers.utils import logging as hf_logging
     except ImportError as exc:
         raise ModelError(f"exporting the model to ONNX needs torch and transformers ({exc})") from None
 
@@ -278,8 +286,7 @@ def export_onnx(spec: ModelSpec, target: Path) -> None:
             ).last_hidden_state
             return hidden
 
-    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # transformers leaves its logging helpers unannotated
-    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # (same)
+    quiet_transformers()
     try:
         model = AutoModel.from_pretrained(str(spec.path), local_files_only=True)
     except Exception as exc:
@@ -332,10 +339,8 @@ class SentenceTransformerEmbedder(_TokenizerMixin):
             if self._model is None:
                 try:
                     from sentence_transformers import SentenceTransformer
-                    from transformers.utils import logging as hf_logging
 
-                    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # unannotated in transformers
-                    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # (same)
+                    quiet_transformers()
 
                     model = SentenceTransformer(str(self.spec.path), device="cpu", local_files_only=True)
                 except Exception as exc:

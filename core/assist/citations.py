@@ -27,7 +27,7 @@ class Citations:
     invented: list[str] = field(default_factory=list)  # cited but never sent
     web: list[int] = field(default_factory=list)  # web sources cited by number (1-based), when that many were sent
 
-    def to_dict(self) -> dict[str, list]:
+    def to_dict(self) -> dict[str, list[str] | list[int]]:
         return {"citations": self.valid, "invented_citations": self.invented, "web_citations": self.web}
 
 

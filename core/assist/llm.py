@@ -50,7 +50,7 @@ class LlmError(MemlensError):
     exit_code = 1
 
 
-def one_line(text: str, limit: int = ERROR_BODY_CHARS) -> str:
+def one_line(text: object, limit: int = ERROR_BODY_CHARS) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -161,7 +161,8 @@ class SseParser:
 
 def _is_json(response: Any) -> bool:
     """A server that ignored ``"stream": true`` and sent the whole completion as one JSON object."""
-    return response.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json"
+    content_type = str(response.headers.get("content-type", ""))
+    return content_type.split(";")[0].strip().lower() == "application/json"
 
 
 def _whole(parser: SseParser, body: bytes) -> str:

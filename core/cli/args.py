@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from memlens.errors import ValidationError
 from memlens.limits import MAX_BUDGET, MAX_K, check_int
@@ -19,7 +20,7 @@ PROG = "memlens"
 class Parser(argparse.ArgumentParser):
     """argparse with the CLI's error convention: one line on stderr, exit status 2."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         print(f"{PROG}: error: {message} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(2)
 

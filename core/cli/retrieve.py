@@ -108,7 +108,7 @@ def cmd_context(args: argparse.Namespace) -> int:
     except StoreError as exc:
         bundle = fallback_bundle(args.query, args.workspace, args.k or 10, f"store unavailable: {exc}")
         print(f"{PROG}: warning: {exc}; falling back to the workspace", file=sys.stderr)
-        text = render_context(None, bundle)  # type: ignore[arg-type]
+        text = render_context(None, bundle)
     else:
         try:
             with mem:
@@ -118,7 +118,7 @@ def cmd_context(args: argparse.Namespace) -> int:
         except StoreCorruptError as exc:  # damage met while reading: as unreachable as a missing store
             bundle = fallback_bundle(args.query, args.workspace, args.k or 10, f"store unavailable: {exc}")
             print(f"{PROG}: warning: {exc}; falling back to the workspace", file=sys.stderr)
-            text = render_context(None, bundle)  # type: ignore[arg-type]
+            text = render_context(None, bundle)
     if args.json:
         print(json.dumps({"context": text, **bundle.to_dict()}, ensure_ascii=False))
     else:

@@ -35,8 +35,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 def cmd_tui(args: argparse.Namespace) -> int:
     try:
-        # the app (tui/) is outside the engine's type check, which may not see it: hence the ignore
-        from memlens.tui.app import run_app  # type: ignore[import-not-found,unused-ignore]
+        from memlens.tui.app import run_app  # outside the engine's type check (pyproject's [tool.mypy] overrides)
     except ImportError as exc:  # the engine works without the app's dependencies
         raise MemlensError(f"the terminal app needs textual ({exc}); pip install 'textual'") from None
     code: int = run_app(args.store, demo=getattr(args, "demo", False), active_wing=getattr(args, "active_wing", None))

@@ -88,7 +88,8 @@ def _dump(obj: Any) -> None:
 
 
 def cmd_task(args: argparse.Namespace) -> int:
-    from memlens.working.tasks import _detail, check_task_id
+    from memlens.working.task_window import _detail
+    from memlens.working.tasks import check_task_id
 
     action = getattr(args, "task_action", None)
     if action is None:

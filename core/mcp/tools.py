@@ -206,7 +206,7 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         ] = "memory",
         budget: Annotated[int | None, Field(ge=1, description="token budget for the results' text")] = None,
         full_trace: Annotated[bool, Field(description="also return every score component and the full trace")] = False,
-        ctx: Context = None,  # type: ignore[assignment]
+        ctx: Context | None = None,
     ) -> dict[str, Any]:
         def run(mem: Any, waited: float) -> dict[str, Any]:
             b = mem.search(query, active_wing=active_wing, wings=wings, k=k, profile=profile, budget=budget)
@@ -221,7 +221,7 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         query: Annotated[str, Field(description="the task or question you need context for")],
         active_wing: Annotated[str, Field(description="the project you are working in")],
         budget: Annotated[int | None, Field(ge=1, description="token budget for the whole context")] = None,
-        ctx: Context = None,  # type: ignore[assignment]
+        ctx: Context | None = None,
     ) -> str:
         text: str = call(ctx, lambda mem, _w: mem.context(query, active_wing=active_wing, budget=budget), need_model=True)
         return text
@@ -238,7 +238,7 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         status: Annotated[StatusName, Field(description="active unless you are unsure (under_review)")] = "active",
         salience: Annotated[float, Field(ge=0.0, le=1.0, description="importance 0..1")] = 0.5,
         overrides: Annotated[str | None, Field(description="id of an entry this one replaces")] = None,
-        ctx: Context = None,  # type: ignore[assignment]
+        ctx: Context | None = None,
     ) -> dict[str, Any]:
         def run(mem: Any, _w: float) -> dict[str, Any]:
             entry, created, similar = mem.add_unique(text, wing=wing, room=room, type=type, kind=kind, title=title,
@@ -248,7 +248,7 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         return record(ctx, run, need_model=True)
 
     @tool("memory_get", "Read one entry", read=True)
-    def memory_get(id: Id, ctx: Context = None) -> dict[str, Any]:  # type: ignore[assignment]
+    def memory_get(id: Id, ctx: Context | None = None) -> dict[str, Any]:
         return record(ctx, lambda mem, _w: mem.get(id).to_record())
 
     @tool("memory_update", "Edit an entry", read=False, destructive=True, idempotent=True)
@@ -266,7 +266,7 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         overrides: Annotated[str | None, Field(description="id of an entry this one replaces ('' clears it)")] = None,
         expected_updated_at: Annotated[str | None, Field(
             description="the updated_at you read: the update is refused if the entry changed since")] = None,
-        ctx: Context = None,  # type: ignore[assignment]
+        ctx: Context | None = None,
     ) -> dict[str, Any]:
         fields = {"text": text, "title": title, "wing": wing, "room": room, "type": type, "kind": kind,
                   "status": status, "key": key, "salience": salience, "overrides": overrides}
@@ -279,11 +279,11 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
     @tool("memory_set_status", "Set an entry's status", read=False, destructive=True, idempotent=True)
     def memory_set_status(id: Id, status: Annotated[StatusName, Field(
             description="active, under_review (still retrieved, flagged) or deprecated (no longer retrieved)")],
-            ctx: Context = None) -> dict[str, Any]:  # type: ignore[assignment]
+            ctx: Context | None = None) -> dict[str, Any]:
         return record(ctx, lambda mem, _w: mem.set_status(id, status).to_record())
 
     @tool("memory_delete", "Delete an entry", read=False, destructive=True, idempotent=True)
-    def memory_delete(id: Id, ctx: Context = None) -> dict[str, Any]:  # type: ignore[assignment]
+    def memory_delete(id: Id, ctx: Context | None = None) -> dict[str, Any]:
         def run(mem: Any, _w: float) -> dict[str, Any]:
             e = mem.delete(id)
             return {"id": e.id, "deleted": True, "wing": e.wing, "title": e.title}
@@ -294,12 +294,12 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         query: Annotated[str, Field(description="the query you searched with")],
         id: Id,
         active_wing: Annotated[str | None, Field(description="the active wing of that search")] = None,
-        ctx: Context = None,  # type: ignore[assignment]
+        ctx: Context | None = None,
     ) -> dict[str, Any]:
         return record(ctx, lambda mem, _w: mem.explain(query, id, active_wing=active_wing), need_model=True)
 
     @tool("memory_wings", "List wings and rooms", read=True)
-    def memory_wings(ctx: Context = None) -> dict[str, Any]:  # type: ignore[assignment]
+    def memory_wings(ctx: Context | None = None) -> dict[str, Any]:
         def run(mem: Any, _w: float) -> dict[str, Any]:
             wings = mem.wing_counts()
             return {"entries": sum(w["entries"] for w in wings), "wings": wings}
@@ -313,22 +313,22 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         intent: Annotated[str, Field(description="what the task set out to do, in one sentence")],
         outcome: Annotated[OutcomeName, Field(description="success or failure")] = "success",
         report: Annotated[dict[str, Any] | None, Field(description="validation report, e.g. {'tests': 'passed'}")] = None,
-        ctx: Context = None,  # type: ignore[assignment]
+        ctx: Context | None = None,
     ) -> dict[str, Any]:
         return record(ctx, lambda mem, _w: mem.tasks.complete(task_id, intent, outcome=outcome,
                                                             validation_report=report).to_record())
 
     @tool("task_block", "Mark a task blocked", read=False, destructive=False, idempotent=False)
     def task_block(task_id: TaskId, reason: Annotated[str, Field(description="why the task cannot proceed")],
-                   ctx: Context = None) -> dict[str, Any]:  # type: ignore[assignment]
+                   ctx: Context | None = None) -> dict[str, Any]:
         return record(ctx, lambda mem, _w: mem.tasks.block(task_id, reason).to_record())
 
     @tool("task_unblock", "Resolve a task's blocker", read=False, destructive=False, idempotent=False)
-    def task_unblock(task_id: TaskId, ctx: Context = None) -> dict[str, Any]:  # type: ignore[assignment]
+    def task_unblock(task_id: TaskId, ctx: Context | None = None) -> dict[str, Any]:
         return record(ctx, lambda mem, _w: mem.tasks.unblock(task_id).to_record())
 
     @tool("working_memory", "Recent tasks and blockers", read=True)
-    def working_memory(ctx: Context = None) -> dict[str, Any]:  # type: ignore[assignment]
+    def working_memory(ctx: Context | None = None) -> dict[str, Any]:
         return record(ctx, lambda mem, _w: mem.tasks.window().to_dict())
 
     return names

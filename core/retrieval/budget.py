@@ -52,7 +52,7 @@ def block(r: Result, limit: int | None = None) -> str:
     return f"- {caution}**{e.title}**: {text} _({' · '.join(notes)})_"
 
 
-def working_memory_block(mem: Memory) -> str:
+def working_memory_block(mem: Memory | None) -> str:
     tasks = getattr(mem, "tasks", None)
     try:
         return tasks.render() if tasks is not None else ""
@@ -133,7 +133,7 @@ def _text_limit(mem: Memory | None) -> int | None:
     return getattr(limits, "max_entry_chars", None)
 
 
-def render_context(mem: Memory, bundle: Bundle) -> str:
+def render_context(mem: Memory | None, bundle: Bundle) -> str:
     """Markdown in authority order: working memory first, uncertainty and conflicts marked."""
     t = bundle.trace
     lines = ["# Memory context", ""]

@@ -100,7 +100,9 @@ def _sections(text: str) -> list[tuple[int, int, str, str]]:
 
 
 def _paragraphs(text: str, max_lines: int = 30) -> list[tuple[int, int, str]]:
-    out, buf, first = [], [], 1
+    out: list[tuple[int, int, str]] = []
+    buf: list[str] = []
+    first = 1
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip() or len(buf) >= max_lines:
             if buf:

@@ -15,6 +15,10 @@ from memlens.models import AUTHORITY, Entry
 from memlens.trace import Components, Trace
 from memlens.vocab import UNTRUSTED_KINDS
 
+# An entry row as stored, in ``ENTRY_COLUMNS`` order (``memlens.store.reads``): id, wing, room, kind, type, status,
+# title, text, key, salience, overrides, created_at, updated_at, meta (JSON text).
+EntryRow = tuple[str, str, str, str, str, str, str, str, str | None, float, str | None, str, str, str]
+
 
 @dataclass(eq=False, slots=True)
 class Candidate:
@@ -26,7 +30,7 @@ class Candidate:
     """
 
     rowid: int
-    row: tuple[Any, ...]  # the entry's columns, in the order of ``store._COLUMNS``
+    row: EntryRow  # the entry's columns, in ``ENTRY_COLUMNS`` order
     content_hash: str
     comps: Components = field(default_factory=Components)
     profile_score: float = 0.0

@@ -41,10 +41,10 @@ def load_cross_encoder(path: str | None) -> Any:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             try:
                 from sentence_transformers import CrossEncoder
-                from transformers.utils import logging as hf_logging
 
-                hf_logging.set_verbosity_error()
-                hf_logging.disable_progress_bar()
+                from memlens.embed import quiet_transformers
+
+                quiet_transformers()
                 _models[str(p)] = CrossEncoder(str(p), device="cpu", local_files_only=True)
             except Exception as exc:
                 raise ModelError(f"cannot load cross-encoder {p}: {exc}".splitlines()[0]) from None
@@ -61,10 +61,11 @@ def rerank(mem: Memory, text: str, pool: list[Candidate], weights: RetrievalWeig
         x = float(logit)
         prob = x if 0.0 <= x <= 1.0 and getattr(model, "num_labels", 1) != 1 else 1.0 / (1.0 + math.exp(-x))
         c.comps.rank_before_rerank = i + 1
-        c.comps.rerank = round(prob, 6)
+        rescored = round(prob, 6)
         comps = c.comps
+        comps.rerank = rescored
         comps.final = (
-            weights.relevance * comps.rerank + weights.recency * comps.recency + weights.salience * comps.salience
+            weights.relevance * rescored + weights.recency * comps.recency + weights.salience * comps.salience
         ) * comps.boost
     keep = {c.id for c in window} | {c.id for c in outside if c.keep}
     for c in outside:

@@ -60,7 +60,10 @@ class TaskRows(Protocol):
 class Writer(Protocol):
     """One open write transaction. Leaving the ``with`` block commits; an exception rolls everything back."""
 
-    tasks: TaskRows
+    @property
+    def tasks(self) -> TaskRows:
+        """The working-memory tables, written inside this transaction."""
+        ...
 
     def insert(self, entry: Entry, vector: np.ndarray | bytes, *, import_id: int | None = None) -> int:
         """Store a new entry and its vector; returns its rowid."""

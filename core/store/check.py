@@ -300,7 +300,7 @@ class Checker:
                     self.add("vectors", "vector is all zeros (no direction: search never finds the entry by meaning)", rowid)
         except Exception as exc:
             self.add("vectors", f"vectors cannot be read: {' '.join(str(exc).split())}")
-        if size is not None:
+        if isinstance(dim, int):  # the same test as ``size is not None``, and it tells the checker ``dim`` is an int
             probe = np.full(dim, 1.0 / np.sqrt(dim), dtype="<f4").tobytes()
             for wing in sorted(set(self.info.get("entries_per_wing", {}))):
                 _, err = safe(conn, "SELECT rowid FROM entries_vec WHERE embedding MATCH ? AND k = 1 AND wing = ?",

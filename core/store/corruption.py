@@ -142,7 +142,7 @@ def connection_class(sq: ModuleType) -> type:
 def _make_classes(sq: ModuleType) -> tuple[type, type]:
     err = sq.DatabaseError
 
-    class Cursor(sq.Cursor):  # type: ignore[misc, name-defined]
+    class Cursor(sq.Cursor):  # type: ignore[misc, name-defined]  # the base is the driver's, chosen at run time
         def execute(self, sql: str, parameters: Any = ()) -> Any:
             try:
                 return super().execute(sql, parameters)
@@ -191,7 +191,7 @@ def _make_classes(sq: ModuleType) -> tuple[type, type]:
                     raise classify(self.connection, exc) from None
                 raise
 
-    class Connection(sq.Connection):  # type: ignore[misc, name-defined]
+    class Connection(sq.Connection):  # type: ignore[misc, name-defined]  # (same: sqlite3's or sqlean's)
         store_label = ""
 
         def cursor(self, factory: Any = Cursor) -> Any:

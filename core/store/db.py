@@ -35,7 +35,7 @@ def driver() -> ModuleType:
                 _driver = _stdlib_sqlite3
             else:
                 try:
-                    import sqlean  # type: ignore[import-untyped]
+                    import sqlean
                 except ImportError:
                     raise StoreError(
                         "this Python's sqlite3 cannot load extensions and sqlean-py is not installed: "
@@ -284,3 +284,8 @@ def _rollback(conn: Any) -> None:
             conn.execute("ROLLBACK")
     except Exception:
         pass
+
+
+# the schema's names are re-exported: callers read the version and the migrations through this module
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_store_path", "connect", "driver", "is_read_only", "migrate",
+           "schema_version", "transaction", "translate"]

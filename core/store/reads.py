@@ -362,17 +362,35 @@ class SqliteReads:
         return [r[0] for r in rows]
 
 
+class ReadsHost(Protocol):
+    """What ``MemoryReads`` reads through: a ``Memory`` (the store never imports the facade)."""
+
+    @property
+    def conn(self) -> Any: ...
+
+    @property
+    def vector_index(self) -> Any: ...
+
+    def wings(self) -> list[str]: ...
+
+    def rooms(self) -> list[str]: ...
+
+    def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]: ...
+
+
 class MemoryReads(SqliteReads):
     """``SqliteReads`` over a ``Memory``: its connection, in-process index, wings and generations."""
 
-    def __init__(self, mem: Any) -> None:  # a Memory (typed loosely: the store never imports the facade)
+    index_host: ReadsHost
+
+    def __init__(self, mem: ReadsHost) -> None:
         self.index_host = mem
 
-    @property  # type: ignore[override]
+    @property
     def conn(self) -> Any:  # read at each use: the connection is per thread
         return self.index_host.conn
 
-    @property  # type: ignore[override]
+    @property
     def vindex(self) -> Any:  # created on first use by the host
         return self.index_host.vector_index
 
@@ -392,5 +410,5 @@ def reads_of(mem: Any) -> Reads:
     return own if own is not None else MemoryReads(mem)
 
 
-__all__ = ["ENTRY_COLUMNS", "Knn", "MemoryReads", "Reads", "Rows", "Scope", "SqliteReads", "StoredRow", "entry_filters",
-           "fts_query", "query_terms", "reads_of", "sql_filters", "sql_in"]
+__all__ = ["ENTRY_COLUMNS", "Knn", "MemoryReads", "Reads", "ReadsHost", "Rows", "Scope", "SqliteReads", "StoredRow",
+           "entry_filters", "fts_query", "query_terms", "reads_of", "sql_filters", "sql_in"]

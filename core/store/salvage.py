@@ -231,7 +231,7 @@ def _write(store: SqliteStore, embed: Callable[[list[str]], np.ndarray], src: Pa
            blockers: list[tuple[Any, ...]], old_model: str | None) -> dict[str, Any]:
     from memlens.store.writes import validate_entry, vectors_for
 
-    entries: list[tuple[Entry, bytes | None, str]] = []
+    entries: list[tuple[dict[str, Any], bytes | None, str]] = []  # records as found, validated below
     rejected = 0
     dim = store.dim
     same_model = old_model == store.model_id
@@ -255,12 +255,12 @@ def _write(store: SqliteStore, embed: Callable[[list[str]], np.ndarray], src: Pa
             dropped_overrides.append(e.id)
             object.__setattr__(e, "overrides", None)
     need = [i for i, (_, blob, _) in enumerate(valid) if blob is None]
-    embedded = 0
+    fresh: dict[int, bytes] = {}  # position in ``valid`` -> its new vector
     if need:
         vecs = vectors_for(store, embed, [valid[i][0] for i in need])
-        for i, vec in zip(need, vecs):
-            valid[i] = (valid[i][0], np.asarray(vec, dtype="<f4").tobytes(), valid[i][2])
-        embedded = len(need)
+        fresh = {i: np.asarray(vec, dtype="<f4").tobytes() for i, vec in zip(need, vecs)}
+    embedded = len(need)
+    ready = [(e, blob if blob is not None else fresh[i], source) for i, (e, blob, source) in enumerate(valid)]
     with store.write() as w:
         conn = w.conn
         for row in audit:
@@ -269,8 +269,8 @@ def _write(store: SqliteStore, embed: Callable[[list[str]], np.ndarray], src: Pa
             )
         wings: set[str] = set()
         seq = 0
-        for e, blob, source in valid:
-            w.insert(e, blob)  # type: ignore[arg-type]  # every vector is set above
+        for e, vec, source in ready:
+            w.insert(e, vec)
             seq = w.audit("salvage", e.id, e.wing, None, e.to_record(), {"from": str(src), "source": source})
             wings.add(e.wing)
         if wings:

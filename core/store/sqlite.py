@@ -203,7 +203,10 @@ class SqliteStore(SqliteReads):
 
     def get_row(self, entry_id: str) -> tuple[Any, ...] | None:
         """The visible entry row (``COLUMNS``) of ``entry_id``."""
-        return self.conn.execute(f"SELECT {COLUMN_LIST} FROM entries WHERE id = ? AND {visible()}", (entry_id,)).fetchone()
+        row: tuple[Any, ...] | None = self.conn.execute(
+            f"SELECT {COLUMN_LIST} FROM entries WHERE id = ? AND {visible()}", (entry_id,)
+        ).fetchone()
+        return row
 
     def iter_rows(self, wing: str | None = None) -> Iterator[tuple[Any, ...]]:
         sql = f"SELECT {COLUMN_LIST} FROM entries WHERE {visible()}" + (" AND wing = ?" if wing else "") + " ORDER BY rowid"

@@ -21,6 +21,17 @@ _BLOCKER = ", ".join(BLOCKER_COLUMNS)
 Row = tuple[Any, ...]
 
 
+def _one(cursor: Any) -> Row | None:
+    """The cursor's next row (``conn`` is untyped, so its rows come back as ``Any``)."""
+    row: Row | None = cursor.fetchone()
+    return row
+
+
+def _all(cursor: Any) -> list[Row]:
+    rows: list[Row] = cursor.fetchall()
+    return rows
+
+
 class SqliteTaskRows:
     def __init__(self, conn: Any) -> None:
         self.conn = conn
@@ -28,7 +39,7 @@ class SqliteTaskRows:
     # -- reads ----------------------------------------------------------------------------------
 
     def task(self, task_id: str) -> Row | None:
-        return self.conn.execute(f"SELECT {_TASK} FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
+        return _one(self.conn.execute(f"SELECT {_TASK} FROM tasks WHERE task_id = ?", (task_id,)))
 
     def task_count(self) -> int:
         return int(self.conn.execute("SELECT count(*) FROM tasks").fetchone()[0])
@@ -47,11 +58,11 @@ class SqliteTaskRows:
         return list(reversed(rows))
 
     def all_tasks(self) -> list[Row]:
-        return self.conn.execute(f"SELECT {_TASK} FROM tasks ORDER BY completed_at, seq").fetchall()
+        return _all(self.conn.execute(f"SELECT {_TASK} FROM tasks ORDER BY completed_at, seq"))
 
     def blockers(self, active_only: bool) -> list[Row]:
         where = " WHERE resolved_at IS NULL" if active_only else ""
-        return self.conn.execute(f"SELECT {_BLOCKER} FROM blockers{where} ORDER BY blocked_at, id").fetchall()
+        return _all(self.conn.execute(f"SELECT {_BLOCKER} FROM blockers{where} ORDER BY blocked_at, id"))
 
     def active_task_ids(self, limit: int) -> list[str]:
         return [r[0] for r in self.conn.execute(
@@ -73,36 +84,36 @@ class SqliteTaskRows:
 
     def active_blocker(self, task_id: str) -> Row | None:
         """``(id, *BLOCKER_COLUMNS)`` of the task's active blocker."""
-        return self.conn.execute(
+        return _one(self.conn.execute(
             f"SELECT id, {_BLOCKER} FROM blockers WHERE task_id = ? AND resolved_at IS NULL", (task_id,)
-        ).fetchone()
+        ))
 
     def blocker_at(self, task_id: str, blocked_at: str) -> Row | None:
         """``(id, *BLOCKER_COLUMNS)`` of the task's blocker set at ``blocked_at``."""
-        return self.conn.execute(
+        return _one(self.conn.execute(
             f"SELECT id, {_BLOCKER} FROM blockers WHERE task_id = ? AND blocked_at = ?", (task_id, blocked_at)
-        ).fetchone()
+        ))
 
     def other_active(self, task_id: str, exclude: int | None) -> Row | None:
         """``(id, blocked_at)`` of an active blocker of the task other than ``exclude``."""
-        return self.conn.execute(
+        return _one(self.conn.execute(
             "SELECT id, blocked_at FROM blockers WHERE task_id = ? AND resolved_at IS NULL AND id IS NOT ?",
             (task_id, exclude),
-        ).fetchone()
+        ))
 
     def tasks_beyond(self, keep: int) -> list[Row]:
         """The tasks older than the newest ``keep``."""
-        return self.conn.execute(
+        return _all(self.conn.execute(
             f"SELECT {_TASK} FROM tasks ORDER BY completed_at DESC, seq DESC LIMIT -1 OFFSET ?", (keep,)
-        ).fetchall()
+        ))
 
     def resolved_beyond(self, keep: int) -> list[Row]:
         """``(id, *BLOCKER_COLUMNS)`` of the resolved blockers older than the newest ``keep``."""
-        return self.conn.execute(
+        return _all(self.conn.execute(
             f"SELECT id, {_BLOCKER} FROM blockers WHERE resolved_at IS NOT NULL "
             "ORDER BY resolved_at DESC, id DESC LIMIT -1 OFFSET ?",
             (keep,),
-        ).fetchall()
+        ))
 
     # -- writes (inside a Writer's transaction) ---------------------------------------------------
 

@@ -27,7 +27,8 @@ def degenerate_rows(m: np.ndarray) -> np.ndarray:
     """Row mask of a 2-D matrix: True for each degenerate row."""
     if not len(m):
         return np.zeros(0, dtype=bool)
-    return ~np.isfinite(m).all(axis=1) | ~m.any(axis=1)
+    mask: np.ndarray = ~np.isfinite(m).all(axis=1) | ~m.any(axis=1)
+    return mask
 
 
 def clean(v: np.ndarray) -> np.ndarray:

@@ -205,7 +205,7 @@ class VectorIndex:
         for r, wing in wing_of.items():
             b = blocks.get(wing)
             i = b.position.get(r) if b is not None else None
-            if i is not None:
+            if b is not None and i is not None:
                 out[r] = b.matrix[i]
         return out
 

@@ -16,14 +16,16 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from memlens.errors import MemlensError, ValidationError
 from memlens.web.sanitize import break_delimiters, cap_text, clean_text, strip_invisible
+
+_T = TypeVar("_T")
 
 RAW_CHARS_PER_SHOWN = 4  # extracted characters cleaned per character a source may show
 MIN_SOURCE_CHARS = 80  # below this, a source's share of the total cap is left out rather than shown as a stub
@@ -229,7 +231,7 @@ async def gather(cfg: Any, *, urls: Iterable[str] | str | None = None, query: st
                       query=query, search=search_info, texts=sources)
 
 
-def run_sync(make: Any, timeout: float) -> Any:
+def run_sync(make: Callable[[], Coroutine[Any, Any, _T]], timeout: float) -> _T:
     """``make()``'s coroutine run to completion from synchronous code, also inside a running event loop.
 
     Without a running loop the coroutine runs here (``asyncio.run``); with one, it
@@ -253,4 +255,4 @@ def gather_sync(cfg: Any, *, urls: Iterable[str] | str | None = None, query: str
                 resolver: Any = None) -> WebContext:
     """``gather`` for synchronous callers (see ``run_sync``)."""
     limit = cfg.deadline_seconds + cfg.extract_timeout + 15.0
-    return run_sync(lambda: gather(cfg, urls=urls, query=query, resolver=resolver), limit)  # type: ignore[no-any-return]
+    return run_sync(lambda: gather(cfg, urls=urls, query=query, resolver=resolver), limit)

@@ -82,7 +82,8 @@ def plain_text(tree: Any) -> str:
     for el in root.iter():
         if isinstance(el.tag, str) and el.tag in _BLOCKS:
             el.tail = "\n" + (el.tail or "")
-    return root.text_content()
+    text: str = root.text_content()
+    return text
 
 
 def extract_html(body: bytes, charset: str | None, url: str) -> dict[str, str]:

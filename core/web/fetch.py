@@ -184,7 +184,7 @@ class Fetcher:
             got = await self._hops(origin + "/robots.txt", accept="text/plain", cap=ROBOTS_MAX_BYTES, robots=False)
         except FetchFailed as exc:
             if exc.status is not None and 400 <= exc.status < 500:
-                parser.allow_all = True
+                parser.parse([])  # no rules: everything allowed (what the stdlib's own read() does on a 4xx)
                 return parser, ""
             return None, f"robots.txt of {origin} could not be read ({exc}), so nothing there is fetched"
         except Refused as exc:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import BinaryIO
 
 
-def serve(inp: object = None, out: object = None) -> None:
+def serve(inp: BinaryIO | None = None, out: BinaryIO | None = None) -> None:
     from memlens.web.extract import extract_html
 
     # trafilatura's imports and first-use set-up happen now, while the parent is still fetching
@@ -22,17 +23,17 @@ def serve(inp: object = None, out: object = None) -> None:
     src = inp or sys.stdin.buffer
     dst = out or sys.stdout.buffer
     while True:
-        line = src.readline()  # type: ignore[attr-defined]
+        line = src.readline()
         if not line:
             return
         try:
             head = json.loads(line)
-            body = src.read(int(head["size"]))  # type: ignore[attr-defined]
+            body = src.read(int(head["size"]))
             answer = extract_html(body, head.get("charset"), head.get("url") or "")
         except Exception as exc:  # a page the extractor cannot read is that page's error
             answer = {"error": " ".join(f"{type(exc).__name__}: {exc}".split())[:300]}
-        dst.write(json.dumps(answer).encode("utf-8") + b"\n")  # type: ignore[attr-defined]
-        dst.flush()  # type: ignore[attr-defined]
+        dst.write(json.dumps(answer).encode("utf-8") + b"\n")
+        dst.flush()
 
 
 if __name__ == "__main__":

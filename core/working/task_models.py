@@ -34,23 +34,23 @@ _DB_TS = "%Y-%m-%dT%H:%M:%S.%fZ"  # fixed width: text order is time order
 def _check_id(v: Any) -> str:
     if not isinstance(v, str):
         raise ValueError("must be a string")
-    v = v.strip()
-    if not ID_RE.match(v):
-        raise ValueError(f"{v!r} is not a valid task id (1-128 letters, digits, _ . : -)")
-    return v
+    text = v.strip()
+    if not ID_RE.match(text):
+        raise ValueError(f"{text!r} is not a valid task id (1-128 letters, digits, _ . : -)")
+    return text
 
 
 def _check_text(v: Any, what: str) -> str:
     if not isinstance(v, str):
         raise ValueError("must be a string")
-    v = v.strip()
-    if not v:
+    text = v.strip()
+    if not text:
         raise ValueError(f"{what} must not be empty")
-    if "\x00" in v:
+    if "\x00" in text:
         raise ValueError("must not contain NUL bytes")
-    if len(v) > MAX_TEXT:
-        raise ValueError(f"too long ({len(v)} characters, at most {MAX_TEXT})")
-    return v
+    if len(text) > MAX_TEXT:
+        raise ValueError(f"too long ({len(text)} characters, at most {MAX_TEXT})")
+    return text
 
 
 def check_task_id(task_id: Any) -> str:
@@ -199,10 +199,13 @@ def _db_ts(ts: datetime) -> str:
     return ts.astimezone(timezone.utc).strftime(_DB_TS)
 
 
-def _from_db_ts(text: str | None) -> datetime | None:
-    if text is None:
-        return None
+def _parse_db_ts(text: str) -> datetime:
     return datetime.fromisoformat(text[:-1]).replace(tzinfo=timezone.utc)
+
+
+def _from_db_ts(text: str | None) -> datetime | None:
+    """A nullable timestamp column (``resolved_at``); the NOT NULL ones go through ``_parse_db_ts``."""
+    return None if text is None else _parse_db_ts(text)
 
 
 def _damaged(kind: str, row: tuple[Any, ...], exc: Exception) -> CorruptRowError:
@@ -236,7 +239,7 @@ def _decode_task(row: tuple[Any, ...]) -> Task:
         intent=intent,
         summary=summary,
         outcome=Outcome(outcome),
-        completed_at=_from_db_ts(completed_at),
+        completed_at=_parse_db_ts(completed_at),
         requires_context=bool(rc),
         validation_report=report,
     )
@@ -247,7 +250,7 @@ def _decode_blocker(row: tuple[Any, ...]) -> Blocker:
     return Blocker.model_construct(
         task_id=tid,
         reason=reason,
-        blocked_at=_from_db_ts(blocked_at),
+        blocked_at=_parse_db_ts(blocked_at),
         resolved_at=_from_db_ts(resolved_at),
         resolution=resolution,
     )

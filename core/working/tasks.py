@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any
 from memlens.errors import NotFoundError, ValidationError
 from memlens.limits import MAX_LIST, check_int
 from memlens.models import format_ts, utcnow
-from memlens.working.task_models import (  # noqa: F401 (re-exported: the records and their checks)
+from memlens.working.task_models import (
     GENERATION_KEY,
     MAX_REPORT_BYTES,
     MAX_TEXT,
@@ -78,7 +78,7 @@ from memlens.working.task_models import (  # noqa: F401 (re-exported: the record
     Blocker,
     Task,
     _db_ts,
-    _from_db_ts,
+    _parse_db_ts,
     _row_to_blocker,
     _row_to_task,
     _validate,
@@ -86,17 +86,9 @@ from memlens.working.task_models import (  # noqa: F401 (re-exported: the record
     check_task_id,
     task_values,
 )
-from memlens.working.task_report import _OUTCOME_ALIASES, Outcome, _one_line, report_digest, summarize  # noqa: F401 (re-exported)
-from memlens.working.task_state import demo_tasks_file, load_demo, parse_state, read_state  # noqa: F401 (re-exported)
-from memlens.working.task_window import (  # noqa: F401 (re-exported)
-    DETAIL_SHOWN,
-    INTENT_SHOWN,
-    REASON_SHOWN,
-    Window,
-    _detail,
-    _quote,
-    render_markdown,
-)
+from memlens.working.task_report import Outcome, report_digest, summarize
+from memlens.working.task_state import demo_tasks_file, load_demo, parse_state, read_state
+from memlens.working.task_window import DETAIL_SHOWN, INTENT_SHOWN, REASON_SHOWN, Window, _quote, render_markdown
 
 if TYPE_CHECKING:
     from memlens.config import Settings
@@ -250,8 +242,9 @@ class WorkingMemory:
     def _resolve(
         w: Writer, rowid: int, before: Blocker, when: datetime, how: str, detail: dict[str, Any] | None
     ) -> tuple[Blocker, int]:
-        after = before.model_copy(update={"resolved_at": max(when, before.blocked_at), "resolution": how})
-        w.tasks.resolve_blocker(rowid, _db_ts(after.resolved_at), how)  # type: ignore[arg-type]  # set just above
+        resolved_at = max(when, before.blocked_at)
+        after = before.model_copy(update={"resolved_at": resolved_at, "resolution": how})
+        w.tasks.resolve_blocker(rowid, _db_ts(resolved_at), how)
         seq = w.audit("task.unblock", before.task_id, None, before.to_record(), after.to_record(), detail)
         return after, seq
 
@@ -343,8 +336,15 @@ class WorkingMemory:
     def _check_no_other_active(w: Writer, b: Blocker, name: str, index: str, exclude: int | None = None) -> None:
         row = w.tasks.other_active(b.task_id, exclude)
         if row is not None:
-            since = format_ts(_from_db_ts(row[1]))  # type: ignore[arg-type]
+            since = format_ts(_parse_db_ts(row[1]))
             raise ValidationError(
                 f"{name}: {index}: task {b.task_id!r} already has an active blocker in the store (since {since}); "
                 "unblock it first"
             )
+
+
+# the working-memory API in one place: the records, their checks and the text views are re-exported from the modules
+# they live in
+__all__ = ["DETAIL_SHOWN", "GENERATION_KEY", "INTENT_SHOWN", "MAX_REPORT_BYTES", "MAX_TEXT", "NO_REASON", "REASON_SHOWN",
+           "Blocker", "Outcome", "Task", "Window", "WorkingMemory", "blocker_values", "check_task_id", "demo_tasks_file",
+           "load_demo", "parse_state", "read_state", "render_markdown", "report_digest", "summarize", "task_values"]
