@@ -178,25 +178,25 @@ def chunk_ids(mem: Memory, source_id: int) -> list[str]:
 # -- runs -----------------------------------------------------------------------------------
 
 
-def start_run(mem: Memory, mode: str, wing: str, root: str | None) -> int:
-    with db.transaction(mem.conn, mem.path) as conn:
-        cur = conn.execute(
-            "INSERT INTO ingest_runs(mode, wing, root, started_at, status) VALUES (?, ?, ?, ?, 'running')",
-            (mode, wing, root, format_ts(utcnow())),
-        )
-        return int(cur.lastrowid)
+RUNS_KEPT = 1000  # run records kept (the newest)
 
 
-def finish_run(mem: Memory, run_id: int, status: str, seconds: float, summary: dict[str, Any]) -> None:
+def record_run(mem: Memory, mode: str, wing: str, root: str | None, started_at: str, seconds: float, status: str,
+               summary: dict[str, Any]) -> int:
+    """One row per finished run (what ``index status`` reports); older rows beyond ``RUNS_KEPT`` go."""
     kept = dict(summary)
     skipped = kept.get("skipped") or []
     kept["skipped_count"] = len(skipped)
     kept["skipped"] = skipped[:SKIPS_KEPT]
     with db.transaction(mem.conn, mem.path) as conn:
-        conn.execute(
-            "UPDATE ingest_runs SET finished_at = ?, seconds = ?, status = ?, summary = ? WHERE id = ?",
-            (format_ts(utcnow()), round(seconds, 4), status, json.dumps(kept, ensure_ascii=False), run_id),
+        cur = conn.execute(
+            "INSERT INTO ingest_runs(mode, wing, root, started_at, finished_at, seconds, status, summary) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (mode, wing, root, started_at, format_ts(utcnow()), round(seconds, 4), status, json.dumps(kept, ensure_ascii=False)),
         )
+        run_id = int(cur.lastrowid)
+        conn.execute("DELETE FROM ingest_runs WHERE id <= ?", (run_id - RUNS_KEPT,))
+    return run_id
 
 
 def runs(mem: Memory, mode: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
