@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import cli_check, cli_tasks
+from . import cli_check, cli_ingest, cli_tasks
 from .cli_args import BUDGET_ARG, K_ARG, PROG, Parser, check_text_args, unit_float
 from .errors import MemlensError
 from .limits import MAX_BUDGET, MAX_K, check_query
@@ -131,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8765, help="HTTP: port (default 8765; 0 picks a free one)")
     s.add_argument("--read-only", action="store_true", help="serve only the tools that read")
     cli_check.register(sub)  # check, salvage
+    cli_ingest.register(sub)  # ingest, index [status]
     return p
 
 
@@ -259,7 +260,9 @@ def cmd_context(args: argparse.Namespace) -> int:
             with mem:
                 bundle = mem.search(args.query, active_wing=args.active_wing, wings=args.wings, k=args.k,
                                     profile=args.profile, budget=args.budget, workspace=args.workspace)
-                text = render_context(mem, bundle)
+                from .ingest.recall import render_with_code
+
+                text = render_with_code(mem, bundle)  # with the Relevant code section when code is indexed
         except StoreCorruptError as exc:  # damage met while reading: as unreachable as a missing store
             bundle = fallback_bundle(args.query, args.workspace, args.k or 10, f"store unavailable: {exc}")
             print(f"{PROG}: warning: {exc}; falling back to the workspace", file=sys.stderr)
@@ -430,6 +433,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "mcp": cmd_mcp,
     "check": cli_check.cmd_check,
     "salvage": cli_check.cmd_salvage,
+    "ingest": cli_ingest.cmd_ingest,
+    "index": cli_ingest.cmd_index,
 }
 
 

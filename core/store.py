@@ -532,10 +532,10 @@ class Memory:
 
     def context(self, query: str, *, active_wing: str | None = None, budget: int | None = None, **kwargs: Any) -> str:
         """The markdown an agent receives: working memory, then retrieved memory in authority order."""
-        from .budget import render_context
+        from .ingest.recall import render_with_code
 
         bundle = self.search(query, active_wing=active_wing, budget=budget, **kwargs)
-        return render_context(self, bundle)
+        return render_with_code(self, bundle)  # with the Relevant code section when code is indexed
 
     @property
     def vector_index(self) -> Any:

@@ -276,7 +276,8 @@ def log_code_recall(mem: Memory, detail: dict[str, Any], keep: int = 10_000) -> 
     try:
         conn.execute("PRAGMA busy_timeout = 50")
         conn.execute(
-            "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail) VALUES (?, 'code_recall', NULL, NULL, NULL, NULL, ?)",
+            "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail) "
+            "VALUES (?, 'code_recall', NULL, NULL, NULL, NULL, ?)",
             (format_ts(utcnow()), json.dumps(detail, ensure_ascii=False)),
         )
         row = conn.execute("SELECT seq FROM audit WHERE action = 'code_recall' ORDER BY seq DESC LIMIT 1 OFFSET ?",
