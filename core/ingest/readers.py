@@ -111,12 +111,23 @@ def read_text(text: str, doc_title: str, count: TokenCounter) -> list[Chunk]:
             for piece, lo, hi in pack_blocks(blocks_of(text.split("\n")), text_budget(count, title), count)]
 
 
+_CLASS = "contains(concat(' ', normalize-space(@class), ' '), ' {} ')"
+# boilerplate trafilatura may keep: landmark roles, header/footer/navigation blocks by class, and blocks of
+# pagination links (rel next/prev/up), as generated manuals (texinfo, sphinx, javadoc) put above each page
+BOILERPLATE_XPATH = [
+    "//*[@role='navigation' or @role='banner' or @role='contentinfo' or @role='search']",
+    "//*[" + " or ".join(_CLASS.format(c) for c in ("header", "footer", "navbar", "nav-panel", "navigation",
+                                                    "breadcrumb", "breadcrumbs", "related", "sphinxsidebar")) + "]",
+    "//*[a[@rel='next' or @rel='prev' or @rel='up']]",
+]
+
+
 def read_html(text: str, doc_title: str, count: TokenCounter) -> tuple[list[Chunk], dict[str, Any]]:
     """Main text only (navigation, footers and other boilerplate removed), as Markdown, split at its headings."""
     import trafilatura
 
     main = trafilatura.extract(text, output_format="markdown", include_comments=False, include_tables=True,
-                               include_links=False, include_images=False)
+                               include_links=False, include_images=False, prune_xpath=BOILERPLATE_XPATH)
     if not main or not main.strip():
         raise Unreadable("no main text found in the HTML")
     info: dict[str, Any] = {}
