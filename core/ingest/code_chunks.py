@@ -142,13 +142,19 @@ def code_chunks(rel: str, text: str, suffix: str, count: TokenCounter) -> tuple[
     cur: list[int] = []  # [first row, last row]
     cur_syms: list[str] = []
 
+    def label(syms: list[str]) -> str:
+        sym = ", ".join(dict.fromkeys(s for s in syms if s))
+        return sym if len(sym) <= 80 else sym[:79] + "…"
+
+    def fits(a: int, b: int, syms: list[str]) -> bool:
+        return count_lines(a, b) <= text_budget(count, title_for(a + 1, b + 1, label(syms)))
+
     def flush() -> None:
         if not cur:
             return
         a, b = cur
-        sym = ", ".join(dict.fromkeys(s for s in cur_syms if s))
-        sym = sym if len(sym) <= 80 else sym[:79] + "…"
-        if count_lines(a, b) > text_budget(count, title_for(a + 1, b + 1, sym)):
+        sym = label(cur_syms)
+        if not fits(a, b, cur_syms):  # one unit larger than the window: line windows inside it
             chunks.extend(line_windows(lines[a : b + 1], a + 1, lambda lo, hi: title_for(lo, hi, sym), count))
         else:
             body = "\n".join(lines[a : b + 1])
@@ -157,23 +163,23 @@ def code_chunks(rel: str, text: str, suffix: str, count: TokenCounter) -> tuple[
         cur.clear()
         cur_syms.clear()
 
-    next_row = 0
-    for a, b, sym in spans:
-        a = next_row  # comments and blank lines before a unit belong to it; spans never overlap
-        if b < a:
-            continue
-        if cur and (count_lines(cur[0], b) > budget or (sym and cur_syms and any(cur_syms) and count_lines(a, b) > budget // 2)):
+    def add(a: int, b: int, sym: str) -> None:
+        if cur and (not fits(cur[0], b, [*cur_syms, sym]) or (sym and any(cur_syms) and count_lines(a, b) > budget // 2)):
             flush()
         if not cur:
             cur[:] = [a, b]
         else:
             cur[1] = b
         cur_syms.append(sym)
+
+    next_row = 0
+    for a, b, sym in spans:
+        a = next_row  # comments and blank lines before a unit belong to it; spans never overlap
+        if b < a:
+            continue
+        add(a, b, sym)
         next_row = b + 1
     if next_row < len(lines):
-        if not cur:
-            cur[:] = [next_row, len(lines) - 1]
-        else:
-            cur[1] = len(lines) - 1
+        add(next_row, len(lines) - 1, "")
     flush()
     return chunks, f"tree-sitter:{language}"

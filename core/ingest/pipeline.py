@@ -305,7 +305,7 @@ def _plan_file(mem: Memory, run: Run, target: Target, f: Found, known: storage.S
         skips.append(Skip(f.path, str(exc)))
         return None
     del data
-    if not chunks:
+    if not chunks and kind == "document":
         skips.append(Skip(f.path, "no text to index"))
         return None
     base: dict[str, Any] = {"source": f.path, "source_sha256": sha, "parser": parser}
