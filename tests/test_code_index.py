@@ -61,7 +61,7 @@ def test_python_is_chunked_at_syntax_boundaries(mem, ws):
     assert {e.kind.value for e in entries} == {"code"} and {e.meta["parser"] for e in entries} == {"code:tree-sitter:python"}
     src = (ws / "json" / "decoder.py").read_text().split("\n")
     spans = sorted(tuple(e.meta["lines"]) for e in entries)
-    for (a, b), (c, _) in zip(spans, spans[1:]):
+    for (_, b), (c, _) in zip(spans, spans[1:]):
         assert c == b + 1  # contiguous, no overlap
     assert spans[0][0] == 1
     for e in entries:
