@@ -1,0 +1,196 @@
+"""Ingestion and the code index: throughput, memory, incremental re-index, watch latency.
+
+* **throughput**: ``ingest`` of installed packages' Markdown READMEs and the system's HTML
+  manual pages with the real model (read, chunk, embed, write), against the raw model
+  embedding the very same chunk texts (``embedder.embed`` in batches of 256) in the
+  same process; both in chunks per second;
+* **peak RSS**: ``index`` of a 1k-file and a 10k-file workspace (real Python files of the
+  standard library, cycled; each file cut to its first 60 lines) in fresh processes, with
+  a fixed stand-in embedder (a random unit vector per text, as the foundation suite uses)
+  so that the pipeline's memory, not the model's speed, is measured;
+* **unchanged re-index**: ``index`` of the same 10k-file workspace again, nothing changed
+  (in-process call, and the ``memlens index`` command's wall time);
+* **watch latency**: with a ``Watcher`` on a small workspace and the real model, the time
+  from writing a new file until its chunk is in the store (searchable), over several saves.
+
+    python -m tests.bench.ingest [--quick]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import RESULTS, log, machine_info, ratio, suite_main, write_json
+
+NAME = "ingest"
+
+CHILD = r"""
+import json, resource, sys, time
+sys.path.insert(0, sys.argv[4])
+from memlens import Memory
+from memlens.config import load_settings
+from memlens.embed import make_embedder
+from memlens.ingest import index
+from tests.bench.foundation import FixedEmbedder
+settings = load_settings()
+model_id = make_embedder(settings.embedding, settings.cache_dir).model_id
+with Memory.open(sys.argv[1], settings=settings, embedder=FixedEmbedder(model_id)) as mem:
+    t = time.perf_counter(); out = index(mem, sys.argv[2], wing="bench"); first = time.perf_counter() - t
+    if sys.argv[3] == "again":
+        t = time.perf_counter(); again = index(mem, sys.argv[2], wing="bench"); second = time.perf_counter() - t
+    else:
+        again, second = None, None
+print(json.dumps({"files": out["added"], "chunks": out["chunks"], "seconds": round(first, 3),
+                  "again": again and {k: v for k, v in again.items() if k != "skipped"}, "again_s": second,
+                  "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
+"""
+
+
+def _workspace(folder: Path, n: int) -> Path:
+    """``n`` real Python files (cut to 60 lines) from the standard library, cycled under distinct names."""
+    import email
+    import json as json_mod
+
+    sources = []
+    for pkg in (os.path.dirname(email.__file__), os.path.dirname(json_mod.__file__), os.path.dirname(os.__file__)):
+        sources += sorted(Path(pkg).glob("*.py"))
+    texts = []
+    for p in sources:
+        try:
+            lines = p.read_text(encoding="utf-8").split("\n")[:60]
+        except (OSError, UnicodeDecodeError):
+            continue
+        if sum(1 for x in lines if x.strip()) >= 10:
+            texts.append((p.stem, "\n".join(lines) + "\n"))
+    for i in range(n):
+        stem, text = texts[i % len(texts)]
+        d = folder / f"pkg{i // 500:03d}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{stem}_{i}.py").write_text(f"# copy {i}\n{text}", encoding="utf-8")
+    return folder
+
+
+def _child(store: Path, ws: Path, again: bool) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-c", CHILD, str(store), str(ws), "again" if again else "once",
+                          str(Path(__file__).resolve().parents[2])], capture_output=True, text=True, timeout=7200)
+    if out.returncode:
+        raise SystemExit(f"child failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _throughput(scratch: Path, quick: bool) -> dict[str, Any]:
+    from memlens import Memory
+    from memlens.config import load_settings
+    from memlens.embed import make_embedder
+    from memlens.ingest import ingest
+    from tests.ingest_material import HTML_DIR, readmes
+
+    settings = load_settings()
+    emb = make_embedder(settings.embedding, settings.cache_dir)
+    emb.load()
+    docs = scratch / "docs"
+    readmes(docs, limit=8 if quick else 25)
+    if HTML_DIR.is_dir():
+        for p in sorted(HTML_DIR.glob("*.html"))[: 5 if quick else 40]:
+            shutil.copy(p, docs / p.name)
+    emb.embed(["warm up"] * 8)
+    with Memory.open(scratch / "tp.db", settings=settings, embedder=emb) as mem:
+        t = time.perf_counter()
+        out = ingest(mem, [docs], wing="docs")
+        ingest_s = time.perf_counter() - t
+        texts = [e.embed_text for e in mem.entries("docs")]
+    t = time.perf_counter()
+    for i in range(0, len(texts), 256):
+        emb.embed(texts[i : i + 256])
+    raw_s = time.perf_counter() - t
+    tokens = sum(emb.count_tokens(x) for x in texts)
+    return {"files": out["added"], "chunks": out["chunks"], "avg_tokens": round(tokens / len(texts), 1),
+            "ingest_s": round(ingest_s, 2), "ingest_chunks_per_s": round(out["chunks"] / ingest_s, 2),
+            "raw_model_s": round(raw_s, 2), "raw_model_chunks_per_s": round(len(texts) / raw_s, 2),
+            "ratio_to_raw": ratio(raw_s, ingest_s)}
+
+
+def _watch_latency(scratch: Path, saves: int) -> dict[str, Any]:
+    from memlens import Memory
+    from memlens.config import load_settings
+    from memlens.embed import make_embedder
+    from memlens.ingest import index
+    from memlens.ingest.watch import Watcher
+    from tests.ingest_material import code_workspace
+
+    settings = load_settings()
+    emb = make_embedder(settings.embedding, settings.cache_dir)
+    emb.load()
+    ws = code_workspace(scratch / "watch-ws", ("json",))
+    lat = []
+    with Memory.open(scratch / "watch.db", settings=settings, embedder=emb) as mem:
+        index(mem, ws, wing="w")
+        with Watcher(mem, str(ws), "w", debounce_ms=50):
+            time.sleep(1.0)
+            for i in range(saves):
+                marker = f"saved_function_{i}"
+                t = time.perf_counter()
+                (ws / "json" / f"saved_{i}.py").write_text(f"def {marker}():\n    return {i}\n")
+                while time.perf_counter() - t < 60:
+                    row = mem.conn.execute("SELECT 1 FROM entries WHERE text LIKE ? LIMIT 1", (f"%{marker}%",)).fetchone()
+                    if row:
+                        break
+                    time.sleep(0.01)
+                lat.append(time.perf_counter() - t)
+                time.sleep(0.3)
+    lat.sort()
+    return {"saves": saves, "p50_s": round(lat[len(lat) // 2], 3), "max_s": round(lat[-1], 3)}
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    scratch = Path(tempfile.mkdtemp(prefix="memlens-bench-ingest-"))
+    try:
+        res: dict[str, Any] = {"suite": NAME, "mode": "quick" if quick else "full", "machine": machine_info()}
+        log(f"[{NAME}] throughput ...")
+        res["throughput"] = _throughput(scratch, quick)
+        small, large = (200, 2000) if quick else (1000, 10_000)
+        log(f"[{NAME}] peak RSS, {small:,} files ...")
+        a = _child(scratch / "small.db", _workspace(scratch / "ws-small", small), again=False)
+        log(f"[{NAME}] peak RSS and unchanged re-index, {large:,} files ...")
+        ws_large = _workspace(scratch / "ws-large", large)
+        b = _child(scratch / "large.db", ws_large, again=True)
+        res["peak_rss"] = {f"{small}_files_mb": a["peak_rss_mb"], f"{large}_files_mb": b["peak_rss_mb"],
+                           "ratio": ratio(b["peak_rss_mb"], a["peak_rss_mb"]), "chunks_small": a["chunks"],
+                           "chunks_large": b["chunks"], "index_large_s": b["seconds"]}
+        cli = subprocess.run([str(Path(sys.executable).parent / "memlens"), "--store", str(scratch / "large.db"), "index",
+                              str(ws_large), "--wing", "bench", "--json"], capture_output=True, text=True, timeout=600)
+        t = time.perf_counter()
+        cli = subprocess.run([str(Path(sys.executable).parent / "memlens"), "--store", str(scratch / "large.db"), "index",
+                              str(ws_large), "--wing", "bench", "--json"], capture_output=True, text=True, timeout=600)
+        cli_s = time.perf_counter() - t
+        cli_out = json.loads(cli.stdout) if cli.returncode == 0 else {"error": cli.stderr[-300:]}
+        res["unchanged_reindex"] = {"files": large, "in_process_s": round(b["again_s"], 3),
+                                    "unchanged": b["again"]["unchanged"], "cli_wall_s": round(cli_s, 3),
+                                    "cli_reported_s": cli_out.get("seconds")}
+        log(f"[{NAME}] watch latency ...")
+        res["watch_latency"] = _watch_latency(scratch, 3 if quick else 8)
+        res["duration_s"] = round(time.perf_counter() - t0, 1)
+        out = Path(tempfile.gettempdir()) / f"memlens-bench-{NAME}-quick.json" if quick else RESULTS / f"{NAME}.json"
+        write_json(out, res)
+        log(f"[{NAME}] wrote {out}")
+        print(json.dumps({k: v for k, v in res.items() if k != "machine"}, indent=1))
+        return res
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return suite_main("python -m tests.bench.ingest", __doc__, run, "fewer files; results/ untouched", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
