@@ -76,14 +76,17 @@ class Watcher:
         self.stop()
 
     def _watch(self) -> None:
+        import os
+
         import watchfiles
 
+        store = os.path.realpath(self.mem.path)  # a store inside the workspace: its own writes are not changes
         while not self._stop.is_set():
             try:
                 for changes in watchfiles.watch(self.root, stop_event=self._stop, debounce=self.debounce_ms, step=50,
                                                  ignore_permission_denied=True, raise_interrupt=False):
                     with self._cond:
-                        self._pending.update(path for _, path in changes)
+                        self._pending.update(path for _, path in changes if not path.startswith(store))
                         self._cond.notify_all()
             except Exception as exc:  # the watcher died: the periodic rescan still keeps the index fresh
                 self.last_error = f"watcher: {exc}"
