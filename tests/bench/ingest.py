@@ -99,9 +99,9 @@ def _throughput(scratch: Path, quick: bool) -> dict[str, Any]:
     emb = make_embedder(settings.embedding, settings.cache_dir)
     emb.load()
     docs = scratch / "docs"
-    readmes(docs, limit=8 if quick else 25)
+    readmes(docs, limit=8 if quick else 15)
     if HTML_DIR.is_dir():
-        for p in sorted(HTML_DIR.glob("*.html"))[: 5 if quick else 40]:
+        for p in sorted(HTML_DIR.glob("*.html"))[: 5 if quick else 20]:
             shutil.copy(p, docs / p.name)
     emb.embed(["warm up"] * 8)
     from memlens.embed import HashEmbedder
