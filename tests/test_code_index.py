@@ -257,3 +257,23 @@ def test_cli_index_and_status(tmp_path):
     assert st["files"] == out["added"] and st["indexes"][0]["wing"] == "proj"
     r = run_cli("--store", store, "index", "status", timeout=120)
     assert r.returncode == 0 and "proj" in r.stdout and "stale 0" in r.stdout
+
+
+def test_watch_ignores_the_stores_own_files_inside_the_workspace(tmp_path, settings, hash_embedder):
+    """A store kept inside the workspace: its own writes (-wal, -shm) must not start index runs forever."""
+    from memlens import Memory
+    from memlens.ingest.watch import Watcher
+
+    ws = code_workspace(tmp_path / "ws", ("json",))
+    with Memory.open(ws / "memlens.db", settings=settings, embedder=hash_embedder) as mem:
+        out = index(mem, ws, wing="proj")
+        assert any(s["path"].startswith(str(ws / "memlens.db")) for s in out["skipped"])  # binary: skipped
+        runs = []
+        with Watcher(mem, str(ws), "proj", debounce_ms=50, on_run=lambda kind, out: runs.append(out)):
+            time.sleep(0.5)
+            (ws / "json" / "new_module.py").write_text("def giraffe():\n    return 1\n")
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not runs:
+                time.sleep(0.1)
+            time.sleep(2.0)  # long enough for a feedback loop to show
+        assert 1 <= len(runs) <= 2, runs

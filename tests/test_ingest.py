@@ -257,3 +257,29 @@ def _assert_consistent(mem):
         assert {e.meta["source_sha256"] for e in entries} == {s.sha256}
     n = mem.conn.execute("SELECT count(*) FROM entries_vec").fetchone()[0]
     assert n == mem.count()
+
+
+def test_a_failed_write_leaves_the_old_chunks_whole(mem, tmp_path, store_path, monkeypatch):
+    """The replacement of a changed file's chunks is one transaction: a failure inside it changes nothing."""
+    from memlens.errors import StoreError
+
+    docs = tmp_path / "docs"
+    readmes(docs, limit=3)
+    ingest(mem, [docs], wing="docs")
+    target = sorted(docs.iterdir())[0]
+    target.write_text(target.read_text() + "\n\n# Late section\n\nNew words.\n")
+    before = snapshot_store(store_path)
+    real = mem._audit
+
+    def failing(*args, **kw):
+        real(*args, **kw)
+        raise StoreError("disk full while writing (simulated)")
+
+    monkeypatch.setattr(mem, "_audit", failing)
+    with pytest.raises(StoreError):
+        ingest(mem, [docs], wing="docs")
+    monkeypatch.undo()
+    assert snapshot_store(store_path) == before
+    _assert_consistent(mem)
+    assert ingest(mem, [docs], wing="docs")["updated"] == 1
+    _assert_consistent(mem)
