@@ -283,3 +283,11 @@ def test_a_failed_write_leaves_the_old_chunks_whole(mem, tmp_path, store_path, m
     _assert_consistent(mem)
     assert ingest(mem, [docs], wing="docs")["updated"] == 1
     _assert_consistent(mem)
+
+
+def test_a_path_given_twice_or_inside_a_given_folder_is_read_once(mem, tmp_path):
+    docs = tmp_path / "docs"
+    readmes(docs, limit=3)
+    one = sorted(docs.iterdir())[0]
+    out = ingest(mem, [one, docs, docs, one], wing="docs")
+    assert (out["added"], out["updated"]) == (3, 0)

@@ -28,7 +28,7 @@ from memlens.ingest import storage
 from memlens.ingest.chunking import CHUNKER_VERSION, Chunk, TokenCounter, counter_for
 from memlens.ingest.code_chunks import CODE_EXTENSIONS, code_chunks
 from memlens.ingest.readers import PARSER_VERSIONS, Unreadable, decode, parser_for, read_document
-from memlens.ingest.walker import MAX_CODE_BYTES, MAX_DOC_BYTES, Found, Skip, walk
+from memlens.ingest.walker import MAX_CODE_BYTES, MAX_DOC_BYTES, Found, Skip, inside, walk
 from memlens.limits import entry_text_limit
 from memlens.models import content_hash
 from memlens.vocab import NAME_RE
@@ -89,7 +89,14 @@ def resolve_targets(paths: list[str | Path], *, want_dir: bool = False) -> list[
         if not os.access(real, os.R_OK | (os.X_OK if is_dir else 0)):
             raise MemlensError(f"{raw}: permission denied")
         out.append(Target(real, is_dir))
-    return out
+    # a path given twice, or inside a folder also given, is read once (as part of that folder)
+    dirs = [t.path for t in out if t.is_dir]
+    kept: list[Target] = []
+    for t in out:
+        if any(t.path == k.path for k in kept) or any(t.path != d and inside(t.path, d) for d in dirs):
+            continue
+        kept.append(t)
+    return kept
 
 
 def version_of(parser: str, count: TokenCounter) -> str:
