@@ -277,3 +277,12 @@ def test_watch_ignores_the_stores_own_files_inside_the_workspace(tmp_path, setti
                 time.sleep(0.1)
             time.sleep(2.0)  # long enough for a feedback loop to show
         assert 1 <= len(runs) <= 2, runs
+
+
+def test_a_file_that_turns_binary_loses_its_chunks(mem, ws):
+    index(mem, ws, wing="proj")
+    target = ws / "json" / "scanner.py"
+    target.write_bytes(b"\x00binary now")
+    out = index(mem, ws, wing="proj")
+    assert out["removed"] == 1 and any(s["path"] == str(target) for s in out["skipped"])
+    assert not any(e.meta["path"] == "json/scanner.py" for e in mem.entries("proj"))

@@ -229,6 +229,7 @@ def run_pipeline(mem: Memory, targets: list[Target], run: Run, *, progress: Prog
     batch: list[storage.SourceWrite] = []
     batch_chunks = 0
     touched: list[tuple[int, int, int]] = []
+    dropped: list[storage.Source] = []
     try:
         with entry_text_limit(mem.settings.limits.max_entry_chars):
             for target, f in _files(targets, skips):
@@ -240,8 +241,12 @@ def run_pipeline(mem: Memory, targets: list[Target], run: Run, *, progress: Prog
                 if target.is_dir:
                     seen[target.path].add(f.path)
                 run.files_done += 1
-                w = _plan_file(mem, run, target, f, catalogs[target.path].get(f.path), count, skips, touched)
+                known = catalogs[target.path].get(f.path)
+                n_skips = len(skips)
+                w = _plan_file(mem, run, target, f, known, count, skips, touched)
                 if w is None:
+                    if known is not None and len(skips) > n_skips:
+                        dropped.append(known)  # indexed before, skipped now (binary, too large…): its chunks go
                     continue
                 batch.append(w)
                 batch_chunks += len(w.entries)
@@ -264,10 +269,11 @@ def run_pipeline(mem: Memory, targets: list[Target], run: Run, *, progress: Prog
         raise
     for source_id, size, mtime_ns in touched:
         storage.refresh_stat(mem, source_id, size, mtime_ns)
+    gone = list(dropped)
     if run.complete:
-        gone = [s for t in targets if t.is_dir for p, s in catalogs[t.path].items()
-                if p not in seen[t.path] and (only is None or p in only)]
-        run.counts["removed"] += storage.remove_sources(mem, gone, action=run.mode)
+        gone += [s for t in targets if t.is_dir for p, s in catalogs[t.path].items()
+                 if p not in seen[t.path] and (only is None or p in only)]
+    run.counts["removed"] += storage.remove_sources(mem, gone, action=run.mode)
     run.skipped = [s.to_dict() for s in skips]
     return summary(run, time.perf_counter() - t0)
 
