@@ -291,3 +291,15 @@ def test_a_path_given_twice_or_inside_a_given_folder_is_read_once(mem, tmp_path)
     one = sorted(docs.iterdir())[0]
     out = ingest(mem, [one, docs, docs, one], wing="docs")
     assert (out["added"], out["updated"]) == (3, 0)
+
+
+def test_runs_do_not_pile_up_connections(mem, tmp_path):
+    """Each run's writer thread closes its own connection: a watcher running for days keeps a fixed number."""
+    docs = tmp_path / "docs"
+    readmes(docs, limit=3)
+    ingest(mem, [docs], wing="docs")
+    n = len(mem._conns)
+    for i in range(3):
+        (docs / f"note{i}.md").write_text(f"# Note {i}\n\nA short note number {i}.\n")
+        ingest(mem, [docs], wing="docs")
+    assert len(mem._conns) == n

@@ -144,16 +144,23 @@ class _Writer(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        while True:
-            batch = self.q.get()
-            if batch is None:
-                return
-            if self.error is not None:
-                continue  # drain: the producer learns of the error at its next put
-            try:
-                self._write(batch)
-            except BaseException as exc:  # handed to the main thread
-                self.error = exc
+        try:
+            storage.open_writer_connection(self.mem)
+        except BaseException as exc:
+            self.error = exc
+        try:
+            while True:
+                batch = self.q.get()
+                if batch is None:
+                    return
+                if self.error is not None:
+                    continue  # drain: the producer learns of the error at its next put
+                try:
+                    self._write(batch)
+                except BaseException as exc:  # handed to the main thread
+                    self.error = exc
+        finally:
+            storage.close_thread_connection(self.mem)
 
     def _write(self, batch: list[storage.SourceWrite]) -> None:
         texts = [e.embed_text for w in batch for e in w.entries]

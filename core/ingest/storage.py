@@ -60,6 +60,27 @@ class SourceWrite:
 _SOURCE_COLS = "id, wing, path, kind, size, mtime_ns, sha256, version, chunks, indexed_at"
 
 
+def open_writer_connection(mem: Memory) -> None:
+    """Prepare this (writer) thread's connection: no memory map, so that the process's resident memory
+    follows what the pipeline holds, not the size of the store it streams into (the page cache still serves)."""
+    mem.conn.execute("PRAGMA mmap_size = 0")
+
+
+def close_thread_connection(mem: Memory) -> None:
+    """Close this thread's connection (a writer thread's, at its end): threads come and go, connections must not pile up."""
+    conn = getattr(mem._local, "conn", None)
+    if conn is None:
+        return
+    mem._local.conn = None
+    with mem._conns_lock:
+        if conn in mem._conns:
+            mem._conns.remove(conn)
+    try:
+        conn.close()
+    except Exception:
+        pass
+
+
 def get_source(mem: Memory, wing: str, path: str) -> Source | None:
     row = mem.conn.execute(f"SELECT {_SOURCE_COLS} FROM sources WHERE wing = ? AND path = ?", (wing, path)).fetchone()
     return Source(*row) if row else None

@@ -44,12 +44,12 @@ settings = load_settings()
 model_id = make_embedder(settings.embedding, settings.cache_dir).model_id
 with Memory.open(sys.argv[1], settings=settings, embedder=FixedEmbedder(model_id)) as mem:
     t = time.perf_counter(); out = index(mem, sys.argv[2], wing="bench"); first = time.perf_counter() - t
+    # VmHWM: this process's own peak (ru_maxrss would carry the parent's peak over fork and exec)
+    hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
     if sys.argv[3] == "again":
         t = time.perf_counter(); again = index(mem, sys.argv[2], wing="bench"); second = time.perf_counter() - t
     else:
         again, second = None, None
-# VmHWM: this process's own peak (ru_maxrss would carry the parent's peak over fork and exec)
-hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
 print(json.dumps({"files": out["added"], "chunks": out["chunks"], "seconds": round(first, 3),
                   "again": again and {k: v for k, v in again.items() if k != "skipped"}, "again_s": second,
                   "peak_rss_mb": round(hwm / 1024, 1)}))
