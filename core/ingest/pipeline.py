@@ -294,8 +294,8 @@ def summary(run: Run, seconds: float) -> dict[str, Any]:
 def _plan_file(mem: Memory, run: Run, target: Target, f: Found, known: storage.Source | None, count: TokenCounter,
                skips: list[Skip], touched: list[tuple[int, int, int]]) -> storage.SourceWrite | None:
     """What to write for one file: None when it is unchanged or skipped."""
-    suffix = Path(f.path).suffix.lower()
-    is_doc = run.mode == "ingest" and parser_for(Path(f.path)) is not None
+    suffix = os.path.splitext(f.path)[1].lower()
+    is_doc = run.mode == "ingest" and parser_for(f.path) is not None
     cap = MAX_DOC_BYTES if is_doc else MAX_CODE_BYTES
     if f.size > cap:
         skips.append(Skip(f.path, f"larger than {cap // 1024} KB"))

@@ -9,6 +9,7 @@ reads the local file's text, never a URL.
 from __future__ import annotations
 
 import io
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -30,9 +31,9 @@ class Unreadable(Exception):
     """The file cannot be read as its type; the message is the skip reason."""
 
 
-def parser_for(path: Path) -> str | None:
+def parser_for(path: str | Path) -> str | None:
     """``markdown``, ``html``, ``pdf`` or ``text`` by extension; None for anything else."""
-    ext = path.suffix.lower()
+    ext = os.path.splitext(os.fspath(path))[1].lower()
     for name, exts in (("markdown", MARKDOWN), ("html", HTML), ("pdf", PDF), ("text", TEXT)):
         if ext in exts:
             return name
