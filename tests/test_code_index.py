@@ -193,6 +193,8 @@ def test_stale_or_missing_index_is_skipped_as_degraded(mem, ws, monkeypatch):
     text, bundle = _context(mem, "decode json")
     assert ("code_index", "degraded") in _code_drops(bundle) and "Relevant code" not in text
     assert calls == []  # never re-indexed inline
+    assert not any(r.entry.kind.value == "code" for r in bundle.results)  # nor served unchecked among the notes
+    assert ("code", "degraded") in _code_drops(bundle)
 
 
 def test_index_status(mem, ws):

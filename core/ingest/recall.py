@@ -104,13 +104,15 @@ def code_section(mem: Memory, bundle: Bundle) -> str:
         w = trace.active_wing or (wings[0] if wings else "")
         _drop(bundle, f"code-index:{w}", w, "code_index", "degraded", "no code index for the searched wings; skipped")
     code_results = [r for r in bundle.results if r.entry.kind.value == "code"]
-    if code_results and fresh:
+    if code_results:  # code reaches an agent only through the gates below, never unchecked among the notes
         bundle.results = [r for r in bundle.results if r.entry.kind.value != "code"]
         for i, r in enumerate(bundle.results):
             r.rank = i + 1
         for r in code_results:
-            _drop(bundle, r.entry.id, r.entry.wing, "code", "code", "code is shown under Relevant code, after its gates",
-                  r.score)
+            fine = r.entry.wing in fresh
+            _drop(bundle, r.entry.id, r.entry.wing, "code", "code" if fine else "degraded",
+                  "code is shown under Relevant code, after its gates" if fine
+                  else "code of a wing whose code index is stale or missing is not served", r.score)
     if not fresh or not (trace.text or "").strip():
         _log(mem, fresh, 0, {})
         return ""
