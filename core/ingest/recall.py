@@ -15,6 +15,8 @@ dropped with that stage and a reason in the trace:
 An index whose last completed run is older than ``STALE_AFTER_S``, or a searched
 wing without one (when the store has any code index), is skipped with stage
 ``code_index`` and reason ``degraded``: retrieval never re-indexes inline.
+Code chunks that the memory search itself returned leave the memory sections
+(stage ``code``): code reaches an agent only through these gates.
 """
 
 from __future__ import annotations
