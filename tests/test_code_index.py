@@ -288,3 +288,26 @@ def test_a_file_that_turns_binary_loses_its_chunks(mem, ws):
     out = index(mem, ws, wing="proj")
     assert out["removed"] == 1 and any(s["path"] == str(target) for s in out["skipped"])
     assert not any(e.meta["path"] == "json/scanner.py" for e in mem.entries("proj"))
+
+
+@pytest.mark.parametrize("pattern, language", [
+    ("/usr/share/doc/git/contrib/*/*.go", "go"),  # shipped with git's documentation
+    ("/root/.rustup/toolchains/*/share/doc/rust/html/*/*.js", "javascript"),  # shipped with the Rust documentation
+])
+def test_other_grammars_on_real_files(mem, tmp_path, pattern, language):
+    import glob
+    import shutil
+
+    found = sorted(p for p in glob.glob(pattern) if os.path.getsize(p) > 2000)[:3]
+    if not found:
+        pytest.skip(f"no {language} file matching {pattern} on this machine")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for p in found:
+        shutil.copy(p, ws / os.path.basename(p))
+    index(mem, ws, wing="proj")
+    entries = list(mem.entries("proj"))
+    assert entries and {e.meta["parser"] for e in entries} == {f"code:tree-sitter:{language}"}
+    for e in entries:
+        a, b = e.meta["lines"]
+        assert e.text == "\n".join((ws / e.meta["path"]).read_text().split("\n")[a - 1 : b])
