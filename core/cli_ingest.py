@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from .errors import MemlensError, ValidationError
+from .errors import ValidationError
 
 SKIPS_SHOWN = 20
 
@@ -195,5 +195,3 @@ def _status(args: argparse.Namespace) -> int:
           f"fallback rate {fb} ({st['retrievals']} retrievals)")
     return 0
 
-
-__all__ = ["register", "cmd_ingest", "cmd_index", "MemlensError"]

@@ -105,22 +105,6 @@ def _units(text: str, budget: int, count: TokenCounter) -> Iterator[tuple[str, i
                     yield piece, count(piece)
 
 
-def pack(text: str, budget: int, count: TokenCounter) -> list[str]:
-    """Greedy packing of paragraphs (then sentences, then words) into pieces of at most ``budget`` tokens."""
-    out: list[str] = []
-    cur: list[str] = []
-    used = 0
-    for unit, n in _units(text, budget, count):
-        if cur and used + n > budget:
-            out.append("\n\n".join(cur))
-            cur, used = [], 0
-        cur.append(unit)
-        used += n
-    if cur:
-        out.append("\n\n".join(cur))
-    return out
-
-
 def line_windows(lines: list[str], first_line: int, title_for: Callable[[int, int], str], count: TokenCounter,
                  max_lines: int = 80) -> list[Chunk]:
     """Consecutive lines packed into chunks that fit the model (and at most ``max_lines`` lines each).

@@ -253,12 +253,6 @@ def code_indexes(mem: Memory, wings: list[str] | None = None) -> list[dict[str, 
     return [{"wing": w, "root": r, "indexed_at": t} for w, r, t in mem.conn.execute(sql, args)]
 
 
-def source_counts(mem: Memory, kind: str | None = None) -> dict[str, int]:
-    sql = "SELECT count(*), coalesce(sum(chunks), 0) FROM sources" + (" WHERE kind = ?" if kind else "")
-    n, chunks = mem.conn.execute(sql, (kind,) if kind else ()).fetchone()
-    return {"files": int(n), "chunks": int(chunks)}
-
-
 def all_sources(mem: Memory, wing: str | None = None, kind: str | None = None) -> list[Source]:
     where, args = [], []
     if wing:
