@@ -303,3 +303,37 @@ def test_runs_do_not_pile_up_connections(mem, tmp_path):
         (docs / f"note{i}.md").write_text(f"# Note {i}\n\nA short note number {i}.\n")
         ingest(mem, [docs], wing="docs")
     assert len(mem._conns) == n
+
+
+def test_progress_bar_only_on_a_terminal(tmp_path):
+    """On a terminal, stderr shows a progress bar; piped (the other CLI tests), it shows none."""
+    import pty
+    import subprocess
+
+    from tests.conftest import MEMLENS
+
+    docs = tmp_path / "docs"
+    readmes(docs, limit=3)
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run([MEMLENS, "--store", str(tmp_path / "s.db"), "ingest", str(docs), "--wing", "docs"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, timeout=300)
+        os.close(slave)
+        slave = -1
+        seen = b""
+        while True:
+            try:
+                block = os.read(master, 65536)
+            except OSError:  # the terminal's other end is closed: all read
+                break
+            if not block:
+                break
+            seen += block
+    finally:
+        if slave >= 0:
+            os.close(slave)
+        os.close(master)
+    assert proc.returncode == 0, seen[-500:]
+    text = seen.decode("utf-8", "replace")
+    assert "ingest: [" in text and "/3 files" in text
+    assert proc.stdout.decode().startswith("ingest: 3 added")
