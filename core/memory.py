@@ -273,10 +273,10 @@ class Memory:
 
     def context(self, query: str, *, active_wing: str | None = None, budget: int | None = None, **kwargs: Any) -> str:
         """The markdown an agent receives: working memory, then retrieved memory in authority order."""
-        from memlens.retrieval.budget import render_context
+        from memlens.ingest.recall import render_with_code
 
         bundle = self.search(query, active_wing=active_wing, budget=budget, **kwargs)
-        return render_context(self, bundle)
+        return render_with_code(self, bundle)  # with the Relevant code section when code is indexed
 
     async def web_context(self, urls: Any = None, query: str | None = None, **kwargs: Any) -> Any:
         """Untrusted web text for ``urls`` and/or a search ``query`` (see ``memlens.web``); nothing is stored."""

@@ -3,7 +3,9 @@
 Flags (part of the ``search --json`` contract): ``mandatory``, ``under_review``, ``active_wing``,
 ``conflict``, ``summarised``, ``fallback``, ``untrusted`` (text saved from the web).
 Drop stages: ``status``, ``scope``, ``profile``, ``candidates``, ``threshold``,
-``relative``, ``dedup``, ``override``, ``cap``, ``budget``.
+``relative``, ``dedup``, ``override``, ``cap``, ``budget``; ``context`` adds the code stages
+(``code``, ``code_index``, ``code_threshold``, ``code_exists``, ``code_workspace``, ``code_binary``,
+``code_stale``, ``code_cap``: see ``memlens.ingest.recall``).
 """
 
 from __future__ import annotations

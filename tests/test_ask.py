@@ -454,7 +454,7 @@ def test_a_schema_4_store_gains_the_answer_log_and_keeps_its_entries(store_path,
             mem.conn.execute("DROP TABLE answers")
             mem.conn.execute("PRAGMA user_version = 4")
     with Memory.open(store_path, settings=settings, embedder=hash_embedder) as mem:
-        assert db.schema_version(mem.conn) == db.SCHEMA_VERSION == 5
+        assert db.schema_version(mem.conn) == db.SCHEMA_VERSION >= 5
         assert mem.count() == 1 and log.answers(mem) == [] and log.cited_entries(mem) == []
 
 

@@ -44,7 +44,18 @@ FOUNDATION = {
     "attribution",
     "setting_checks",
 }
-SUBPACKAGE_LAYER = {"store": 1, "retrieval": 2, "working": 2, "io": 2, "web": 2, "assist": 3, "mcp": 4, "cli": 4, "tui": 4}
+SUBPACKAGE_LAYER = {
+    "store": 1,
+    "retrieval": 2,
+    "working": 2,
+    "io": 2,
+    "web": 2,
+    "ingest": 2,
+    "assist": 3,
+    "mcp": 4,
+    "cli": 4,
+    "tui": 4,
+}
 FACADE = {"memory", "stats", "demo", "browse"}
 LAYER_NAMES = {0: "foundation", 1: "store", 2: "engine", 3: "facade", 4: "front end"}
 FRONT_ENDS = ("memlens.cli", "memlens.mcp", "memlens.tui")

@@ -123,11 +123,11 @@ class Lens:
         return self.call(self.mem.explain, query, entry_id, active_wing=self.active_wing, now=self.now())
 
     def context(self, query: str, budget: int | None, profile: str | None = None) -> tuple[str, Bundle]:
-        from memlens.retrieval.budget import render_context
+        from memlens.ingest.recall import render_with_code
 
         def run() -> tuple[str, Bundle]:
             b = self.mem.search(query, active_wing=self.active_wing, budget=budget, profile=profile or "memory", now=self.now())
-            return render_context(self.mem, b), b
+            return render_with_code(self.mem, b), b
 
         return self.call(run)
 
@@ -157,10 +157,10 @@ class Lens:
     def prepare_answer(self, question: str, budget: int | None, profile: str | None = None) -> Any:
         """Search, render the context exactly as ``context`` does, and build the prompt (``memlens.assist.ask.Prepared``)."""
         from memlens.assist.ask import assemble
-        from memlens.retrieval.budget import render_context
+        from memlens.ingest.recall import render_with_code
 
         b, seq = self.search_for_answer(question, budget, profile)
-        return assemble(question, b, self.call(render_context, self.mem, b), None, seq)
+        return assemble(question, b, self.call(render_with_code, self.mem, b), None, seq)
 
     def log_answer(self, answer: Any) -> Any:
         from memlens.assist.ask import record

@@ -139,12 +139,12 @@ def prepare(mem: Any, question: str, *, active_wing: str | None, wings: list[str
             profile: str | None = "memory", budget: int | None = None, workspace: str | None = None,
             web_urls: Sequence[str] = (), web_provider: WebProvider | None = None, **search_options: Any) -> Prepared:
     """Retrieve and render exactly as ``memlens context`` does, fetch web context, build the prompt."""
-    from memlens.retrieval.budget import render_context
+    from memlens.ingest.recall import render_with_code
 
     bundle = mem.search(question, active_wing=active_wing, wings=wings, k=k, profile=profile, budget=budget,
                         workspace=workspace, **search_options)
     seq = log.last_retrieval_seq(mem, bundle.trace.query)
-    context = render_context(mem, bundle)
+    context = render_with_code(mem, bundle)  # the text `memlens context` prints
     web = fetch_web(mem, web_urls, question, web_provider) if web_urls else None
     return assemble(question, bundle, context, web, seq)
 

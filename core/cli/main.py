@@ -1,7 +1,7 @@
 """The ``memlens`` command: a thin layer over ``memlens.Memory``.
 
 Each command group lives in its own module (``entries``, ``retrieve``, ``tasks``,
-``check``, ``serve``, ``ask``, ``web``) and registers its sub-parsers here, in the order ``--help``
+``check``, ``serve``, ``ask``, ``web``, ``ingest``) and registers its sub-parsers here, in the order ``--help``
 lists them. User errors print one line on stderr and exit 2; tracebacks are for bugs only.
 """
 
@@ -16,6 +16,7 @@ from collections.abc import Callable
 from memlens.cli import ask as cli_ask
 from memlens.cli import check as cli_check
 from memlens.cli import entries as cli_entries
+from memlens.cli import ingest as cli_ingest
 from memlens.cli import retrieve as cli_retrieve
 from memlens.cli import serve as cli_serve
 from memlens.cli import tasks as cli_tasks
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_check.register(sub)  # check, salvage
     cli_ask.register(sub)  # ask
     cli_web.register(sub)  # web
+    cli_ingest.register(sub)  # ingest, index [status]
     return p
 
 
@@ -64,6 +66,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "salvage": cli_check.cmd_salvage,
     "ask": cli_ask.cmd_ask,
     "web": cli_web.cmd_web,
+    "ingest": cli_ingest.cmd_ingest,
+    "index": cli_ingest.cmd_index,
 }
 
 

@@ -114,7 +114,9 @@ def cmd_context(args: argparse.Namespace) -> int:
             with mem:
                 bundle = mem.search(args.query, active_wing=args.active_wing, wings=args.wings, k=args.k,
                                     profile=args.profile, budget=args.budget, workspace=args.workspace)
-                text = render_context(mem, bundle)
+                from memlens.ingest.recall import render_with_code
+
+                text = render_with_code(mem, bundle)  # with the Relevant code section when code is indexed
         except StoreCorruptError as exc:  # damage met while reading: as unreachable as a missing store
             bundle = fallback_bundle(args.query, args.workspace, args.k or 10, f"store unavailable: {exc}")
             print(f"{PROG}: warning: {exc}; falling back to the workspace", file=sys.stderr)

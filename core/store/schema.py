@@ -6,7 +6,7 @@ A new migration is the next version here (and in ``MIGRATIONS``).
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 def _migration_1(dim: int) -> list[str]:
@@ -158,4 +158,37 @@ def _migration_5(dim: int) -> list[str]:
     ]
 
 
-MIGRATIONS = {1: _migration_1, 2: _migration_2, 3: _migration_3, 4: _migration_4, 5: _migration_5}
+def _migration_6(dim: int) -> list[str]:
+    """Ingested documents and indexed code (``memlens.ingest``): the catalog of sources, which entries
+    each source produced, and the runs of ``ingest``/``index`` (the code index's ``indexed_at``)."""
+    return [
+        """CREATE TABLE sources (
+            id INTEGER PRIMARY KEY,
+            wing TEXT NOT NULL,
+            path TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            mtime_ns INTEGER NOT NULL,
+            sha256 TEXT NOT NULL,
+            version TEXT NOT NULL,
+            chunks INTEGER NOT NULL,
+            indexed_at TEXT NOT NULL,
+            UNIQUE (wing, path)
+        )""",
+        "CREATE TABLE source_entries (source_id INTEGER NOT NULL, entry_id TEXT NOT NULL, PRIMARY KEY (source_id, entry_id))",
+        """CREATE TABLE ingest_runs (
+            id INTEGER PRIMARY KEY,
+            mode TEXT NOT NULL,
+            wing TEXT NOT NULL,
+            root TEXT,
+            started_at TEXT NOT NULL,
+            finished_at TEXT,
+            seconds REAL,
+            status TEXT NOT NULL,
+            summary TEXT NOT NULL DEFAULT '{}'
+        )""",
+        "CREATE INDEX ingest_runs_scope ON ingest_runs(mode, wing, root, id)",
+    ]
+
+
+MIGRATIONS = {1: _migration_1, 2: _migration_2, 3: _migration_3, 4: _migration_4, 5: _migration_5, 6: _migration_6}

@@ -98,6 +98,20 @@ class SqliteStore(SqliteReads):
                 self._conns.append(conn)
         return conn
 
+    def close_thread(self) -> None:
+        """Close this thread's connection (a worker thread's, at its end): threads come and go, connections must not pile up."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            return
+        self._local.conn = None
+        with self._conns_lock:
+            if conn in self._conns:
+                self._conns.remove(conn)
+        try:
+            conn.close()
+        except Exception:
+            pass
+
     def close(self) -> None:
         self._closed = True
         with self._conns_lock:
