@@ -521,9 +521,12 @@ class Memory:
         **options: Any,
     ) -> Bundle:
         """Retrieve, explain and (optionally) budget; see ``memlens.retrieval.search.search`` for ``options``."""
+        from memlens.replay import storage as replay_log
         from memlens.retrieval.search import search
 
-        return search(self, query, active_wing=active_wing, wings=wings, k=k, profile=profile, budget=budget, **options)
+        with replay_log.request(query=query, active_wing=active_wing, wings=wings, k=k, profile=profile, budget=budget,
+                                user=options.get("user")):  # what the retrieval log keeps for a replay
+            return search(self, query, active_wing=active_wing, wings=wings, k=k, profile=profile, budget=budget, **options)
 
     def explain(self, query: str, entry_id: str, **kwargs: Any) -> dict[str, Any]:
         """Why was ``entry_id`` returned for ``query`` - or at which stage was it dropped?"""
@@ -535,7 +538,10 @@ class Memory:
         """The markdown an agent receives: working memory, then retrieved memory in authority order."""
         from memlens.retrieval.budget import render_context
 
-        bundle = self.search(query, active_wing=active_wing, budget=budget, **kwargs)
+        from memlens.replay.storage import building_context
+
+        with building_context():
+            bundle = self.search(query, active_wing=active_wing, budget=budget, **kwargs)
         return render_context(self, bundle)
 
     @property
@@ -617,19 +623,29 @@ class Memory:
         }
         conn = self.conn
         audit = self.settings.audit
+        own = False
         try:
             # a search must never wait for a writer: give up on the log row after 50 ms
             conn.execute("PRAGMA busy_timeout = 50")
+            from memlens.replay import storage as replay_log
+
+            own = not conn.in_transaction  # one transaction for the audit row and what replay needs
+            if own:
+                conn.execute("BEGIN")
             cur = conn.execute(
                 "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail)"
                 " VALUES (?, 'retrieval', NULL, ?, NULL, NULL, ?)",
                 (format_ts(utcnow()), t.active_wing, json.dumps(metrics, ensure_ascii=False)),
             )
+            replay_log.record(conn, int(cur.lastrowid), bundle)  # the request, client and ranked hits, for replay
+            if own:
+                conn.execute("COMMIT")
             if retention.due(int(cur.lastrowid), not self._pruned):
                 self._pruned = True
                 retention.prune_retrievals(conn, audit.retrieval_max_rows, audit.retrieval_max_age_days)
         except Exception:
-            pass
+            if own and conn.in_transaction:
+                conn.execute("ROLLBACK")
         finally:
             conn.execute(f"PRAGMA busy_timeout = {int(self.settings.storage.busy_timeout_ms)}")
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from memlens.cli import check as cli_check
+from memlens.cli import replay as cli_replay
 from memlens.cli import tasks as cli_tasks
 from memlens.cli.args import BUDGET_ARG, K_ARG, PROG, Parser, check_text_args, unit_float
 from memlens.errors import MemlensError
@@ -79,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--user", help="whose retrieval this is (part of the cache key)")
     s.add_argument("--workspace", metavar="DIR", help="fall back to DIR's docs/README/files when memory finds nothing")
     s.add_argument("--no-cache", action="store_true", help="bypass the retrieval cache")
+    s.add_argument("--format", choices=("text", "json", "openinference"), default=None,
+                   help="openinference: the trace as OpenTelemetry spans (OTLP JSON); also sent to [export] otlp_endpoint")
 
     s = sub.add_parser("context", help="the markdown context an agent receives (working memory + memory, budgeted)")
     _store_arg(s)
@@ -132,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8765, help="HTTP: port (default 8765; 0 picks a free one)")
     s.add_argument("--read-only", action="store_true", help="serve only the tools that read")
     cli_check.register(sub)  # check, salvage
+    COMMANDS.update(cli_replay.register(sub))  # replay, golden, access, reembed, deprecate/restore/delete/edit
     return p
 
 
@@ -239,7 +243,11 @@ def cmd_search(args: argparse.Namespace) -> int:
             args.query, active_wing=args.active_wing, wings=args.wings, k=args.k, profile=args.profile, budget=args.budget,
             user=args.user, workspace=args.workspace, use_cache=not args.no_cache,
         )
-    print(json.dumps(bundle.to_dict(), ensure_ascii=False) if args.json else format_results(bundle))
+        if args.format == "openinference":
+            from memlens.replay.otel import emit
+
+            return emit(mem, bundle)
+    print(json.dumps(bundle.to_dict(), ensure_ascii=False) if args.json or args.format == "json" else format_results(bundle))
     return 0
 
 
@@ -257,7 +265,9 @@ def cmd_context(args: argparse.Namespace) -> int:
         text = render_context(None, bundle)  # type: ignore[arg-type]
     else:
         try:
-            with mem:
+            from memlens.replay.storage import building_context
+
+            with mem, building_context():  # the retrieval log marks its results as having gone into a context
                 bundle = mem.search(args.query, active_wing=args.active_wing, wings=args.wings, k=args.k,
                                     profile=args.profile, budget=args.budget, workspace=args.workspace)
                 text = render_context(mem, bundle)
@@ -407,6 +417,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def cmd_tui(args: argparse.Namespace) -> int:
+    from memlens.replay.storage import set_default_client
+
+    set_default_client("app")
     try:
         from memlens.tui.app import run_app
     except ImportError as exc:  # the engine works without the app's dependencies
@@ -435,6 +448,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    from memlens.replay.storage import set_default_client
+
+    set_default_client("cli")  # the client the retrieval log names (the app says "app")
     args = build_parser().parse_args(argv)
     handler = COMMANDS.get(args.command or "tui", cmd_tui)
     try:

@@ -21,7 +21,7 @@ from urllib.parse import quote
 from memlens.errors import StoreCorruptError, StoreError, StoreLockedError
 from memlens.store import corruption
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 _driver_lock = threading.Lock()
 _driver: ModuleType | None = None
 
@@ -170,7 +170,50 @@ def _migration_4(dim: int) -> list[str]:
     ]
 
 
-MIGRATIONS = {1: _migration_1, 2: _migration_2, 3: _migration_3, 4: _migration_4}
+def _migration_5(dim: int) -> list[str]:
+    """What replay, golden queries and the access log need (``memlens.replay``; its SQL is in ``replay/storage.py``).
+
+    ``retrieval_log``/``retrieval_hits`` add to each ``retrieval`` audit row the request as it was made, the
+    client, whether it built a context, and its ranked ids with their scores; a trigger deletes them with their
+    audit row, so they live exactly as long as the retrieval records (``memlens.store.retention``).
+    """
+    return [
+        """CREATE TABLE retrieval_log (
+            seq INTEGER PRIMARY KEY,
+            request TEXT NOT NULL,
+            client TEXT NOT NULL DEFAULT '',
+            context INTEGER NOT NULL DEFAULT 0
+        )""",
+        """CREATE TABLE retrieval_hits (
+            seq INTEGER NOT NULL,
+            rank INTEGER NOT NULL,
+            entry_id TEXT NOT NULL,
+            score REAL NOT NULL,
+            relevance REAL,
+            recency REAL,
+            salience REAL,
+            boost REAL,
+            rerank REAL,
+            PRIMARY KEY (seq, rank)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX retrieval_hits_entry ON retrieval_hits(entry_id, seq)",
+        """CREATE TRIGGER audit_retrieval_pruned AFTER DELETE ON audit WHEN old.action = 'retrieval' BEGIN
+            DELETE FROM retrieval_log WHERE seq = old.seq;
+            DELETE FROM retrieval_hits WHERE seq = old.seq;
+        END""",
+        """CREATE TABLE golden (
+            id INTEGER PRIMARY KEY,
+            query TEXT NOT NULL,
+            expect TEXT NOT NULL,
+            active_wing TEXT NOT NULL DEFAULT '',
+            within INTEGER NOT NULL,
+            created_at TEXT NOT NULL,
+            UNIQUE (query, expect, active_wing)
+        )""",
+    ]
+
+
+MIGRATIONS = {1: _migration_1, 2: _migration_2, 3: _migration_3, 4: _migration_4, 5: _migration_5}
 
 
 def _secure_create(path: Path) -> None:
