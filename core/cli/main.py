@@ -385,6 +385,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     for title, key in (("wing", "per_wing"), ("kind", "per_kind"), ("type", "per_type"), ("status", "per_status")):
         items = "  ".join(f"{k}={v}" for k, v in st[key].items()) or "-"
         print(f"{title:<7} {items}")
+    if st.get("stale_vectors"):
+        print(f"stale   {st['stale_vectors']} vectors not made by the store's model from their text now (memlens reembed)")
     return 0
 
 

@@ -122,19 +122,25 @@ def _left_reason(eid: str, bundle: Any, states: dict[str, str]) -> str:
     return "no longer among the candidates (memlens explain QUERY --id ID says why)"
 
 
-def _component_change(old: dict[str, Any], comps: Any) -> str:
+WEIGHTED = ("relevance", "recency", "salience")
+
+
+def _parts(hit: dict[str, Any] | Any, weights: dict[str, float]) -> dict[str, float]:
+    """What each component adds to a score: weight × value for the weighted ones, the value for boost and rerank."""
+    get = hit.get if isinstance(hit, dict) else (lambda c: getattr(hit, c, None))
+    out = {c: float(weights.get(c, 1.0 if c == "relevance" else 0.0)) * float(get(c) or 0.0) for c in WEIGHTED}
+    out.update({c: float(get(c) or 0.0) for c in ("boost", "rerank")})
+    return out
+
+
+def _component_change(old: dict[str, Any], comps: Any, old_w: dict[str, float], new_w: dict[str, float]) -> str:
     """The component of the score that changed most between the logged hit and the new result."""
-    best, name = 0.0, ""
-    for c in storage.HIT_COMPONENTS:
-        before, now = old.get(c), getattr(comps, c, None)
-        if before is None and now is None:
-            continue
-        delta = abs((now or 0.0) - (before or 0.0))
-        if delta > best:
-            best, name = delta, c
-    if best <= EPS:
+    before, now = _parts(old, old_w), _parts(comps, new_w)
+    name = max(before, key=lambda c: abs(now[c] - before[c]))
+    if abs(now[name] - before[name]) <= EPS:
         return "same score; other entries entered, left or moved around it"
-    return f"{name} {old.get(name) or 0:.3f} → {getattr(comps, name) or 0:.3f}"
+    what = f"{name} × weight" if name in WEIGHTED and old_w.get(name) != new_w.get(name) else name
+    return f"{what} {before[name]:.3f} → {now[name]:.3f}"
 
 
 def diff(entry: dict[str, Any], bundle: Any, mem: Memory) -> dict[str, Any]:
@@ -152,8 +158,9 @@ def diff(entry: dict[str, Any], bundle: Any, mem: Memory) -> dict[str, Any]:
         why[i] = _left_reason(i, bundle, states)
     results = {r.entry.id: r for r in bundle.results}
     by_id = {h["id"]: h for h in old_hits}
+    old_w = entry["request"].get("weights_used") or bundle.trace.weights
     for m in moved:
-        why[m["id"]] = _component_change(by_id[m["id"]], results[m["id"]].components)
+        why[m["id"]] = _component_change(by_id[m["id"]], results[m["id"]].components, old_w, bundle.trace.weights)
     for i in entered:
         r = results[i]
         stamp = r.entry.updated_at or r.entry.created_at

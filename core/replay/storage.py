@@ -77,9 +77,11 @@ def record(conn: Any, seq: int, bundle: Bundle) -> None:
     """Log what replay and the access log need for the retrieval logged as audit row ``seq`` (inside its transaction)."""
     t = bundle.trace
     req = _request.get() or {"query": t.query, "active_wing": t.active_wing, "profile": t.profile}
+    # the weights in force are kept beside the request (a replay runs with today's): they explain a moved score
+    logged_req = {**req, "weights_used": t.weights} if t.weights else req
     conn.execute(
         "INSERT INTO retrieval_log(seq, request, client, context) VALUES (?, ?, ?, ?)",
-        (seq, json.dumps(req, ensure_ascii=False, separators=(",", ":")), _client_name(), int(_for_context.get())),
+        (seq, json.dumps(logged_req, ensure_ascii=False, separators=(",", ":")), _client_name(), int(_for_context.get())),
     )
     conn.executemany(
         "INSERT INTO retrieval_hits(seq, rank, entry_id, score, relevance, recency, salience, boost, rerank)"
