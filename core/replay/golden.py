@@ -1,8 +1,9 @@
 """Golden queries: "this query must return this entry within the top K", kept in the store and checked on demand.
 
-A check runs the query (cache bypassed, not logged) and passes when the expected entry is at rank ≤ K. A
-failure says where the entry went: its rank beyond K, or the stage that dropped it and why (the same
-verdict as ``memlens explain``): deprecated, out of scope, below a threshold, capped, not a candidate...
+A check runs the query asking for K results (cache bypassed, not logged) and passes when the expected
+entry is among them. A failure says where the entry went: the stage that dropped it and why (the same
+verdict as ``memlens explain``): deprecated, out of scope, below a threshold, beyond the cap of K, not a
+candidate...
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def listing(mem: Memory) -> list[dict[str, Any]]:
 def check_one(mem: Memory, g: dict[str, Any]) -> dict[str, Any]:
     """One golden query's verdict on ``mem`` (a copy that does not log: see ``storage.with_settings``)."""
     out = {**g, "ok": False, "rank": None, "stage": None, "why": ""}
-    k = max(g["within"], mem.settings.search.k)
+    k = g["within"]  # the search an agent would run asking for K results
     try:
         bundle = mem.search(g["query"], active_wing=g["active_wing"], k=k, use_cache=False)
     except MemlensError as exc:
