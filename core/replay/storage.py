@@ -2,11 +2,11 @@
 
 The tables are made by the store's migration 5 (``memlens.store.db``):
 
-* ``retrieval_log(seq, request, client, context)``: one row per ``retrieval`` audit row (same ``seq``): the
-  request as the caller made it (query, active wing, wings, k, profile, budget, user), the client that made it
-  (``cli``, ``app``, ``api`` or an MCP client's name) and whether it was made to build an agent's context.
-* ``retrieval_hits(seq, rank, entry_id, score, relevance, recency, salience, boost, rerank)``: the ranked
-  results of that retrieval and the score components that make up each score.
+* ``retrieval_log(seq, request, client, context, hits)``: one row per ``retrieval`` audit row (same ``seq``):
+  the request as the caller made it (query, active wing, wings, k, profile, budget, user; and the weights in
+  force), the client that made it (``cli``, ``app``, ``api`` or an MCP client's name), whether it was made to
+  build an agent's context, and its ranked results as one JSON array of
+  ``[id, score, relevance, recency, salience, boost, rerank]`` (rank order): ~100 bytes a result.
 * ``golden(id, query, expect, active_wing, within, created_at)``: the golden queries.
 
 A trigger deletes a retrieval's rows with its audit row, so they are kept exactly as long as the audit keeps
@@ -73,34 +73,33 @@ def _num(v: float | None) -> float | None:
     return None if v is None else round(float(v), 6)
 
 
+HIT_COMPONENTS = ("relevance", "recency", "salience", "boost", "rerank")
+
+
 def record(conn: Any, seq: int, bundle: Bundle) -> None:
     """Log what replay and the access log need for the retrieval logged as audit row ``seq`` (inside its transaction)."""
     t = bundle.trace
     req = _request.get() or {"query": t.query, "active_wing": t.active_wing, "profile": t.profile}
     # the weights in force are kept beside the request (a replay runs with today's): they explain a moved score
     logged_req = {**req, "weights_used": t.weights} if t.weights else req
+    hits = [[r.entry.id, _num(r.score), *(_num(getattr(r.components, c)) for c in HIT_COMPONENTS)] for r in bundle.results]
     conn.execute(
-        "INSERT INTO retrieval_log(seq, request, client, context) VALUES (?, ?, ?, ?)",
-        (seq, json.dumps(logged_req, ensure_ascii=False, separators=(",", ":")), _client_name(), int(_for_context.get())),
+        "INSERT INTO retrieval_log(seq, request, client, context, hits) VALUES (?, ?, ?, ?, ?)",
+        (seq, _dumps(logged_req), _client_name(), int(_for_context.get()), _dumps(hits)),
     )
-    conn.executemany(
-        "INSERT INTO retrieval_hits(seq, rank, entry_id, score, relevance, recency, salience, boost, rerank)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [(seq, i + 1, r.entry.id, _num(r.score), _num(r.components.relevance), _num(r.components.recency),
-          _num(r.components.salience), _num(r.components.boost), _num(r.components.rerank))
-         for i, r in enumerate(bundle.results)],
-    )
+
+
+def _dumps(v: Any) -> str:
+    return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
 
 
 # -- reading the log -------------------------------------------------------------------------------
-
-HIT_COMPONENTS = ("relevance", "recency", "salience", "boost", "rerank")
 
 
 def logged(conn: Any, *, last: int | None = None, since: str | None = None, query: str | None = None,
            limit: int = 10_000) -> list[dict[str, Any]]:
     """Logged retrievals, oldest first: ``{seq, ts, request, client, context, hits: [{id, rank, score, <components>}]}``."""
-    sql = ("SELECT a.seq, a.ts, l.request, l.client, l.context FROM audit a JOIN retrieval_log l ON l.seq = a.seq"
+    sql = ("SELECT a.seq, a.ts, l.request, l.client, l.context, l.hits FROM audit a JOIN retrieval_log l ON l.seq = a.seq"
            " WHERE a.action = 'retrieval'")
     args: list[Any] = []
     if since:
@@ -111,33 +110,27 @@ def logged(conn: Any, *, last: int | None = None, since: str | None = None, quer
         args.append(query)
     sql += " ORDER BY a.seq DESC LIMIT ?"
     args.append(min(last or limit, limit))
-    rows = conn.execute(sql, args).fetchall()[::-1]
     out = []
-    for seq, ts, req, client, ctx in rows:
+    for seq, ts, req, client, ctx, hits in conn.execute(sql, args).fetchall()[::-1]:
         try:
-            request_args = json.loads(req)
-        except ValueError:
+            request_args, ranked = json.loads(req), json.loads(hits)
+            rows = [{"id": h[0], "rank": i + 1, "score": h[1], **dict(zip(HIT_COMPONENTS, h[2:]))}
+                    for i, h in enumerate(ranked)]
+        except (ValueError, TypeError, IndexError, KeyError):
             continue  # a hand-edited row: left out
-        out.append({"seq": seq, "ts": ts, "request": request_args, "client": client, "context": bool(ctx), "hits": []})
-    by_seq = {r["seq"]: r for r in out}
-    seqs = list(by_seq)
-    for i in range(0, len(seqs), 400):
-        chunk = seqs[i : i + 400]
-        for row in conn.execute(
-            f"SELECT seq, rank, entry_id, score, {', '.join(HIT_COMPONENTS)} FROM retrieval_hits"
-            f" WHERE seq IN ({','.join('?' * len(chunk))}) ORDER BY seq, rank", chunk
-        ):
-            by_seq[row[0]]["hits"].append({"id": row[2], "rank": row[1], "score": row[3], **dict(zip(HIT_COMPONENTS, row[4:]))})
+        out.append({"seq": seq, "ts": ts, "request": request_args, "client": client, "context": bool(ctx), "hits": rows})
     return out
 
 
 def access(conn: Any, entry_id: str, limit: int = 1000) -> list[dict[str, Any]]:
     """When ``entry_id`` was retrieved, newest first: ``{seq, ts, query, client, rank, score, in_context}``."""
     rows = conn.execute(
-        "SELECT h.seq, a.ts, json_extract(l.request, '$.query'), l.client, h.rank, h.score, l.context"
-        " FROM retrieval_hits h JOIN retrieval_log l ON l.seq = h.seq JOIN audit a ON a.seq = h.seq"
-        " WHERE h.entry_id = ? ORDER BY h.seq DESC LIMIT ?",
-        (entry_id, limit),
+        "SELECT l.seq, a.ts, json_extract(l.request, '$.query'), l.client, CAST(h.key AS INTEGER) + 1,"
+        " json_extract(h.value, '$[1]'), l.context"
+        " FROM retrieval_log l JOIN audit a ON a.seq = l.seq, json_each(l.hits) h"
+        " WHERE instr(l.hits, ?) > 0 AND json_valid(l.hits) AND json_extract(h.value, '$[0]') = ?"
+        " ORDER BY l.seq DESC LIMIT ?",
+        (json.dumps(entry_id), entry_id, limit),
     ).fetchall()
     return [{"seq": s, "ts": ts, "query": q, "client": c, "rank": rank, "score": score, "in_context": bool(ctx)}
             for s, ts, q, c, rank, score, ctx in rows]
@@ -149,7 +142,8 @@ def retrieval_counts(conn: Any, wing: str | None = None) -> list[dict[str, Any]]
         "WITH searched AS (SELECT j.value AS wing, count(*) AS n FROM audit a, json_each(a.detail, '$.wings_searched') j"
         "   WHERE a.action = 'retrieval' AND json_valid(a.detail) AND a.seq IN (SELECT seq FROM retrieval_log)"
         "   GROUP BY j.value),"
-        " hit AS (SELECT entry_id, count(DISTINCT seq) AS n FROM retrieval_hits GROUP BY entry_id)"
+        " hit AS (SELECT json_extract(h.value, '$[0]') AS entry_id, count(DISTINCT l.seq) AS n"
+        "   FROM retrieval_log l, json_each(l.hits) h WHERE json_valid(l.hits) GROUP BY 1)"
         " SELECT e.id, e.wing, e.type, e.title, coalesce(s.n, 0), coalesce(h.n, 0) FROM entries e"
         " LEFT JOIN searched s ON s.wing = e.wing LEFT JOIN hit h ON h.entry_id = e.id"
         " WHERE e.status != 'deprecated' AND e.import_id IS NULL"

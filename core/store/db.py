@@ -173,33 +173,21 @@ def _migration_4(dim: int) -> list[str]:
 def _migration_5(dim: int) -> list[str]:
     """What replay, golden queries and the access log need (``memlens.replay``; its SQL is in ``replay/storage.py``).
 
-    ``retrieval_log``/``retrieval_hits`` add to each ``retrieval`` audit row the request as it was made, the
-    client, whether it built a context, and its ranked ids with their scores; a trigger deletes them with their
-    audit row, so they live exactly as long as the retrieval records (``memlens.store.retention``).
+    ``retrieval_log`` adds to each ``retrieval`` audit row (same ``seq``) the request as it was made, the client,
+    whether it built a context, and its ranked hits (ids, scores, score components) as one compact JSON array:
+    one row per search, appended at the end of its table. A trigger deletes it with its audit row, so it lives
+    exactly as long as the retrieval records (``memlens.store.retention``).
     """
     return [
         """CREATE TABLE retrieval_log (
             seq INTEGER PRIMARY KEY,
             request TEXT NOT NULL,
             client TEXT NOT NULL DEFAULT '',
-            context INTEGER NOT NULL DEFAULT 0
+            context INTEGER NOT NULL DEFAULT 0,
+            hits TEXT NOT NULL DEFAULT '[]'
         )""",
-        """CREATE TABLE retrieval_hits (
-            seq INTEGER NOT NULL,
-            rank INTEGER NOT NULL,
-            entry_id TEXT NOT NULL,
-            score REAL NOT NULL,
-            relevance REAL,
-            recency REAL,
-            salience REAL,
-            boost REAL,
-            rerank REAL,
-            PRIMARY KEY (seq, rank)
-        ) WITHOUT ROWID""",
-        "CREATE INDEX retrieval_hits_entry ON retrieval_hits(entry_id, seq)",
         """CREATE TRIGGER audit_retrieval_pruned AFTER DELETE ON audit WHEN old.action = 'retrieval' BEGIN
             DELETE FROM retrieval_log WHERE seq = old.seq;
-            DELETE FROM retrieval_hits WHERE seq = old.seq;
         END""",
         """CREATE TABLE golden (
             id INTEGER PRIMARY KEY,
