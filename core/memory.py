@@ -536,9 +536,8 @@ class Memory:
 
     def context(self, query: str, *, active_wing: str | None = None, budget: int | None = None, **kwargs: Any) -> str:
         """The markdown an agent receives: working memory, then retrieved memory in authority order."""
-        from memlens.retrieval.budget import render_context
-
         from memlens.replay.storage import building_context
+        from memlens.retrieval.budget import render_context
 
         with building_context():
             bundle = self.search(query, active_wing=active_wing, budget=budget, **kwargs)
