@@ -8,6 +8,7 @@ profile, budget, user), the cache bypassed, and its new ranked list compared wit
 * ``why``: for each of them, the reason: for an entry that left, the stage that dropped it in the new
   trace, or that it was deleted or deprecated; for a moved one, the score component that changed most
   (the logged components against the new trace's);
+* ``before`` / ``after``: the two ranked lists of ids;
 * ``tau``: Kendall's tau-b between the two rankings over the union of both lists, an id missing from a
   list ranked after all of that list's ids (tied with the other missing ones); 1.0 means the same order.
   The summary's ``kendall_tau`` is its mean over the replayed queries (``null`` when none is defined).
@@ -169,7 +170,7 @@ def diff(entry: dict[str, Any], bundle: Any, mem: Memory) -> dict[str, Any]:
             f"now rank {r.rank} with score {r.score:.3f}"
     return {"seq": entry["seq"], "ts": entry["ts"], "query": entry["request"].get("query", ""),
             "changed": bool(entered or left or moved), "entered": entered, "left": left, "moved": moved,
-            "top1_changed": (old[:1] != new[:1]), "tau": kendall_tau(old, new), "why": why}
+            "top1_changed": (old[:1] != new[:1]), "tau": kendall_tau(old, new), "why": why, "before": old, "after": new}
 
 
 def run_request(mem: Memory, request: dict[str, Any]) -> Any:
@@ -188,7 +189,8 @@ def replay_entries(mem: Memory, entries: list[dict[str, Any]]) -> list[dict[str,
             old = [h["id"] for h in e["hits"]]
             out.append({"seq": e["seq"], "ts": e["ts"], "query": e["request"].get("query", ""), "changed": True,
                         "entered": [], "left": old, "moved": [], "top1_changed": bool(old), "tau": None,
-                        "why": {i: f"the query fails now: {exc}" for i in old}, "error": str(exc)})
+                        "why": {i: f"the query fails now: {exc}" for i in old}, "error": str(exc), "before": old,
+                        "after": []})
             continue
         out.append(diff(e, bundle, mem))
     return out
