@@ -19,8 +19,8 @@ from memlens.errors import MemlensError
 
 from .commands import MemlensCommands
 from .messages import ModelFailed, ModelReady, StoreChanged, WorkingMemoryLoaded
-from .screens.main import MainScreen
 from .screens.impact import ImpactCommands
+from .screens.main import MainScreen
 from .screens.replay import ReplayCommands
 from .service import WATCHED, Lens
 

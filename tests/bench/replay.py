@@ -9,7 +9,8 @@ scoped to 2 of the 10 wings, k=10, one thread.
   components), interleaved per bundle with the order alternating. The difference is what replay adds to
   every search.
 * **replay**: 1,000 searches are run (and logged), then ``memlens.replay.replay.replay(mem, last=1000)``
-  re-runs and diffs all of them; queries/s over the whole call. Nothing changed in between, so every list
+  re-runs and diffs all of them; queries/s over the whole call, next to the rate of the same searches when
+  they were first run (and logged). Nothing changed in between, so every list
   must come back identical (checked).
 
     python -m tests.bench.replay [--quick]
@@ -78,7 +79,11 @@ def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
         with Memory.open(path, embedder=fe) as mem:
             res["warm_index"] = F.warm_index(mem)
             log(f"  {n_replay} logged searches ...")
+            t = time.perf_counter()
             bundles = [mem.search(q, wings=F.SCOPE, k=F.K, use_cache=False) for q in queries]
+            searched = time.perf_counter() - t
+            res["searches"] = {"n": len(queries), "seconds": round(searched, 3),
+                               "queries_per_s": round(len(queries) / searched, 1)}
             log(f"  replaying the last {n_replay} ...")
             t = time.perf_counter()
             report = replay(mem, last=n_replay)
@@ -97,9 +102,13 @@ def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
             "|---|---:|",
             f"| `memlens replay --last {n_replay}`: re-run and diff | {rp['queries_per_s']:.0f} queries/s "
             f"({rp['seconds']:.1f} s) |",
+            f"| the same {n_replay} searches when they were logged (uncached) | {res['searches']['queries_per_s']:.0f} "
+            f"queries/s ({res['searches']['seconds']:.1f} s) |",
             f"| `log_retrieval` p50, with the replay record | {lg['with_replay_record']['p50_ms']:.3f} ms |",
             f"| `log_retrieval` p50, without it | {lg['without']['p50_ms']:.3f} ms |",
             f"| added per search by the replay record (p50) | {lg['added_p50_ms']:.3f} ms |",
+            f"| added per search by the replay record (mean, WAL checkpoints included) | "
+            f"{lg['with_replay_record']['mean_ms'] - lg['without']['mean_ms']:.3f} ms |",
             "",
             f"{m['cpu_model']}, {m['cores_usable']} cores, Python {m['python']}, SQLite {m['sqlite']}, {m['date']}.",
         ])
