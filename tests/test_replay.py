@@ -350,3 +350,33 @@ def test_otlp_export_reaches_a_local_receiver(demo_mem):
     refused = run_cli("--store", path, "search", "x", "--format", "openinference",
                       env={"MEMLENS_EXPORT__OTLP_ENDPOINT": "http://127.0.0.1:9/"})
     assert refused.returncode == 1 and "OTLP collector" in refused.stderr
+
+
+@pytest.mark.model
+def test_replay_and_access_from_the_cli(demo_mem):
+    path = str(demo_mem.path)
+    demo_mem.close()
+    q = "callbacks blocking executor"
+    out = run_cli("--store", path, "search", q, "-k", "5", "--json")
+    assert out.returncode == 0, out.stderr
+    ids = [r["id"] for r in json.loads(out.stdout)["results"]]
+    target = next(r["id"] for r in json.loads(out.stdout)["results"] if "mandatory" not in r["flags"])
+    assert run_cli("--store", path, "deprecate", target).returncode == 0
+    rep = run_cli("--store", path, "replay", "--since", "1h", "--json")
+    assert rep.returncode == 0, rep.stderr
+    data = json.loads(rep.stdout)
+    (entry,) = data["queries"]
+    assert {"query", "changed", "entered", "left", "moved"} <= set(entry)
+    assert entry["query"] == q and entry["changed"] and target in entry["left"]
+    assert all(set(m) == {"id", "from", "to"} for m in entry["moved"])
+    assert data["summary"]["replayed"] == 1 and data["summary"]["changed"] == 1
+    acc = run_cli("--store", path, "access", ids[-1], "--json")
+    assert acc.returncode == 0, acc.stderr
+    (a,) = json.loads(acc.stdout)["accesses"]
+    assert a["client"] == "cli" and a["query"] == q and a["rank"] == len(ids)
+    text = run_cli("--store", path, "replay", "--query", q)
+    assert text.returncode == 0 and f"- {target}  left: deprecated" in text.stdout
+    for bad in (["replay", "--set", "retrieval.weights.nope=1"], ["replay", "--since", "yesterday-ish"],
+                ["access"], ["golden", "remove", "99"]):
+        r = run_cli("--store", path, *bad)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (bad, r.stderr)
