@@ -334,6 +334,8 @@ def test_otlp_export_reaches_a_local_receiver(demo_mem):
         env = {"MEMLENS_EXPORT__OTLP_ENDPOINT": f"http://127.0.0.1:{server.server_address[1]}"}
         out = run_cli("--store", path, "search", "callbacks blocking", "-k", "3", "--format", "openinference", env=env)
         assert out.returncode == 0, out.stderr
+        rep = run_cli("--store", path, "replay", "--last", "1", "--format", "openinference", env=env)
+        assert rep.returncode == 0, rep.stderr
     finally:
         server.shutdown()
         thread.join(10)
@@ -347,6 +349,10 @@ def test_otlp_export_reaches_a_local_receiver(demo_mem):
     assert attrs["openinference.span.kind"] == "RETRIEVER" and attrs["input.value"] == "callbacks blocking"
     ids = [attrs[f"retrieval.documents.{i}.document.id"] for i in range(3)]
     assert all(ids) and "memlens.latency_ms.total" in attrs
+    assert len(_Receiver.received) == 2 and _Receiver.received[1][2] == json.loads(rep.stdout)
+    (replayed,) = rep_spans = json.loads(rep.stdout)["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    assert len(rep_spans) == 1 and _attrs(replayed)["input.value"] == "callbacks blocking"
+    assert [_attrs(replayed)[f"retrieval.documents.{i}.document.id"] for i in range(3)] == ids
     refused = run_cli("--store", path, "search", "x", "--format", "openinference",
                       env={"MEMLENS_EXPORT__OTLP_ENDPOINT": "http://127.0.0.1:9/"})
     assert refused.returncode == 1 and "OTLP collector" in refused.stderr

@@ -35,6 +35,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
                    help="replay with this setting changed (in memory only; repeatable), e.g. retrieval.weights.recency=0.2")
     s.add_argument("--all", action="store_true", help="list unchanged queries too")
     s.add_argument("--json", action="store_true", help="print {queries, summary} as JSON")
+    s.add_argument("--format", choices=("text", "json", "openinference"), default=None,
+                   help="openinference: the replayed retrievals as OpenTelemetry spans (also sent to [export] otlp_endpoint)")
 
     s = sub.add_parser("golden", help="golden queries: QUERY must return ID within the top K")
     _store_arg(s)
@@ -110,10 +112,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     if args.since:
         parse_since(args.since)  # bad input fails before the store opens
+    bodies: list[dict[str, Any]] = []
+    otel = args.format == "openinference"
     with _open(args) as mem:
         apply_sets(mem.settings, args.sets)
+        if otel:
+            from memlens.replay.otel import emit, merge, spans
+
+            report = replay(mem, last=args.last, since=args.since, query=args.query, sets=args.sets,
+                            on_bundle=lambda b: bodies.append(spans(b)))
+            return emit(mem, None, merge(bodies))
         report = replay(mem, last=args.last, since=args.since, query=args.query, sets=args.sets)
-    if args.json:
+    if args.json or args.format == "json":
         keep = ("query", "changed", "entered", "left", "moved", "seq", "ts", "tau", "why")
         out = {"queries": [{k: q[k] for k in keep if k in q} for q in report["queries"]], "summary": report["summary"]}
         print(json.dumps(out, ensure_ascii=False))

@@ -1,5 +1,8 @@
 """A retrieval as OpenInference spans in OTLP/HTTP JSON, printed and optionally sent to a collector.
 
+``search --format openinference`` exports its retrieval; ``replay --format openinference`` the replayed ones
+(one trace each, in one body).
+
 The body is what an OTLP/HTTP collector accepts at ``/v1/traces`` (``Content-Type: application/json``):
 ``{"resourceSpans": [{"resource": {service.name=memlens}, "scopeSpans": [{"scope": {"name": "memlens"},
 "spans": [...]}]}]}``. Spans and their attributes (OpenInference semantic conventions, plus ``memlens.*``):
@@ -115,6 +118,17 @@ def spans(bundle: Bundle, *, end_ns: int | None = None) -> dict[str, Any]:
     }]}
 
 
+def merge(bodies: list[dict[str, Any]]) -> dict[str, Any]:
+    """One OTLP body holding the spans of several (each retrieval stays its own trace)."""
+    if not bodies:
+        return {"resourceSpans": []}
+    out = json.loads(json.dumps(bodies[0]))
+    spans_ = out["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    for b in bodies[1:]:
+        spans_.extend(b["resourceSpans"][0]["scopeSpans"][0]["spans"])
+    return out
+
+
 def traces_url(endpoint: str) -> str:
     return endpoint if endpoint.rstrip("/").endswith("/v1/traces") else endpoint.rstrip("/") + "/v1/traces"
 
@@ -138,9 +152,9 @@ def send(body: dict[str, Any], endpoint: str, timeout_s: float = 5.0) -> int:
         raise MemlensError(f"cannot send the spans to the OTLP collector at {url}: {reason}") from None
 
 
-def emit(mem: Memory, bundle: Bundle) -> int:
-    """``search --format openinference``: print the spans; send them when ``[export] otlp_endpoint`` is set."""
-    body = spans(bundle)
+def emit(mem: Memory, bundle: Bundle | None, body: dict[str, Any] | None = None) -> int:
+    """``search``/``replay --format openinference``: print the spans; send them when ``[export] otlp_endpoint`` is set."""
+    body = body if body is not None else spans(bundle)  # type: ignore[arg-type]
     print(json.dumps(body, ensure_ascii=False))
     endpoint = mem.settings.export.otlp_endpoint
     if endpoint:

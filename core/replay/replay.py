@@ -179,8 +179,8 @@ def run_request(mem: Memory, request: dict[str, Any]) -> Any:
     return mem.search(request.get("query", ""), profile=request.get("profile") or "memory", use_cache=False, **args)
 
 
-def replay_entries(mem: Memory, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Replay ``entries`` (from ``storage.logged``) on ``mem`` as it is: one diff each."""
+def replay_entries(mem: Memory, entries: list[dict[str, Any]], on_bundle: Any = None) -> list[dict[str, Any]]:
+    """Replay ``entries`` (from ``storage.logged``) on ``mem`` as it is: one diff each (``on_bundle(bundle)``: each new run)."""
     out = []
     for e in entries:
         try:
@@ -192,6 +192,8 @@ def replay_entries(mem: Memory, entries: list[dict[str, Any]]) -> list[dict[str,
                         "why": {i: f"the query fails now: {exc}" for i in old}, "error": str(exc), "before": old,
                         "after": []})
             continue
+        if on_bundle is not None:
+            on_bundle(bundle)
         out.append(diff(e, bundle, mem))
     return out
 
@@ -211,9 +213,9 @@ def select(mem: Memory, *, last: int | None = None, since: str | None = None, qu
 
 
 def replay(mem: Memory, *, last: int | None = None, since: str | None = None, query: str | None = None,
-           sets: list[str] | None = None) -> dict[str, Any]:
+           sets: list[str] | None = None, on_bundle: Any = None) -> dict[str, Any]:
     """``{"queries": [...], "summary": {...}}`` for the selected logged retrievals (see the module's doc)."""
     entries = select(mem, last=last, since=since, query=query)
     runner = storage.with_settings(mem, apply_sets(mem.settings, sets or []))
-    queries = replay_entries(runner, entries)
+    queries = replay_entries(runner, entries, on_bundle)
     return {"queries": queries, "summary": summarise(queries, sets)}
