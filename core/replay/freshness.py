@@ -35,8 +35,6 @@ def hit_freshness(mem: Memory, ids: list[str]) -> dict[str, dict[str, Any]]:
 
 def reembed(mem: Memory, *, wing: str | None = None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Re-embed the stale entries (of ``wing``) with the configured model; ``{"stale", "reembedded", "model"}``."""
-    from memlens.store import db
-
     if wing is not None and wing not in mem.wings():
         raise MemlensError(f"unknown wing {wing!r} (known wings: {', '.join(mem.wings()) or 'none yet'})")
     target = mem.embedder.model_id
@@ -55,18 +53,11 @@ def reembed(mem: Memory, *, wing: str | None = None, progress: Callable[[int, in
         batch = rows[i : i + BATCH]
         texts = [Entry.model_construct(title=t, text=x).embed_text for _, _, _, t, x in batch]
         vecs = mem.embedder.embed(texts)
-        with db.transaction(mem.conn, mem.path) as conn:
-            for (rowid, _eid, _w, _t, _x), text, vec in zip(batch, texts, vecs):
-                storage.store_vector(conn, rowid, np.asarray(vec, dtype="<f4").tobytes(), content_hash(text), target)
-            seq = mem._audit(conn, "reembed", None, None, None, None, {"entries": len(batch), "model": target})
-            mem._bump(conn, {w for _, _, w, _, _ in batch}, seq)
+        storage.write_vectors(mem, batch, [np.asarray(v, dtype="<f4").tobytes() for v in vecs],
+                              [content_hash(t) for t in texts], target)
         done += len(batch)
         if progress:
             progress(done, len(rows))
     if switching:
-        from memlens.store import db as _db
-
-        with _db.transaction(mem.conn, mem.path) as conn:
-            storage.set_store_model(conn, target)
-        mem._meta["model"] = target
+        storage.set_store_model(mem, target)
     return {"stale": len(rows), "reembedded": done, "model": target}

@@ -26,19 +26,13 @@ def add(mem: Memory, query: str, expect: str, *, active_wing: str | None = None,
     mem.get(expect)  # NotFoundError for an unknown id
     if active_wing is not None and active_wing not in mem.wings():
         raise ValidationError(f"unknown wing {active_wing!r} (known wings: {', '.join(mem.wings()) or 'none yet'})")
-    from memlens.store import db
-
-    with db.transaction(mem.conn, mem.path) as conn:
-        gid = storage.golden_add(conn, query, expect, active_wing, within)
+    gid = storage.golden_add(mem, query, expect, active_wing, within)
     return {"id": gid, "query": query, "expect": expect, "active_wing": active_wing, "within": within}
 
 
 def remove(mem: Memory, golden_id: int) -> None:
-    from memlens.store import db
-
-    with db.transaction(mem.conn, mem.path) as conn:
-        if not storage.golden_remove(conn, golden_id):
-            raise NotFoundError(f"no golden query with id {golden_id} (memlens golden list shows them)")
+    if not storage.golden_remove(mem, golden_id):
+        raise NotFoundError(f"no golden query with id {golden_id} (memlens golden list shows them)")
 
 
 def listing(mem: Memory) -> list[dict[str, Any]]:

@@ -169,16 +169,18 @@ def entry_states(conn: Any, ids: list[str]) -> dict[str, str]:
 # -- golden queries --------------------------------------------------------------------------------
 
 
-def golden_add(conn: Any, query: str, expect: str, active_wing: str | None, within: int) -> int:
+def golden_add(mem: Memory, query: str, expect: str, active_wing: str | None, within: int) -> int:
     from memlens.errors import ValidationError
+    from memlens.store import db
 
-    row = conn.execute("SELECT id FROM golden WHERE query = ? AND expect = ? AND active_wing = ?",
-                       (query, expect, active_wing or "")).fetchone()
-    if row is not None:
-        raise ValidationError(f"golden query {row[0]} already expects {expect!r} for {query!r}")
-    cur = conn.execute("INSERT INTO golden(query, expect, active_wing, within, created_at) VALUES (?, ?, ?, ?, ?)",
-                       (query, expect, active_wing or "", within, format_ts(utcnow())))
-    return int(cur.lastrowid)
+    with db.transaction(mem.conn, mem.path) as conn:
+        row = conn.execute("SELECT id FROM golden WHERE query = ? AND expect = ? AND active_wing = ?",
+                           (query, expect, active_wing or "")).fetchone()
+        if row is not None:
+            raise ValidationError(f"golden query {row[0]} already expects {expect!r} for {query!r}")
+        cur = conn.execute("INSERT INTO golden(query, expect, active_wing, within, created_at) VALUES (?, ?, ?, ?, ?)",
+                           (query, expect, active_wing or "", within, format_ts(utcnow())))
+        return int(cur.lastrowid)
 
 
 def golden_list(conn: Any) -> list[dict[str, Any]]:
@@ -187,8 +189,11 @@ def golden_list(conn: Any) -> list[dict[str, Any]]:
             for i, q, e, w, k, ts in rows]
 
 
-def golden_remove(conn: Any, golden_id: int) -> bool:
-    return conn.execute("DELETE FROM golden WHERE id = ?", (golden_id,)).rowcount > 0
+def golden_remove(mem: Memory, golden_id: int) -> bool:
+    from memlens.store import db
+
+    with db.transaction(mem.conn, mem.path) as conn:
+        return conn.execute("DELETE FROM golden WHERE id = ?", (golden_id,)).rowcount > 0
 
 
 # -- freshness -------------------------------------------------------------------------------------
@@ -226,17 +231,30 @@ def stale_rows(conn: Any, model: str, wing: str | None = None) -> list[tuple[int
     return out
 
 
-def store_vector(conn: Any, rowid: int, blob: bytes, embed_hash: str, model: str) -> None:
-    """Replace one entry's vector (vec0's metadata columns copied from its row) and record what it was made from."""
-    conn.execute("DELETE FROM entries_vec WHERE rowid = ?", (rowid,))
-    conn.execute("INSERT INTO entries_vec(rowid, embedding, wing, room, kind, type, status)"
-                 " SELECT rowid, ?, wing, room, kind, type, status FROM entries WHERE rowid = ?", (blob, rowid))
-    conn.execute("UPDATE entries SET content_hash = ?, model = ? WHERE rowid = ?", (embed_hash, model, rowid))
+def write_vectors(mem: Memory, rows: list[tuple[int, str, str, str, str]], blobs: list[bytes], hashes: list[str],
+                  model: str) -> None:
+    """One transaction: the new vectors of ``rows`` (from ``stale_rows``), what they were made from, one audit row,
+    the wings' generations (vec0's metadata columns are copied from each entry's row)."""
+    from memlens.store import db
+
+    with db.transaction(mem.conn, mem.path) as conn:
+        for (rowid, *_), blob, h in zip(rows, blobs, hashes):
+            conn.execute("DELETE FROM entries_vec WHERE rowid = ?", (rowid,))
+            conn.execute("INSERT INTO entries_vec(rowid, embedding, wing, room, kind, type, status)"
+                         " SELECT rowid, ?, wing, room, kind, type, status FROM entries WHERE rowid = ?", (blob, rowid))
+            conn.execute("UPDATE entries SET content_hash = ?, model = ? WHERE rowid = ?", (h, model, rowid))
+        seq = mem._audit(conn, "reembed", None, None, None, None, {"entries": len(rows), "model": model})
+        mem._bump(conn, {r[2] for r in rows}, seq)
 
 
-def set_store_model(conn: Any, model: str) -> None:
-    conn.execute("INSERT INTO store_meta(key, value) VALUES ('model', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                 (model,))
+def set_store_model(mem: Memory, model: str) -> None:
+    """Make ``model`` the store's (every vector was made by it)."""
+    from memlens.store import db
+
+    with db.transaction(mem.conn, mem.path) as conn:
+        conn.execute("INSERT INTO store_meta(key, value) VALUES ('model', ?)"
+                     " ON CONFLICT(key) DO UPDATE SET value = excluded.value", (model,))
+    mem._meta["model"] = model
 
 
 # -- running the engine with other settings, or against a change that is never written ----------------
