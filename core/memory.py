@@ -696,20 +696,12 @@ class Memory:
                 "SELECT (SELECT count(*) FROM audit) - (SELECT count(*) FROM audit WHERE import_id IN (SELECT id FROM imports))"
             ).fetchone()[0]),
             "read_only": self.read_only,
-            "stale_vectors": _stale_vectors(self),
         }
 
     @property
     def read_only(self) -> bool:
         """True for a store in a read-only directory: opened as it is on disk, every write refused."""
         return db.is_read_only(self.conn)
-
-
-def _stale_vectors(mem: Memory) -> int:
-    """Entries whose vector is not the store model's of their text now (``memlens reembed`` refreshes them)."""
-    from memlens.replay.freshness import stale_count
-
-    return stale_count(mem)
 
 
 def describe_validation(exc: Any) -> str:

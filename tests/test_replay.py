@@ -246,15 +246,15 @@ def test_freshness_and_reembed(mem):
     e = _seed(mem, "alpha beta")
     f = _seed(mem, "gamma delta")
     assert freshness.hit_freshness(mem, [e.id])[e.id]["fresh"] is True
-    assert mem.stats()["stale_vectors"] == 0
+    assert freshness.stale_count(mem) == 0
     # the text changed behind the engine's back: its vector no longer matches it
     mem.conn.execute("UPDATE entries SET text = 'omega omega' WHERE id = ?", (e.id,))
     assert freshness.hit_freshness(mem, [e.id])[e.id] == {"model": mem.model_id, "current_model": mem.model_id,
                                                           "hash_matches": False, "fresh": False}
-    assert mem.stats()["stale_vectors"] == 1
+    assert freshness.stale_count(mem) == 1
     report = freshness.reembed(mem)
     assert report == {"stale": 1, "reembedded": 1, "model": mem.model_id}
-    assert mem.stats()["stale_vectors"] == 0
+    assert freshness.stale_count(mem) == 0
     expected = mem.embedder.embed([mem.get(e.id).embed_text])[0]
     assert np.allclose(mem.vector(e.id), expected)
     assert mem.search("omega", k=1, use_cache=False).results[0].entry.id == e.id
@@ -274,7 +274,7 @@ def test_reembed_switches_the_store_to_a_new_model_of_the_same_size(store_path, 
     with Memory.open(store_path, settings=settings, embedder=other) as m:
         report = freshness.reembed(m)
         assert report == {"stale": 2, "reembedded": 2, "model": "another-model"}
-        assert m.model_id == "another-model" and m.stats()["stale_vectors"] == 0
+        assert m.model_id == "another-model" and freshness.stale_count(m) == 0
         m.search("alpha")  # the store's model is now the configured one
     with Memory.open(store_path, settings=settings, embedder=other) as m:
         assert m.model_id == "another-model"
@@ -382,6 +382,9 @@ def test_replay_and_access_from_the_cli(demo_mem):
     assert a["client"] == "cli" and a["query"] == q and a["rank"] == len(ids)
     text = run_cli("--store", path, "replay", "--query", q)
     assert text.returncode == 0 and f"- {target}  left: deprecated" in text.stdout
+    re = run_cli("--store", path, "reembed", "--json")
+    assert re.returncode == 0 and json.loads(re.stdout)["stale"] == 0, re.stderr
+    assert json.loads(run_cli("--store", path, "stats", "--json").stdout)["stale_vectors"] == 0
     for bad in (["replay", "--set", "retrieval.weights.nope=1"], ["replay", "--since", "yesterday-ish"],
                 ["access"], ["golden", "remove", "99"]):
         r = run_cli("--store", path, *bad)

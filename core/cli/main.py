@@ -375,6 +375,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
         return 0
     with _open(args) as mem:
         st = mem.stats()
+        from memlens.replay.freshness import stale_count
+
+        st["stale_vectors"] = stale_count(mem)  # vectors not made by the store's model from their text now
     if args.json:
         print(json.dumps(st, ensure_ascii=False))
         return 0
