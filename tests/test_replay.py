@@ -389,3 +389,36 @@ def test_replay_and_access_from_the_cli(demo_mem):
                 ["access"], ["golden", "remove", "99"]):
         r = run_cli("--store", path, *bad)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (bad, r.stderr)
+
+
+@pytest.mark.model
+def test_mcp_dry_run_writes_nothing_and_searches_name_their_client(demo_store, tmp_path, real_embedder):
+    import shutil
+
+    from tests.mcp_helpers import result_data, run_client, stdio_params
+
+    path = tmp_path / "mcp.db"
+    shutil.copy(demo_store, path)
+    q = "callbacks blocking executor"
+
+    async def body(client):
+        found = result_data(await client.call_tool("memory_search", {"query": q, "k": 5}))
+        target = next(r["id"] for r in found["results"] if "mandatory" not in r.get("flags", []))
+        before = snapshot_store(path)
+        dry = result_data(await client.call_tool("memory_set_status", {"id": target, "status": "deprecated",
+                                                                        "dry_run": True}))
+        gone = result_data(await client.call_tool("memory_delete", {"id": target, "dry_run": True}))
+        assert snapshot_store(path) == before
+        return target, dry, gone
+
+    target, dry, gone = run_client(stdio_params(path), body, name="pytest-agent", version="1.0")
+    assert dry["written"] is False and gone["written"] is False
+    assert any(target in qd["left"] for qd in dry["queries"]) and any(target in qd["left"] for qd in gone["queries"])
+    from memlens.store import db
+
+    conn = db.connect(path, create=False)
+    try:
+        accesses = storage.access(conn, target)
+    finally:
+        conn.close()
+    assert [a["client"] for a in accesses] == ["pytest-agent 1.0 (mcp)"]
