@@ -9,8 +9,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from memlens.cli.args import K_ARG, Parser
+from memlens.cli.args import K_ARG, Parser, _bounded
 from memlens.errors import ValidationError
+from memlens.limits import MAX_LIST
 
 
 def _store_arg(p: argparse.ArgumentParser) -> None:
@@ -28,7 +29,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     s = sub.add_parser("replay", help="re-run logged retrievals and diff their ranked lists")
     _store_arg(s)
     g = s.add_mutually_exclusive_group()
-    g.add_argument("--last", type=K_ARG, metavar="N", help="the newest N logged retrievals (default 20)")
+    g.add_argument("--last", type=_bounded(1, MAX_LIST), metavar="N", help="the newest N logged retrievals (default 20)")
     g.add_argument("--since", metavar="TIME", help="logged since TIME: ISO-8601, or an age like 30m, 12h, 7d")
     g.add_argument("--query", metavar="TEXT", help="every logged retrieval of exactly this query")
     s.add_argument("--set", action="append", dest="sets", default=[], metavar="SECTION.KEY=VALUE",

@@ -97,7 +97,7 @@ def _dumps(v: Any) -> str:
 
 
 def logged(conn: Any, *, last: int | None = None, since: str | None = None, query: str | None = None,
-           limit: int = 10_000) -> list[dict[str, Any]]:
+           limit: int = 100_000) -> list[dict[str, Any]]:
     """Logged retrievals, oldest first: ``{seq, ts, request, client, context, hits: [{id, rank, score, <components>}]}``."""
     sql = ("SELECT a.seq, a.ts, l.request, l.client, l.context, l.hits FROM audit a JOIN retrieval_log l ON l.seq = a.seq"
            " WHERE a.action = 'retrieval'")
