@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from memlens.models import content_hash, format_ts, utcnow
+# stdlib only at import time: the CLI imports this module before an MCP server answers ``initialize``
 
 if TYPE_CHECKING:
     from memlens.memory import Memory
@@ -171,6 +171,7 @@ def entry_states(conn: Any, ids: list[str]) -> dict[str, str]:
 
 def golden_add(mem: Memory, query: str, expect: str, active_wing: str | None, within: int) -> int:
     from memlens.errors import ValidationError
+    from memlens.models import format_ts, utcnow
     from memlens.store import db
 
     with db.transaction(mem.conn, mem.path) as conn:
@@ -201,7 +202,7 @@ def golden_remove(mem: Memory, golden_id: int) -> bool:
 
 def freshness(conn: Any, ids: list[str], model: str) -> dict[str, dict[str, Any]]:
     """Per entry: the model and content hash its vector was made with, against the store's model and its text now."""
-    from memlens.models import Entry
+    from memlens.models import Entry, content_hash
 
     out: dict[str, dict[str, Any]] = {}
     for i in range(0, len(ids), 400):
@@ -217,7 +218,7 @@ def freshness(conn: Any, ids: list[str], model: str) -> dict[str, dict[str, Any]
 
 def stale_rows(conn: Any, model: str, wing: str | None = None) -> list[tuple[int, str, str, str, str]]:
     """``(rowid, id, wing, title, text)`` of every entry whose vector is not the store model's of its text now."""
-    from memlens.models import Entry
+    from memlens.models import Entry, content_hash
 
     sql = "SELECT rowid, id, wing, title, text, content_hash, model FROM entries WHERE import_id IS NULL"
     args: tuple[Any, ...] = ()
