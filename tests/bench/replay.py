@@ -19,6 +19,7 @@ scoped to 2 of the 10 wings, k=10, one thread.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import sys
 import tempfile
@@ -67,6 +68,7 @@ def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
         settings = load_settings()
         model_id = make_embedder(settings.embedding, settings.cache_dir).model_id
         res: dict[str, Any] = {"suite": NAME, "mode": "quick" if quick else "full", "machine": machine_info(),
+                               "load_average_1m": round(os.getloadavg()[0], 2),
                                "plan": {"entries": n, "replayed": n_replay, "k": F.K, "scope": F.SCOPE}}
         log(f"[{NAME}] {res['mode']} run; scratch {scratch}")
         fplan = dataclasses.replace(F.make_plan(quick, ("search",)), sizes=(n,))
@@ -110,7 +112,9 @@ def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
             f"| added per search by the replay record (mean, WAL checkpoints included) | "
             f"{lg['with_replay_record']['mean_ms'] - lg['without']['mean_ms']:.3f} ms |",
             "",
-            f"{m['cpu_model']}, {m['cores_usable']} cores, Python {m['python']}, SQLite {m['sqlite']}, {m['date']}.",
+            f"`python -m tests.bench.replay`; {m['cpu_model']}, {m['cores_usable']} cores, Python {m['python']}, "
+            f"SQLite {m['sqlite']}, 1-min load average {res['load_average_1m']} at the start, {m['date']}. Replay and "
+            "the searches it repeats ran under the same load: compare the two rates, not either with other tables.",
         ])
         publish(NAME, res, table, official=write and not quick,
                 target_lines=[f"replay: {rp['queries_per_s']} queries/s; logging adds {lg['added_p50_ms']} ms p50"])
