@@ -161,6 +161,21 @@ class AuditConfig(_Section):
     retrieval_max_age_days: float = Field(90.0, gt=0, le=36_500, description="retrieval records older than this are pruned")
 
 
+class ExportConfig(_Section):
+    """Where ``search --format openinference`` also sends its spans (OTLP/HTTP, JSON); nothing is sent when unset."""
+
+    otlp_endpoint: str | None = Field(None, min_length=1, max_length=2048,
+                                      description="an http(s) URL; '/v1/traces' is appended unless it ends with it")
+    timeout_s: float = Field(5.0, gt=0, le=120)
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _http(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^\s/]+", v):
+            raise ValueError("must be an http:// or https:// URL")
+        return v
+
+
 class WorkingMemoryConfig(_Section):
     """Working memory: the sliding window of recent tasks an agent sees, and the bound on stored tasks."""
 
@@ -248,6 +263,7 @@ class Settings(BaseSettings):
     cache: CacheConfig = CacheConfig()
     rerank: RerankConfig = RerankConfig()
     audit: AuditConfig = AuditConfig()
+    export: ExportConfig = ExportConfig()
     limits: LimitsConfig = LimitsConfig()
     web: WebConfig = WebConfig()
     llm: LlmConfig = LlmConfig()

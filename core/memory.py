@@ -261,9 +261,12 @@ class Memory:
         **options: Any,
     ) -> Bundle:
         """Retrieve, explain and (optionally) budget; see ``memlens.retrieval.search.search`` for ``options``."""
+        from memlens.replay import storage as replay_log
         from memlens.retrieval.search import search
 
-        return search(self, query, active_wing=active_wing, wings=wings, k=k, profile=profile, budget=budget, **options)
+        with replay_log.request(query=query, active_wing=active_wing, wings=wings, k=k, profile=profile, budget=budget,
+                                user=options.get("user")):  # what the retrieval log keeps for a replay
+            return search(self, query, active_wing=active_wing, wings=wings, k=k, profile=profile, budget=budget, **options)
 
     def explain(self, query: str, entry_id: str, **kwargs: Any) -> dict[str, Any]:
         """Why was ``entry_id`` returned for ``query`` - or at which stage was it dropped?"""
@@ -274,8 +277,10 @@ class Memory:
     def context(self, query: str, *, active_wing: str | None = None, budget: int | None = None, **kwargs: Any) -> str:
         """The markdown an agent receives: working memory, then retrieved memory in authority order."""
         from memlens.ingest.recall import render_with_code
+        from memlens.replay.storage import building_context
 
-        bundle = self.search(query, active_wing=active_wing, budget=budget, **kwargs)
+        with building_context():  # the retrieval log marks these results as having gone into a context
+            bundle = self.search(query, active_wing=active_wing, budget=budget, **kwargs)
         return render_with_code(self, bundle)  # with the Relevant code section when code is indexed
 
     async def web_context(self, urls: Any = None, query: str | None = None, **kwargs: Any) -> Any:
@@ -333,8 +338,11 @@ class Memory:
         audit = self.settings.audit
         if audit.level != "reads":
             return
+        from memlens.replay import storage as replay_log
+
         self.store.log_retrieval(bundle.trace.active_wing, _retrieval_metrics(bundle), max_rows=audit.retrieval_max_rows,
-                                 max_age_days=audit.retrieval_max_age_days)
+                                 max_age_days=audit.retrieval_max_age_days,
+                                 record=lambda conn, seq: replay_log.record(conn, seq, bundle))  # what replay needs
 
     def retrievals(self, limit: int = 1000) -> list[dict[str, Any]]:
         """The newest logged retrievals; a row whose metrics do not decode (a hand edit) is left out."""

@@ -449,9 +449,11 @@ def test_a_schema_4_store_gains_the_answer_log_and_keeps_its_entries(store_path,
 
     with Memory.open(store_path, settings=settings, embedder=hash_embedder) as mem:
         mem.add("Callbacks must not block.", wing="w", title="t")
-        with mem.conn:  # back to how a store of the previous version looks
-            mem.conn.execute("DROP TABLE answer_citations")
-            mem.conn.execute("DROP TABLE answers")
+        with mem.conn:  # back to how a store of version 4 looks: what migrations 5 and later made goes
+            for table in ("answer_citations", "answers", "source_entries", "sources", "ingest_runs", "golden"):
+                mem.conn.execute(f"DROP TABLE {table}")
+            mem.conn.execute("DROP TRIGGER audit_retrieval_pruned")
+            mem.conn.execute("DROP TABLE retrieval_log")
             mem.conn.execute("PRAGMA user_version = 4")
     with Memory.open(store_path, settings=settings, embedder=hash_embedder) as mem:
         assert db.schema_version(mem.conn) == db.SCHEMA_VERSION >= 5

@@ -49,6 +49,7 @@ SUBPACKAGE_LAYER = {
     "retrieval": 2,
     "working": 2,
     "io": 2,
+    "replay": 3,
     "web": 2,
     "ingest": 2,
     "assist": 3,

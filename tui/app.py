@@ -19,14 +19,16 @@ from memlens.errors import MemlensError
 
 from .commands import MemlensCommands
 from .messages import ModelFailed, ModelReady, StoreChanged, WorkingMemoryLoaded
+from .screens.impact import ImpactCommands
 from .screens.main import MainScreen
+from .screens.replay import ReplayCommands
 from .service import WATCHED, Lens
 
 
 class MemlensApp(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "memlens"
-    COMMANDS = App.COMMANDS | {MemlensCommands}
+    COMMANDS = App.COMMANDS | {MemlensCommands, ReplayCommands, ImpactCommands}
     BINDINGS = [Binding("q", "quit", "Quit", id="app.quit", tooltip="Quit memlens")]
 
     def __init__(self, lens: Lens, *, demo: bool = False, poll_interval: float = 1.0, watch: bool = True,

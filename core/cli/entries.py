@@ -123,6 +123,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
         return 0
     with open_store(args) as mem:
         st = mem.stats()
+        from memlens.replay.freshness import stale_count
+
+        st["stale_vectors"] = stale_count(mem)  # vectors not made by the store's model from their text now
     if args.json:
         print(json.dumps(st, ensure_ascii=False))
         return 0
@@ -133,6 +136,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     for title, key in (("wing", "per_wing"), ("kind", "per_kind"), ("type", "per_type"), ("status", "per_status")):
         items = "  ".join(f"{k}={v}" for k, v in st[key].items()) or "-"
         print(f"{title:<7} {items}")
+    if st.get("stale_vectors"):
+        print(f"stale   {st['stale_vectors']} vectors not made by the store's model from their text now (memlens reembed)")
     return 0
 
 

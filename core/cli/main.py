@@ -17,6 +17,7 @@ from memlens.cli import ask as cli_ask
 from memlens.cli import check as cli_check
 from memlens.cli import entries as cli_entries
 from memlens.cli import ingest as cli_ingest
+from memlens.cli import replay as cli_replay
 from memlens.cli import retrieve as cli_retrieve
 from memlens.cli import serve as cli_serve
 from memlens.cli import tasks as cli_tasks
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_ask.register(sub)  # ask
     cli_web.register(sub)  # web
     cli_ingest.register(sub)  # ingest, index [status]
+    COMMANDS.update(cli_replay.register(sub))  # replay, golden, access, reembed, deprecate/restore/delete/edit
     return p
 
 
@@ -72,6 +74,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    from memlens.replay.storage import set_default_client
+
+    set_default_client("cli")  # the client the retrieval log names (the app says "app")
     args = build_parser().parse_args(argv)
     handler = COMMANDS.get(args.command or "tui", cli_serve.cmd_tui)
     try:

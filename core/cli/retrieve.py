@@ -34,6 +34,8 @@ def register(sub: Any) -> None:
     s.add_argument("--user", help="whose retrieval this is (part of the cache key)")
     s.add_argument("--workspace", metavar="DIR", help="fall back to DIR's docs/README/files when memory finds nothing")
     s.add_argument("--no-cache", action="store_true", help="bypass the retrieval cache")
+    s.add_argument("--format", choices=("text", "json", "openinference"), default=None,
+                   help="openinference: the trace as OpenTelemetry spans (OTLP JSON); also sent to [export] otlp_endpoint")
 
     s = sub.add_parser("context", help="the markdown context an agent receives (working memory + memory, budgeted)")
     store_arg(s)
@@ -82,7 +84,11 @@ def cmd_search(args: argparse.Namespace) -> int:
             args.query, active_wing=args.active_wing, wings=args.wings, k=args.k, profile=args.profile, budget=args.budget,
             user=args.user, workspace=args.workspace, use_cache=not args.no_cache,
         )
-    print(json.dumps(bundle.to_dict(), ensure_ascii=False) if args.json else format_results(bundle))
+        if args.format == "openinference":
+            from memlens.replay.otel import emit
+
+            return emit(mem, bundle)
+    print(json.dumps(bundle.to_dict(), ensure_ascii=False) if args.json or args.format == "json" else format_results(bundle))
     return 0
 
 
@@ -111,7 +117,9 @@ def cmd_context(args: argparse.Namespace) -> int:
         text = render_context(None, bundle)
     else:
         try:
-            with mem:
+            from memlens.replay.storage import building_context
+
+            with mem, building_context():  # the retrieval log marks its results as having gone into a context
                 bundle = mem.search(args.query, active_wing=args.active_wing, wings=args.wings, k=args.k,
                                     profile=args.profile, budget=args.budget, workspace=args.workspace)
                 from memlens.ingest.recall import render_with_code

@@ -276,18 +276,28 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         return record(ctx, lambda mem, _w: mem.update_checked(id, expected_updated_at, **changes).to_record(),
                     need_model="text" in changes or "title" in changes)
 
+    DryRun = Annotated[bool, Field(description="only preview the change: the golden queries that would fail and the "
+                                               "recent queries whose results would change; nothing is written")]
+
+    def preview(change: Any) -> Any:
+        from memlens.replay.impact import preview as impact_preview
+
+        return lambda mem, _w: impact_preview(mem, change)
+
     @tool("memory_set_status", "Set an entry's status", read=False, destructive=True, idempotent=True)
     def memory_set_status(id: Id, status: Annotated[StatusName, Field(
             description="active, under_review (still retrieved, flagged) or deprecated (no longer retrieved)")],
-            ctx: Context | None = None) -> dict[str, Any]:
+            dry_run: DryRun = False, ctx: Context | None = None) -> dict[str, Any]:
+        if dry_run:
+            return record(ctx, preview(lambda m: m.set_status(id, status)), need_model=True)
         return record(ctx, lambda mem, _w: mem.set_status(id, status).to_record())
 
     @tool("memory_delete", "Delete an entry", read=False, destructive=True, idempotent=True)
-    def memory_delete(id: Id, ctx: Context | None = None) -> dict[str, Any]:
+    def memory_delete(id: Id, dry_run: DryRun = False, ctx: Context | None = None) -> dict[str, Any]:
         def run(mem: Any, _w: float) -> dict[str, Any]:
             e = mem.delete(id)
             return {"id": e.id, "deleted": True, "wing": e.wing, "title": e.title}
-        return record(ctx, run)
+        return record(ctx, preview(lambda m: m.delete(id)) if dry_run else run, need_model=dry_run)
 
     @tool("memory_explain", "Why (not) this entry?", read=True)
     def memory_explain(

@@ -186,7 +186,7 @@ class Writes(Protocol):
         ...
 
     def log_retrieval(self, active_wing: str | None, metrics: dict[str, Any], *, max_rows: int,
-                      max_age_days: float) -> None:
+                      max_age_days: float, record: Callable[[Any, int], None] | None = None) -> None:
         """Append one retrieval row without waiting for a writer, pruning old ones now and then; never raises."""
         ...
 

@@ -6,7 +6,7 @@ A new migration is the next version here (and in ``MIGRATIONS``).
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 def _migration_1(dim: int) -> list[str]:
@@ -191,4 +191,44 @@ def _migration_6(dim: int) -> list[str]:
     ]
 
 
-MIGRATIONS = {1: _migration_1, 2: _migration_2, 3: _migration_3, 4: _migration_4, 5: _migration_5, 6: _migration_6}
+
+def _migration_7(dim: int) -> list[str]:
+    """What replay, golden queries and the access log need (``memlens.replay``; its SQL is in ``replay/storage.py``).
+
+    ``retrieval_log`` adds to each ``retrieval`` audit row (same ``seq``) the request as it was made, the client,
+    whether it built a context, and its ranked hits (ids, scores, score components) as one compact JSON array:
+    one row per search, appended at the end of its table. A trigger deletes it with its audit row, so it lives
+    exactly as long as the retrieval records (``memlens.store.retention``).
+    """
+    return [
+        """CREATE TABLE retrieval_log (
+            seq INTEGER PRIMARY KEY,
+            request TEXT NOT NULL,
+            client TEXT NOT NULL DEFAULT '',
+            context INTEGER NOT NULL DEFAULT 0,
+            hits TEXT NOT NULL DEFAULT '[]'
+        )""",
+        """CREATE TRIGGER audit_retrieval_pruned AFTER DELETE ON audit WHEN old.action = 'retrieval' BEGIN
+            DELETE FROM retrieval_log WHERE seq = old.seq;
+        END""",
+        """CREATE TABLE golden (
+            id INTEGER PRIMARY KEY,
+            query TEXT NOT NULL,
+            expect TEXT NOT NULL,
+            active_wing TEXT NOT NULL DEFAULT '',
+            within INTEGER NOT NULL,
+            created_at TEXT NOT NULL,
+            UNIQUE (query, expect, active_wing)
+        )""",
+    ]
+
+
+MIGRATIONS = {
+    1: _migration_1,
+    2: _migration_2,
+    3: _migration_3,
+    4: _migration_4,
+    5: _migration_5,
+    6: _migration_6,
+    7: _migration_7,
+}

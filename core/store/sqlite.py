@@ -9,6 +9,7 @@ bumps, committed together or rolled back together.
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -97,6 +98,25 @@ class SqliteStore(SqliteReads):
             with self._conns_lock:
                 self._conns.append(conn)
         return conn
+
+    def on_connection(self, conn: Any) -> SqliteStore:
+        """A copy of this store that uses ``conn`` on this thread, with its own caches and no in-process index
+        (a preview runs its writes inside one transaction it never commits)."""
+        clone = copy.copy(self)
+        clone._local = threading.local()
+        clone._local.conn = conn
+        clone._conns = []
+        clone._conns_lock = threading.Lock()
+        clone._vindex = None
+        clone._distinct = DistinctValues(clone)
+        return clone
+
+    def set_model(self, model: str) -> None:
+        """Record ``model`` as the one every vector of this store was made by."""
+        with self.write() as writer:
+            writer.conn.execute("INSERT INTO store_meta(key, value) VALUES ('model', ?)"
+                                " ON CONFLICT(key) DO UPDATE SET value = excluded.value", (model,))
+        self._meta["model"] = model
 
     def close_thread(self) -> None:
         """Close this thread's connection (a worker thread's, at its end): threads come and go, connections must not pile up."""
@@ -349,24 +369,37 @@ class SqliteStore(SqliteReads):
         return {"seq": seq, "ts": ts, "action": action, "entry_id": entry_id, "wing": wing}
 
     def log_retrieval(self, active_wing: str | None, metrics: dict[str, Any], *, max_rows: int,
-                      max_age_days: float) -> None:
-        """One ``retrieval`` audit row; never fails a retrieval (a read-only or busy store skips the row)."""
+                      max_age_days: float, record: Callable[[Any, int], None] | None = None) -> None:
+        """One ``retrieval`` audit row; never fails a retrieval (a read-only or busy store skips the row).
+
+        ``record(conn, seq)`` adds what replay needs in the same transaction as the audit row.
+        """
         if corruption.seen(self.path):
             return
         conn = self.conn
+        own = False
         try:
             # a search must never wait for a writer: give up on the log row after 50 ms
             conn.execute("PRAGMA busy_timeout = 50")
+            own = record is not None and not conn.in_transaction  # one transaction for the audit row and the record
+            if own:
+                conn.execute("BEGIN")
             cur = conn.execute(
                 "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail)"
                 " VALUES (?, 'retrieval', NULL, ?, NULL, NULL, ?)",
                 (format_ts(utcnow()), active_wing, json.dumps(metrics, ensure_ascii=False)),
             )
-            if retention.due(int(cur.lastrowid), not self._pruned):
+            seq = int(cur.lastrowid)
+            if record is not None:
+                record(conn, seq)
+            if own:
+                conn.execute("COMMIT")
+            if retention.due(seq, not self._pruned):
                 self._pruned = True
                 retention.prune_retrievals(conn, max_rows, max_age_days)
         except Exception:
-            pass
+            if own and conn.in_transaction:
+                conn.execute("ROLLBACK")
         finally:
             conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
 

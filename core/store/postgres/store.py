@@ -329,7 +329,8 @@ class PgStore(PgReads):
         seq, ts, action, entry_id, wing = row
         return {"seq": int(seq), "ts": ts, "action": action, "entry_id": entry_id, "wing": wing}
 
-    def log_retrieval(self, active_wing: str | None, metrics: dict[str, Any], *, max_rows: int, max_age_days: float) -> None:
+    def log_retrieval(self, active_wing: str | None, metrics: dict[str, Any], *, max_rows: int, max_age_days: float,
+                      record: Callable[[Any, int], None] | None = None) -> None:
         """One ``retrieval`` audit row; never fails or blocks a retrieval (gives up after a short lock timeout)."""
         from memlens.store import retention
 
