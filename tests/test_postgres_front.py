@@ -46,6 +46,7 @@ def test_cli_add_search_export_on_postgres(pg_uri, real_embedder):
 
 def test_copy_sqlite_to_postgres_to_sqlite_through_the_cli(tmp_path, settings, hash_embedder, pg_uri):
     from memlens import Memory
+    from memlens.assist import log
 
     src, back = tmp_path / "a.db", tmp_path / "b.db"
     with Memory.open(src, settings=settings, embedder=hash_embedder) as mem:
@@ -53,6 +54,10 @@ def test_copy_sqlite_to_postgres_to_sqlite_through_the_cli(tmp_path, settings, h
         mem.add("Café au lait: unicode survives", wing="_global", key="coffee", meta={"n": 1})
         mem.update(a.id, text="Deploys go only through the release branch")
         mem.tasks.complete("t-1", "ship the copy command")
+        bundle = mem.search("release branch", active_wing="ops")
+        log.record(mem, question="how do we deploy?", model="m", complete=True, error=None, retrieval_seq=None,
+                   bundle=bundle, cited=["zz-x", a.id], invented=["made-up"])  # not in id order
+        answers = log.answers(mem)
     there = run_cli("copy", str(src), pg_uri)
     assert there.returncode == 0, there.stderr
     assert "copied 2 entries (2 vectors)" in there.stderr and ":@" not in there.stderr
@@ -65,6 +70,8 @@ def test_copy_sqlite_to_postgres_to_sqlite_through_the_cli(tmp_path, settings, h
     assert want.stdout and got.stdout == mid.stdout == want.stdout
     tasks = run_cli("--store", str(back), "tasks", "--json")
     assert tasks.returncode == 0 and "ship the copy command" in tasks.stdout, tasks.stderr
+    with Memory.open(back, settings=settings, embedder=hash_embedder) as mem:
+        assert log.answers(mem) == answers and answers[0]["citations"] == ["zz-x", a.id]
 
     # into a store that is not empty: refused in one line, nothing written
     refused = run_cli("copy", str(src), pg_uri)
