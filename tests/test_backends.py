@@ -100,16 +100,17 @@ OTHER_PROCESS = r"""
 import sys
 from memlens.config import load_settings
 from memlens.embed import HashEmbedder
-backend, target, text = sys.argv[1], sys.argv[2], sys.argv[3]
-if backend == "postgresql":
-    from tests.pg_fixture import pg_memory
-    mem = pg_memory(target, load_settings(), HashEmbedder())
-else:
-    from memlens import Memory
-    mem = Memory.open(target, embedder=HashEmbedder())
-print(mem.add(text, wing="ops").id)
+from memlens import Memory
+target, texts = sys.argv[1], sys.argv[2:]
+mem = Memory.open(target, settings=load_settings(), embedder=HashEmbedder())  # a file or a postgresql:// URI
+for text in texts:
+    print(mem.add(text, wing="ops").id)
 mem.close()
 """
+
+
+def _target(mem) -> str:
+    return mem.store.uri if _backend(mem) == "postgresql" else str(mem.path)
 
 
 def test_a_write_in_another_process_invalidates_the_cache(backend_mem):
@@ -117,9 +118,8 @@ def test_a_write_in_another_process_invalidates_the_cache(backend_mem):
     mem.add("The on-call rotation changes every Monday", wing="ops")
     first = mem.search("on-call rotation pager", active_wing="ops")
     assert mem.search("on-call rotation pager", active_wing="ops").trace.cache_hit
-    target = mem.store.uri if _backend(mem) == "postgresql" else str(mem.path)
     text = "The on-call pager is handed over on Monday"
-    out = subprocess.run([sys.executable, "-c", OTHER_PROCESS, _backend(mem), target, text], cwd=REPO, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", OTHER_PROCESS, _target(mem), text], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     new_id = out.stdout.strip().splitlines()[-1]
@@ -201,3 +201,17 @@ def test_settings_keep_a_postgres_uri_as_it_is(tmp_path):
     uri = "postgresql://ann:secret@db.example:5432/memory?sslmode=require"
     assert Settings(store=uri).store_path() == uri
     assert Settings(store=str(tmp_path / "m.db")).store_path() == tmp_path / "m.db"
+
+
+def test_several_writer_processes_lose_nothing(backend_mem):
+    mem = backend_mem
+    procs = [subprocess.Popen([sys.executable, "-c", OTHER_PROCESS, _target(mem),
+                               *(f"process {k} wrote note number {i}" for i in range(12))],
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in range(3)]
+    ids = []
+    for p in procs:
+        out, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err
+        ids += out.split()
+    assert len(set(ids)) == 36 and mem.count() == 36 and mem.generations(["ops"])["ops"] == 36
+    assert sorted(e.id for e in mem.entries()) == sorted(ids)
