@@ -34,6 +34,7 @@ from memlens.store.writes import describe_validation
 
 if TYPE_CHECKING:
     from memlens.embed import Embedder
+    from memlens.store.postgres.store import PgStore
     from memlens.trace import Bundle
 
 # the one row mapping lives in memlens.store.rows; these names stay importable from here
@@ -59,7 +60,7 @@ class Memory:
         self._profiles: dict[str, Any] | None = None
         storage = settings.storage
         me = weakref.ref(self)  # no cycle: a Memory dropped without close() still closes its connections at once
-        self.store: Any
+        self.store: SqliteStore | PgStore
         if is_uri(path):
             from memlens.store.postgres import open_store
 
@@ -306,7 +307,7 @@ class Memory:
         return gather_sync(self.settings.web, urls=urls, query=query, **kwargs)
 
     @property
-    def reads(self) -> Any:
+    def reads(self) -> SqliteStore | PgStore:
         """The store's read interface, which the retrieval pipeline uses (``memlens.store.reads.Reads``)."""
         return self.store
 

@@ -21,8 +21,8 @@ BAR = 30
 def register(sub: Any) -> None:
     s = sub.add_parser(
         "copy", help="copy a whole store into a new one (SQLite file or postgresql:// URI), all or nothing",
-        description="Copy every entry with its vector, the audit history, wing generations, tasks and blockers from "
-                    "SRC into DST, a new or empty store. All or nothing: one transaction in DST, so a failed or "
+        description="Copy every entry with its vector, the audit history, wing generations, tasks, blockers and the "
+                    "answer log from SRC into DST, a new or empty store. All or nothing: one transaction in DST, so a failed or "
                     "interrupted copy leaves DST as it was (run it again; it does not resume).",
     )
     s.add_argument("src", metavar="SRC", help="the store to copy from (a file or a postgresql:// URI; only read)")
@@ -71,6 +71,6 @@ def cmd_copy(args: argparse.Namespace) -> int:
         if interactive:
             print(file=sys.stderr)
     print(f"copied {counts['entries']} entries ({counts['vectors']} vectors), {counts['audit']} audit rows, "
-          f"{counts['wings']} wings, {counts['tasks']} tasks, {counts['blockers']} blockers "
+          f"{counts['wings']} wings, {counts['tasks']} tasks, {counts['blockers']} blockers, {counts['answers']} answers "
           f"from {_shown(src)} into {_shown(dst)}", file=sys.stderr)
     return 0
