@@ -113,3 +113,23 @@ def test_mcp_server_on_a_postgres_store(pg_uri, real_embedder):
     first, again, found = run_client(stdio_params(pg_uri), body)
     assert first["status"] == "created" and again["status"] == "already_exists" and again["id"] == first["id"]
     assert first["id"] in json.dumps(found)
+
+
+def test_copy_shows_a_progress_bar_on_a_terminal(tmp_path, settings, hash_embedder, monkeypatch, capsys):
+    import sys
+
+    from memlens import Memory
+    from memlens.cli.main import main
+    from memlens.store.postgres import copy as pg_copy
+
+    src = tmp_path / "a.db"
+    with Memory.open(src, settings=settings, embedder=hash_embedder) as mem:
+        for i in range(5):
+            mem.add(f"note number {i} about the copy", wing="w")
+    monkeypatch.setattr(pg_copy, "BATCH", 2)  # several steps of the bar
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["copy", str(src), str(tmp_path / "b.db")]) == 0
+    err = capsys.readouterr().err
+    steps = [s for s in err.split("\r") if s.startswith("copying entries [")]
+    assert [s.split("] ")[1].split()[0] for s in steps] == ["2/5", "4/5", "5/5"]
+    assert steps[-1].startswith("copying entries [" + "#" * 30 + "]") and "copied 5 entries (5 vectors)" in err
