@@ -151,3 +151,16 @@ def test_a_store_of_schema_1_gains_the_answer_log(pg_uri, settings, hash_embedde
         answer_id, why = log.record(mem, question="q", model="m", complete=True, error=None, retrieval_seq=None,
                                     bundle=bundle, cited=[e.id], invented=[])
         assert why is None and log.answers(mem)[0]["id"] == answer_id
+
+
+def test_store_set_in_the_config_file_to_a_uri(tmp_path, pg_uri, settings, hash_embedder):
+    from memlens import Memory
+
+    with Memory.open(pg_uri, settings=settings, embedder=hash_embedder) as mem:
+        mem.add("named by the config file", wing="cfg")
+    config = tmp_path / "config.toml"
+    config.write_text(f'store = "{pg_uri}"\n', encoding="utf-8")
+    stats = run_cli("stats", "--json", env={"MEMLENS_CONFIG": str(config)})  # no --store, no MEMLENS_STORE
+    assert stats.returncode == 0, stats.stderr
+    d = json.loads(stats.stdout)
+    assert d["entries"] == 1 and d["per_wing"] == {"cfg": 1} and d["store"].startswith("postgresql://")
