@@ -253,7 +253,7 @@ class LimitsConfig(BaseModel):
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid")
 
-    store: Path | None = None
+    store: str | Path | None = Field(None, description="the store: a SQLite file, or a postgresql:// URI")
     cache_dir: Path = Field(default_factory=default_cache_dir)
     embedding: EmbeddingConfig = EmbeddingConfig()
     search: SearchConfig = SearchConfig()
@@ -276,6 +276,14 @@ class Settings(BaseSettings):
     def _cache_dir(cls, v: Path) -> Path:
         return check_dir_path(v)
 
+    @field_validator("store", mode="after")
+    @classmethod
+    def _store(cls, v: str | Path | None) -> str | Path | None:
+        """A ``postgresql://`` URI stays a string (a path would fold its ``//``); anything else is a file path."""
+        if v is None or (isinstance(v, str) and v.startswith(("postgresql://", "postgres://"))):
+            return v
+        return Path(v)
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -290,7 +298,8 @@ class Settings(BaseSettings):
             _, data = read_config_file()
         return (init_settings, env_settings, InitSettingsSource(settings_cls, init_kwargs=data))
 
-    def store_path(self) -> Path:
+    def store_path(self) -> str | Path:
+        """The store: a file path, or a ``postgresql://`` URI (a str)."""
         return self.store or default_store_path()
 
 

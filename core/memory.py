@@ -27,12 +27,14 @@ from memlens.limits import MAX_LIST, check_int, entry_text_limit
 from memlens.models import EDITABLE_FIELDS, Entry, Status, utcnow
 from memlens.store import writes
 from memlens.store.newstore import removed_on_failure
+from memlens.store.postgres.connect import is_uri
 from memlens.store.rows import COLUMN_LIST, row_to_entry, vec_blob
 from memlens.store.sqlite import SqliteStore
 from memlens.store.writes import describe_validation
 
 if TYPE_CHECKING:
     from memlens.embed import Embedder
+    from memlens.store.postgres.store import PgStore
     from memlens.trace import Bundle
 
 # the one row mapping lives in memlens.store.rows; these names stay importable from here
@@ -41,14 +43,16 @@ __all__ = ["Memory", "_COLUMNS", "describe_validation", "open_for_write", "row_t
 
 
 class Memory:
-    """An agent memory on one SQLite file.
+    """An agent memory on one SQLite file or in a PostgreSQL database.
 
     Thread-safe: the store gives each thread its own connection (SQLite's rule);
     the embedder is shared and loads on first use.
     """
 
-    def __init__(self, path: Path, settings: Settings, embedder: Embedder | None = None, *, create: bool = True) -> None:
-        self.path = path
+    def __init__(self, path: Path | str, settings: Settings, embedder: Embedder | None = None, *, create: bool = True,
+                 pooled: bool | None = None) -> None:
+        """``path``: a SQLite file, or a ``postgresql://`` URI (``pooled``: hold a connection pool, for
+        long-lived processes; default from the URI's ``pool=``)."""
         self.settings = settings
         self._embedder = embedder
         self._embedder_lock = threading.Lock()
@@ -56,9 +60,17 @@ class Memory:
         self._profiles: dict[str, Any] | None = None
         storage = settings.storage
         me = weakref.ref(self)  # no cycle: a Memory dropped without close() still closes its connections at once
-        self.store = SqliteStore(path, model=lambda: _alive(me).embedder, busy_timeout_ms=storage.busy_timeout_ms,
-                                 mmap_size=storage.mmap_size, create=create,
-                                 vector_index=lambda: _alive(me).settings.search.vector_index)
+        self.store: SqliteStore | PgStore
+        if is_uri(path):
+            from memlens.store.postgres import open_store
+
+            self.store = open_store(str(path), model=lambda: _alive(me).embedder, pooled=pooled, create=create)
+            self.path: Path | str = self.store.path  # the URI without its password, for messages and stats
+        else:
+            self.path = Path(path)
+            self.store = SqliteStore(self.path, model=lambda: _alive(me).embedder, busy_timeout_ms=storage.busy_timeout_ms,
+                                     mmap_size=storage.mmap_size, create=create,
+                                     vector_index=lambda: _alive(me).settings.search.vector_index)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -70,12 +82,13 @@ class Memory:
         settings: Settings | None = None,
         embedder: Embedder | None = None,
         create: bool = True,
+        pooled: bool | None = None,
     ) -> Memory:
-        """Open the store at ``path``, ``MEMLENS_STORE`` or the default; a missing one is created
-        (0600, in 0700 folders) unless ``create=False``, which makes it a StoreError instead."""
+        """Open the store at ``path`` (a file or a ``postgresql://`` URI), ``MEMLENS_STORE`` or the default; a
+        missing one is created (0600, in 0700 folders) unless ``create=False``, which makes it a StoreError
+        instead. ``pooled``: a PostgreSQL store holds a connection pool (long-lived processes)."""
         settings = settings or load_settings()
-        target = Path(path).expanduser() if path is not None else settings.store_path()
-        return cls(target, settings, embedder, create=create)
+        return cls(store_target(path, settings), settings, embedder, create=create, pooled=pooled)
 
     def __enter__(self) -> Memory:
         return self
@@ -89,7 +102,10 @@ class Memory:
     @property
     def conn(self) -> Any:
         """This thread's SQLite connection (kept for code not yet on the ``Store`` interface)."""
-        return self.store.conn
+        conn = getattr(self.store, "conn", None)
+        if conn is None:
+            raise StoreError(f"store {self.path}: this needs a SQLite store; a {self.store.backend} store does not offer it")
+        return conn
 
     @property
     def embedder(self) -> Embedder:
@@ -296,7 +312,7 @@ class Memory:
         return gather_sync(self.settings.web, urls=urls, query=query, **kwargs)
 
     @property
-    def reads(self) -> SqliteStore:
+    def reads(self) -> SqliteStore | PgStore:
         """The store's read interface, which the retrieval pipeline uses (``memlens.store.reads.Reads``)."""
         return self.store
 
@@ -387,11 +403,22 @@ class Memory:
 
 
 
+def store_target(store: str | Path | None, settings: Settings) -> Path | str:
+    """What ``store`` names: a ``postgresql://`` URI as it is, else a file path (default: the settings')."""
+    target = store if store is not None else settings.store_path()
+    return target if is_uri(target) else Path(target).expanduser()
+
+
 @contextmanager
-def open_for_write(store: str | Path | None) -> Iterator[Memory]:
-    """``Memory.open(store)``, creating a missing store that is removed again if the block fails."""
+def open_for_write(store: str | Path | None, *, pooled: bool | None = None) -> Iterator[Memory]:
+    """``Memory.open(store)``, creating a missing store; a new SQLite file is removed again if the block fails
+    (a PostgreSQL store is created in its database, which stays)."""
     settings = load_settings()
-    target = Path(store).expanduser() if store is not None else settings.store_path()
+    target = store_target(store, settings)
+    if isinstance(target, str):
+        with Memory.open(target, settings=settings, create=True, pooled=pooled) as mem:
+            yield mem
+        return
     with removed_on_failure(target), Memory.open(target, settings=settings, create=True) as mem:
         yield mem
 

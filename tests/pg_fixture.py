@@ -94,23 +94,11 @@ def pg_uri(pg_server: PgServer) -> Iterator[str]:
         pg_server.drop_db(name)
 
 
-def pg_memory(uri: str, settings: Any, embedder: Any) -> Any:
-    """A ``Memory`` over the PostgreSQL store at ``uri``.
+def pg_memory(uri: str, settings: Any, embedder: Any, **kwargs: Any) -> Any:
+    """A ``Memory`` over the PostgreSQL store at ``uri`` (``Memory.open`` selects the backend from the URI)."""
+    from memlens import Memory
 
-    ``Memory`` opens SQLite stores only until it selects the backend from a
-    ``postgresql://`` target itself; meanwhile its store is swapped here, at
-    construction, for the PostgreSQL one (the facade reaches storage only
-    through ``self.store`` and, for the retrieval pipeline, ``self.reads``).
-    """
-    from unittest import mock
-
-    import memlens.memory as facade
-    from memlens.store.postgres import open_store
-
-    with mock.patch.object(facade, "SqliteStore", lambda path, model, **kw: open_store(str(path), model=model)):
-        mem = facade.Memory(uri, settings, embedder)  # type: ignore[arg-type]
-    mem.path = mem.store.path  # the URI without its password, for messages and stats
-    return mem
+    return Memory.open(uri, settings=settings, embedder=embedder, **kwargs)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

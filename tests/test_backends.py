@@ -100,16 +100,17 @@ OTHER_PROCESS = r"""
 import sys
 from memlens.config import load_settings
 from memlens.embed import HashEmbedder
-backend, target, text = sys.argv[1], sys.argv[2], sys.argv[3]
-if backend == "postgresql":
-    from tests.pg_fixture import pg_memory
-    mem = pg_memory(target, load_settings(), HashEmbedder())
-else:
-    from memlens import Memory
-    mem = Memory.open(target, embedder=HashEmbedder())
-print(mem.add(text, wing="ops").id)
+from memlens import Memory
+target, texts = sys.argv[1], sys.argv[2:]
+mem = Memory.open(target, settings=load_settings(), embedder=HashEmbedder())  # a file or a postgresql:// URI
+for text in texts:
+    print(mem.add(text, wing="ops").id)
 mem.close()
 """
+
+
+def _target(mem) -> str:
+    return mem.store.uri if _backend(mem) == "postgresql" else str(mem.path)
 
 
 def test_a_write_in_another_process_invalidates_the_cache(backend_mem):
@@ -117,9 +118,8 @@ def test_a_write_in_another_process_invalidates_the_cache(backend_mem):
     mem.add("The on-call rotation changes every Monday", wing="ops")
     first = mem.search("on-call rotation pager", active_wing="ops")
     assert mem.search("on-call rotation pager", active_wing="ops").trace.cache_hit
-    target = mem.store.uri if _backend(mem) == "postgresql" else str(mem.path)
     text = "The on-call pager is handed over on Monday"
-    out = subprocess.run([sys.executable, "-c", OTHER_PROCESS, _backend(mem), target, text], cwd=REPO, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", OTHER_PROCESS, _target(mem), text], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     new_id = out.stdout.strip().splitlines()[-1]
@@ -149,3 +149,69 @@ def test_concurrent_writers_in_threads_lose_nothing(backend_mem):
     assert mem.count() == 60 and sum(mem.generations(["w0", "w1"]).values()) == 60
     assert len({a["entry_id"] for a in mem.audit(limit=100)}) == 60
     assert json.dumps(mem.stats()["per_wing"], sort_keys=True) == json.dumps({"w0": 30, "w1": 30}, sort_keys=True)
+
+
+def test_add_unique_reports_the_same_content_and_near_duplicates(backend_mem):
+    mem = backend_mem
+    first = mem.add("The deploy script lives in tools/deploy.sh and pushes the release branch", wing="ops")
+    mem.add("Lunch is at noon in the big room", wing="ops")
+    mem.add("The deploy script lives in tools/deploy.sh and pushes the release branch", wing="docs")  # another wing
+    again, created, similar = mem.add_unique(first.text, wing="ops")
+    assert not created and again.id == first.id and similar == []
+    near, created, similar = mem.add_unique("The deploy script lives in tools/deploy.sh and pushes the release branch now",
+                                            wing="ops")
+    assert created and near.id != first.id
+    assert [s["id"] for s in similar] == [first.id]  # only the near one of the same wing, never the new entry itself
+    assert similar[0]["similarity"] >= 0.8 and similar[0]["title"] == first.title and similar[0]["status"] == "active"
+
+
+def test_browse_lookups(backend_mem):
+    from memlens import browse
+
+    mem = backend_mem
+    old = mem.add("Deploys used to go through staging", wing="ops", title="Old Deploy Path")
+    new = mem.add("Deploys go through the release branch", wing="ops", title="Deploy path", overrides=old.id)
+    assert [e.id for e in browse.find(mem, "deploy path")] == sorted([old.id, new.id])  # either case
+    info = browse.entry_info(mem, old.id)
+    assert info["fresh"] and info["overridden_by"] == [new.id] and info["model"] == mem.model_id
+    names = browse.known_names(mem)
+    assert names["entry_ids"] == sorted([old.id, new.id])
+
+
+def test_answer_log(backend_mem):
+    from memlens.assist import log
+
+    mem = backend_mem
+    e = mem.add("The on-call rotation changes every Monday", wing="ops")
+    bundle = mem.search("on-call rotation", active_wing="ops")
+    seq = log.last_retrieval_seq(mem, bundle.trace.query)
+    assert seq is not None and seq == mem.retrievals(1)[0]["seq"]
+    answer_id, why = log.record(mem, question="who is on call?", model="m", complete=True, error=None, retrieval_seq=seq,
+                                bundle=bundle, cited=[e.id], invented=["nope"])
+    assert why is None and answer_id is not None
+    [row] = log.answers(mem)
+    assert row["id"] == answer_id and row["citations"] == [e.id] and row["invented_citations"] == ["nope"]
+    assert row["retrieval_seq"] == seq and row["retrieval"]["sent_ids"] == [r.entry.id for r in bundle.results]
+    assert log.cited_entries(mem) == [{"entry_id": e.id, "cited": 1, "last": row["ts"], "title": e.title, "answers": 1}]
+
+
+def test_settings_keep_a_postgres_uri_as_it_is(tmp_path):
+    from memlens.config import Settings
+
+    uri = "postgresql://ann:secret@db.example:5432/memory?sslmode=require"
+    assert Settings(store=uri).store_path() == uri
+    assert Settings(store=str(tmp_path / "m.db")).store_path() == tmp_path / "m.db"
+
+
+def test_several_writer_processes_lose_nothing(backend_mem):
+    mem = backend_mem
+    procs = [subprocess.Popen([sys.executable, "-c", OTHER_PROCESS, _target(mem),
+                               *(f"process {k} wrote note number {i}" for i in range(12))],
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in range(3)]
+    ids = []
+    for p in procs:
+        out, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err
+        ids += out.split()
+    assert len(set(ids)) == 36 and mem.count() == 36 and mem.generations(["ops"])["ops"] == 36
+    assert sorted(e.id for e in mem.entries()) == sorted(ids)

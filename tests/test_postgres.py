@@ -74,9 +74,11 @@ def pg_ids(store, hits):
 
 
 def test_schema_created_once_with_the_models_dimension(pg_uri, hash_embedder):
+    from memlens.store.postgres import schema
+
     store = open_pg(pg_uri, hash_embedder)
     try:
-        assert store.schema_version() == 1
+        assert store.schema_version() == schema.SCHEMA_VERSION
         assert store.meta()["dim"] == str(hash_embedder.dim) and store.meta()["model"] == hash_embedder.model_id
         with store.connection() as conn:
             typ = conn.execute(
@@ -84,12 +86,13 @@ def test_schema_created_once_with_the_models_dimension(pg_uri, hash_embedder):
                 "AND attname = 'embedding'").fetchone()[0]
             tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
         assert typ == f"vector({hash_embedder.dim})"
-        assert {"entries", "entries_vec", "audit", "wings", "tasks", "blockers", "imports", "store_meta"} <= tables
+        assert {"entries", "entries_vec", "audit", "wings", "tasks", "blockers", "imports", "store_meta", "answers",
+                "answer_citations"} <= tables
     finally:
         store.close()
     again = open_pg(pg_uri, hash_embedder)  # a second open migrates nothing and keeps the meta
     try:
-        assert again.schema_version() == 1 and again.meta() == store.meta()
+        assert again.schema_version() == schema.SCHEMA_VERSION and again.meta() == store.meta()
     finally:
         again.close()
 

@@ -207,22 +207,26 @@ class MemlensApp(App[None]):
         gc.unfreeze()  # the app's objects go back to the collector (a host process, or a test session, goes on)
 
 
-def _opener(store: str | Path | None, **kwargs: Any) -> tuple[Path, Any]:
-    """The store's path now (for the header) and a function that opens it (on an engine thread)."""
+def _opener(store: str | Path | None, **kwargs: Any) -> tuple[Path | str, Any]:
+    """The store's name now (for the header: a file path, or a ``postgresql://`` URI without its password)
+    and a function that opens it (on an engine thread; a PostgreSQL store with a connection pool)."""
     from memlens.config import load_settings
+    from memlens.memory import store_target
+    from memlens.store.postgres.connect import is_uri, label
 
     settings = kwargs.pop("settings", None) or load_settings()
-    path = Path(store).expanduser() if store is not None else settings.store_path()
+    target = store_target(store, settings)
+    shown: Path | str = label(target) if isinstance(target, str) and is_uri(target) else Path(target)
 
     def open_memory() -> Any:
         from memlens import Memory
 
-        return Memory.open(path, settings=settings, **kwargs)
+        return Memory.open(target, settings=settings, pooled=True, **kwargs)
 
-    return path, open_memory
+    return shown, open_memory
 
 
-def _check_store(path: Path) -> None:
+def _check_store(path: Path | str) -> None:
     """Refuse a file that is not a memlens store before the screen switches to the app (one-line error)."""
     from memlens.browse import check_store_file
 

@@ -38,13 +38,14 @@ class Lens:
 
     def __init__(
         self,
-        store_path: Path,
+        store_path: Path | str,
         opener: Callable[[], Memory],
         *,
         active_wing: str | None = None,
         now: Callable[[], datetime] = utcnow,
     ) -> None:
-        self.store_path = Path(store_path)
+        # a file, or a PostgreSQL store's URI (without its password): kept as it is, never folded into a path
+        self.store_path: Path | str = store_path if isinstance(store_path, str) and "://" in store_path else Path(store_path)
         self.now = now
         self.active_wing = active_wing
         self._opener = opener

@@ -1,7 +1,8 @@
 """The answer log: every answer with the retrieval it used and the entries it cited.
 
 This is the only module of ``memlens.assist`` that touches the store's tables
-(``answers`` and ``answer_citations``, schema version 5). A row holds the
+(``answers`` and ``answer_citations``), through the store's answer-log methods
+(``memlens.store.answers_sql`` on SQLite, ``memlens.store.postgres.answers``). A row holds the
 question (cut to 200 characters, like the retrieval log), the model, whether
 the answer completed, its one-line error, the audit sequence number of the
 retrieval row it used (when the retrieval was logged) and a summary of that
@@ -26,8 +27,7 @@ def last_retrieval_seq(mem: Any, query: str) -> int | None:
     import hashlib
 
     try:
-        row = mem.conn.execute(
-            "SELECT seq, detail FROM audit WHERE seq = last_insert_rowid() AND action = 'retrieval'").fetchone()
+        row = mem.store.last_retrieval()
     except Exception:
         return None
     if row is None:
@@ -53,7 +53,7 @@ def record(mem: Any, *, question: str, model: str, complete: bool, error: str | 
            bundle: Any, cited: list[str], invented: list[str]) -> tuple[int | None, str | None]:
     """Store one answer: (its id, None), or (None, why it was not logged)."""
     from memlens.models import format_ts, utcnow
-    from memlens.store import corruption, db
+    from memlens.store import corruption
 
     if corruption.seen(mem.path):
         return None, "the store is damaged"
@@ -61,21 +61,10 @@ def record(mem: Any, *, question: str, model: str, complete: bool, error: str | 
         if mem.read_only:
             return None, "the store is read-only"
         keep = int(mem.settings.audit.retrieval_max_rows)
-        with db.transaction(mem.conn, mem.path) as conn:
-            cur = conn.execute(
-                "INSERT INTO answers(ts, question, model, complete, error, retrieval_seq, retrieval)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (format_ts(utcnow()), question[:QUESTION_CHARS], model, int(complete), error, retrieval_seq,
-                 json.dumps(retrieval_summary(bundle), ensure_ascii=False)),
-            )
-            answer_id = int(cur.lastrowid)
-            conn.executemany("INSERT OR IGNORE INTO answer_citations(answer_id, entry_id, valid) VALUES (?, ?, ?)",
-                             [(answer_id, i, 1) for i in cited] + [(answer_id, i, 0) for i in invented])
-            # bounded like the retrieval log: the newest answers are kept
-            old = conn.execute("SELECT id FROM answers ORDER BY id DESC LIMIT 1 OFFSET ?", (keep,)).fetchone()
-            if old is not None:
-                conn.execute("DELETE FROM answer_citations WHERE answer_id <= ?", (old[0],))
-                conn.execute("DELETE FROM answers WHERE id <= ?", (old[0],))
+        values = (format_ts(utcnow()), question[:QUESTION_CHARS], model, int(complete), error, retrieval_seq,
+                  json.dumps(retrieval_summary(bundle), ensure_ascii=False))
+        # bounded like the retrieval log: the newest answers are kept
+        answer_id = mem.store.record_answer(values, cited, invented, keep)
         return answer_id, None
     except Exception as exc:  # a locked or read-only store: the answer stands, unlogged
         return None, " ".join(str(exc).split())[:200] or type(exc).__name__
@@ -84,13 +73,10 @@ def record(mem: Any, *, question: str, model: str, complete: bool, error: str | 
 def answers(mem: Any, limit: int = 100) -> list[dict[str, Any]]:
     """The newest logged answers, newest first, each with its cited and invented ids."""
     limit = check_int("limit", limit, 1, MAX_LIST)
-    rows = mem.conn.execute(
-        "SELECT id, ts, question, model, complete, error, retrieval_seq, retrieval FROM answers ORDER BY id DESC LIMIT ?",
-        (limit,)).fetchall()
+    rows = mem.store.answer_rows(limit)
     out = []
     for id_, ts, question, model, complete, error, seq, retrieval in rows:
-        cites = mem.conn.execute("SELECT entry_id, valid FROM answer_citations WHERE answer_id = ? ORDER BY rowid",
-                                 (id_,)).fetchall()
+        cites = mem.store.answer_citations(id_)
         try:
             summary = json.loads(retrieval)
         except (TypeError, ValueError):
@@ -103,14 +89,8 @@ def answers(mem: Any, limit: int = 100) -> list[dict[str, Any]]:
 
 def cited_entries(mem: Any, limit: int = 20) -> list[dict[str, Any]]:
     """Entries answers cited (valid citations only), most cited first: id, title, times cited, last cited."""
-    from memlens.store.staging import visible
-
     limit = check_int("limit", limit, 1, MAX_LIST)
-    rows = mem.conn.execute(
-        "SELECT c.entry_id, count(*) AS n, max(a.ts) AS last, "
-        f"(SELECT title FROM entries e WHERE e.id = c.entry_id AND {visible('e')}) "
-        "FROM answer_citations c JOIN answers a ON a.id = c.answer_id WHERE c.valid = 1 "
-        "GROUP BY c.entry_id ORDER BY n DESC, last DESC, c.entry_id LIMIT ?", (limit,)).fetchall()
-    total = int(mem.conn.execute("SELECT count(*) FROM answers").fetchone()[0])
+    rows = mem.store.cited_rows(limit)
+    total = mem.store.answer_count()
     return [{"entry_id": e, "cited": int(n), "last": last, "title": title, "answers": total}
             for e, n, last, title in rows]

@@ -22,9 +22,16 @@ def register(sub: Any) -> None:
 
 
 def _store(args: argparse.Namespace) -> Path:
+    """The SQLite file to check or salvage; a ``postgresql://`` store is refused in one line."""
     from memlens.config import load_settings
+    from memlens.errors import StoreError
+    from memlens.store.postgres.connect import is_uri, label
 
-    return Path(args.store).expanduser() if args.store else load_settings().store_path()
+    target = args.store or load_settings().store_path()
+    if is_uri(target):
+        raise StoreError(f"{args.command} works on a SQLite store file; {label(str(target))} is a PostgreSQL store "
+                         "(the server checks its own data: use its tools, or memlens copy it into a file first)")
+    return Path(target).expanduser()
 
 
 def _progress(stage: str) -> None:

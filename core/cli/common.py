@@ -7,11 +7,14 @@ from typing import Any
 
 
 def store_arg(p: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) -> None:
-    p.add_argument("--store", metavar="PATH", default=default, help="store file (default: $MEMLENS_STORE or the user data dir)")
+    p.add_argument("--store", metavar="PATH|URI", default=default,
+                   help="store file, or a postgresql:// URI (default: $MEMLENS_STORE or the user data dir)")
 
 
 def open_store(args: argparse.Namespace, *, create: bool = False) -> Any:
-    """The store for a command: only commands that write (add, import, demo, tui, task) create a missing one."""
+    """The store for a command: only commands that write (add, import, demo, tui, task) create a missing one.
+
+    ``args.store`` is a file or a ``postgresql://`` URI; a new SQLite file goes again if the command fails."""
     from memlens.memory import Memory
 
     if create:  # a store this command creates goes again if the command fails (see memlens.store.newstore)

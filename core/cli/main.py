@@ -1,7 +1,7 @@
 """The ``memlens`` command: a thin layer over ``memlens.Memory``.
 
-Each command group lives in its own module (``entries``, ``retrieve``, ``tasks``,
-``check``, ``serve``, ``ask``, ``web``, ``ingest``) and registers its sub-parsers here, in the order ``--help``
+Each command group lives in its own module (``entries``, ``retrieve``, ``tasks``, ``check``, ``copy``,
+``serve``, ``ask``, ``web``, ``ingest``, ``replay``) and registers its sub-parsers here, in the order ``--help``
 lists them. User errors print one line on stderr and exit 2; tracebacks are for bugs only.
 """
 
@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from memlens.cli import ask as cli_ask
 from memlens.cli import check as cli_check
+from memlens.cli import copy as cli_copy
 from memlens.cli import entries as cli_entries
 from memlens.cli import ingest as cli_ingest
 from memlens.cli import replay as cli_replay
@@ -29,7 +30,8 @@ from memlens.limits import check_query
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog=PROG, description="Agent memory on one SQLite file, with every retrieval explained.")
+    p = Parser(prog=PROG, description="Agent memory on one SQLite file (or a PostgreSQL database), "
+                                      "with every retrieval explained.")
     store_arg(p, default=None)
     from memlens import __version__
 
@@ -42,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_tasks.register(sub)  # task complete|block|unblock, tasks [import-state]
     cli_serve.register_mcp(sub)  # mcp
     cli_check.register(sub)  # check, salvage
+    cli_copy.register(sub)  # copy
     cli_ask.register(sub)  # ask
     cli_web.register(sub)  # web
     cli_ingest.register(sub)  # ingest, index [status]
@@ -66,6 +69,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "mcp": cli_serve.cmd_mcp,
     "check": cli_check.cmd_check,
     "salvage": cli_check.cmd_salvage,
+    "copy": cli_copy.cmd_copy,
     "ask": cli_ask.cmd_ask,
     "web": cli_web.cmd_web,
     "ingest": cli_ingest.cmd_ingest,

@@ -82,6 +82,13 @@ def serve(store: str | None, *, transport: str = "stdio", host: str = "127.0.0.1
     return _serve_http(store, host, port, read_only)
 
 
+def _shown(store: str | None) -> str:
+    """The store as messages name it: a ``postgresql://`` URI without its password."""
+    from memlens.store.postgres.connect import is_uri, label
+
+    return label(store) if is_uri(store) else store or "the default store"
+
+
 def _serve_stdio(store: str | None, read_only: bool) -> int:
     from memlens import __version__
     from memlens.mcp.stdio import Wire
@@ -98,7 +105,7 @@ def _serve_stdio(store: str | None, read_only: bool) -> int:
     server = build(engine, read_only=read_only)
     engine.start()
     mode = "read-only, " if read_only else ""
-    print(f"memlens mcp: serving {store or 'the default store'} over stdio ({mode}pid {os.getpid()})", file=sys.stderr,
+    print(f"memlens mcp: serving {_shown(store)} over stdio ({mode}pid {os.getpid()})", file=sys.stderr,
           flush=True)
     try:
         anyio.run(_serve_wire, server, wire)

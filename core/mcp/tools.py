@@ -69,7 +69,7 @@ class Engine:
                 if self.read_only:  # write nothing at all, not even the retrieval metrics
                     settings.audit.level = "writes"
                 # a read-only server creates no store: a missing one is an error naming the path
-                self._mem = Memory.open(self.store, settings=settings, create=not self.read_only)
+                self._mem = Memory.open(self.store, settings=settings, create=not self.read_only, pooled=True)
             self.timings["store_ms"] = (time.perf_counter() - t0) * 1000
         except BaseException as exc:  # every tool call reports it; the server keeps serving
             self._error = exc

@@ -209,7 +209,38 @@ class Writes(Protocol):
         ...
 
 
-class Store(Reads, Writes, Protocol):
+class Lookups(Protocol):
+    """What front ends look up beyond the engine's reads (``memlens.browse``) and the answer log's tables
+    (``memlens.assist.log``): ``memlens.store.browse_sql`` and ``memlens.store.answers_sql`` on SQLite,
+    ``memlens.store.postgres.browse`` and ``memlens.store.postgres.answers`` on PostgreSQL."""
+
+    def find_ids(self, text: str, limit: int) -> list[str]:
+        """Ids of the visible entries whose id or title contains ``text`` (either case), in id order."""
+        ...
+
+    def vector_stamp(self, entry_id: str) -> tuple[str, str] | None:
+        """(content hash, model) the entry's vector was made from; None if there is no such entry."""
+        ...
+
+    def overridden_by(self, entry_id: str) -> list[str]: ...
+    def all_ids(self) -> list[str]: ...
+
+    def last_retrieval(self) -> tuple[int, Any] | None:
+        """(seq, detail) of the retrieval row this thread logged last, if its last write was one."""
+        ...
+
+    def record_answer(self, values: tuple[Any, ...], cited: list[str], invented: list[str], keep: int) -> int:
+        """One answer (ts, question, model, complete, error, retrieval_seq, retrieval) and its citations, in one
+        transaction; only the newest ``keep`` answers stay. Returns its id."""
+        ...
+
+    def answer_rows(self, limit: int) -> list[tuple[Any, ...]]: ...
+    def answer_citations(self, answer_id: int) -> list[tuple[str, int]]: ...
+    def cited_rows(self, limit: int) -> list[tuple[Any, ...]]: ...
+    def answer_count(self) -> int: ...
+
+
+class Store(Reads, Writes, Lookups, Protocol):
     """A memlens store: the read half (``Reads``, the retrieval pipeline's reads) and the write half (``Writes``).
 
     ``backend`` names the implementation ("sqlite"), ``lexical_scorer`` the text ranking it uses ("fts5-bm25"),

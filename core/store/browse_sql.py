@@ -48,3 +48,22 @@ def probe(path: Path) -> tuple[int, int]:
     finally:
         conn.close()
     return version, int(tables)
+
+
+class SqliteBrowse:
+    """The browsing lookups as store methods (a mixin of ``SqliteStore``; ``conn``: this thread's connection).
+    The PostgreSQL store has the same methods (``memlens.store.postgres.browse``)."""
+
+    conn: Any
+
+    def find_ids(self, text: str, limit: int) -> list[str]:
+        return find_ids(self.conn, text, limit)
+
+    def vector_stamp(self, entry_id: str) -> tuple[str, str] | None:
+        return vector_stamp(self.conn, entry_id)
+
+    def overridden_by(self, entry_id: str) -> list[str]:
+        return overridden_by(self.conn, entry_id)
+
+    def all_ids(self) -> list[str]:
+        return all_ids(self.conn)

@@ -22,6 +22,8 @@ import numpy as np
 from memlens.errors import CorruptRowError, StoreError
 from memlens.models import format_ts, utcnow
 from memlens.store import corruption, db, importer, retention, staging
+from memlens.store.answers_sql import SqliteAnswers
+from memlens.store.browse_sql import SqliteBrowse
 from memlens.store.distinct import DistinctValues
 from memlens.store.reads import SqliteReads
 from memlens.store.rows import COLUMN_LIST, HINT, json_object, select_list
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 _GROUP_COLUMNS = frozenset({"wing", "room", "kind", "type", "status"})
 
 
-class SqliteStore(SqliteReads):
+class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers):
     """One SQLite store file: the read half (``SqliteReads``) and the write half.
 
     ``model`` is called (lazily, only when needed) for the embedding model (``.model_id``, ``.dim``) that a

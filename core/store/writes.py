@@ -169,21 +169,17 @@ def near_duplicates(
     store: Any, vec: np.ndarray, wing: str, *, exclude: str | None = None, limit: int = SIMILAR_MAX,
     threshold: float = NEAR_DUPLICATE,
 ) -> list[dict[str, Any]]:
-    """Entries of ``wing`` whose vectors are within ``threshold`` cosine similarity of ``vec``, best first."""
-    from memlens.store.staging import visible
+    """Entries of ``wing`` whose vectors are within ``threshold`` cosine similarity of ``vec``, best first
+    (through the storage interface: ``store.knn`` then ``store.rows``, so on every backend)."""
+    from memlens.store.scope import Scope
 
-    conn = store.conn
-    rows = conn.execute(
-        "SELECT rowid, distance FROM entries_vec WHERE embedding MATCH ? AND k = ? AND wing = ?",
-        (vec_blob(vec), limit + 1, wing),
-    ).fetchall()
+    knn = store.knn(np.asarray(vec, dtype=np.float32), Scope(wings=[wing]), limit + 1)
+    hits = [(rowid, float(sim)) for rowid, sim in sorted(knn.hits, key=lambda h: -h[1]) if float(sim) >= threshold]
+    found = {row[0]: row for row in store.rows([rowid for rowid, _ in hits]).rows}
     out = []
-    for rowid, distance in sorted(rows, key=lambda r: r[1]):
-        sim = 1.0 - float(distance)
-        if sim < threshold:
-            break
-        meta = conn.execute(f"SELECT id, title, type, status FROM entries WHERE rowid = ? AND {visible()}", (rowid,)).fetchone()
-        if meta is None or meta[0] == exclude:
+    for rowid, sim in hits:
+        row = found.get(rowid)  # (rowid, content_hash, id, wing, room, kind, type, status, title, ...)
+        if row is None or row[2] == exclude:
             continue
-        out.append({"id": meta[0], "title": meta[1], "type": meta[2], "status": meta[3], "similarity": round(sim, 4)})
+        out.append({"id": row[2], "title": row[8], "type": row[6], "status": row[7], "similarity": round(sim, 4)})
     return out[:limit]

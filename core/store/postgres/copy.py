@@ -2,7 +2,8 @@
 
 Everything an export would lose is copied too: entries with their rowids and
 vectors, the audit with its sequence numbers, wing generations, completed
-tasks and blockers, and the store's meta (model, dimension, creation time).
+tasks and blockers, the answer log, and the store's meta (model, dimension,
+creation time).
 Rows of an import still in progress are not copied (no reader sees them).
 
 All or nothing: the destination must be a new (or empty) store, and every
@@ -40,6 +41,8 @@ TABLES: list[tuple[str, tuple[str, ...], str]] = [  # (table, columns, order)
     ("tasks", ("task_id", "intent", "summary", "outcome", "completed_at", "requires_context", "validation_report", "seq"),
      "task_id"),
     ("blockers", ("id", "task_id", "reason", "blocked_at", "resolved_at", "resolution"), "id"),
+    ("answers", ("id", "ts", "question", "model", "complete", "error", "retrieval_seq", "retrieval"), "id"),
+    ("answer_citations", ("answer_id", "entry_id", "valid"), "{cite_order}"),  # each backend's insertion order
 ]
 _VISIBLE = {"entries": "({p}import_id IS NULL OR {p}import_id NOT IN (SELECT id FROM imports))",
             "audit": "({p}import_id IS NULL OR {p}import_id NOT IN (SELECT id FROM imports))"}
@@ -52,6 +55,7 @@ class _Model:
 
 class _Sqlite:
     ph = "?"
+    cite_order = "rowid"
 
     def __init__(self, path: Path, dim: int | None) -> None:
         from memlens.store import db
@@ -114,6 +118,7 @@ class _Sqlite:
 
 class _Postgres:
     ph = "%s"
+    cite_order = "n"
 
     def __init__(self, uri: str, dim: int | None, model: str | None) -> None:
         from memlens.store.postgres import open_store
@@ -146,7 +151,7 @@ class _Postgres:
         with self.conn.transaction() as tx:
             self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
             yield
-            for table, col in (("entries", "rowid"), ("audit", "seq"), ("blockers", "id")):
+            for table, col in (("entries", "rowid"), ("audit", "seq"), ("blockers", "id"), ("answers", "id")):
                 self.conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', '{col}'), "
                                   f"greatest((SELECT max({col}) FROM {table}), 1), (SELECT max({col}) FROM {table}) IS NOT NULL)")
         if tx.status != tx.Status.COMMITTED:
@@ -219,6 +224,7 @@ def _copy(source: Any, target: Any, meta: dict[str, str], progress: Callable[[in
             where = f" WHERE {_VISIBLE[table].format(p='')}" if table in _VISIBLE else ""
             n = 0
             batch: list[tuple[Any, ...]] = []
+            order = order.format(cite_order=source.cite_order)
             for row in source.rows(f"SELECT {', '.join(cols)} FROM {table}{where} ORDER BY {order}"):
                 batch.append(tuple(row))
                 if len(batch) >= BATCH:

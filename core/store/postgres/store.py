@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from memlens.errors import CorruptRowError, StoreError
 from memlens.models import format_ts, utcnow
 from memlens.store.postgres import connect, schema
+from memlens.store.postgres.answers import PgAnswers
+from memlens.store.postgres.browse import PgBrowse
 from memlens.store.postgres.compat import COLUMNS, from_pg
 from memlens.store.postgres.reads import PgReads, visible
 from memlens.store.postgres.writer import PgTaskRows, PgWriter
@@ -39,7 +41,7 @@ def _configure(conn: Any) -> None:
     register_vector(conn)
 
 
-class PgStore(PgReads):
+class PgStore(PgReads, PgBrowse, PgAnswers):
     """A memlens store in a PostgreSQL database. ``model`` is called (only when needed) for the embedding
     model (``.model_id``, ``.dim``) that a new store records."""
 
@@ -334,17 +336,19 @@ class PgStore(PgReads):
         """One ``retrieval`` audit row; never fails or blocks a retrieval (gives up after a short lock timeout)."""
         from memlens.store import retention
 
+        detail = json.dumps(metrics, ensure_ascii=False)
         try:
             with self.connection() as conn, conn.transaction():
                 conn.execute(f"SET LOCAL lock_timeout = '{RETRIEVAL_LOCK_TIMEOUT_MS}ms'")
                 seq = conn.execute(
                     "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail) "
                     "VALUES (%s, 'retrieval', NULL, %s, NULL, NULL, %s) RETURNING seq",
-                    (format_ts(utcnow()), active_wing, json.dumps(metrics, ensure_ascii=False)),
+                    (format_ts(utcnow()), active_wing, detail),
                 ).fetchone()[0]
                 if not self._pruned or int(seq) % PRUNE_EVERY == 0:
                     self._pruned = True
                     retention.prune_retrievals(_Qmark(conn), max_rows, max_age_days)
+            self.note_retrieval(int(seq), detail)  # committed: what the answer log links to
         except Exception:
             pass
 

@@ -1,0 +1,166 @@
+"""The front ends on a PostgreSQL store: the CLI with ``--store postgresql://…`` and ``MEMLENS_STORE``,
+``memlens copy`` in both directions, one-line refusals, and the MCP server (a real embedded server)."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from .conftest import run_cli
+from .mcp_helpers import result_data, run_client, stdio_params
+
+pytest.importorskip("psycopg")
+
+
+def one_line_error(proc, fragment):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("memlens: error: "), proc.stderr
+    assert fragment in lines[0], lines[0]
+
+
+@pytest.mark.model  # add and search embed with the real model
+def test_cli_add_search_export_on_postgres(pg_uri, real_embedder):
+    add = run_cli("--store", pg_uri, "add", "Callbacks must not block the executor.", "--wing", "p", "--type",
+                  "invariant", "--json")
+    assert add.returncode == 0, add.stderr
+    entry = json.loads(add.stdout)
+    env = {"MEMLENS_STORE": pg_uri}  # the same store named by the environment
+    other = run_cli("add", "The build runs in CI on every push.", "--wing", "p", env=env)
+    assert other.returncode == 0, other.stderr
+    found = run_cli("search", "--store", pg_uri, "blocking callbacks", "--active-wing", "p", "--json")
+    assert found.returncode == 0, found.stderr
+    d = json.loads(found.stdout)
+    assert d["results"][0]["id"] == entry["id"]
+    assert d["trace"]["fusion"]["vector_index"].startswith("pgvector") and d["trace"]["fusion"]["lexical"] == "pg-ts_rank_cd"
+    out = run_cli("export", env=env)
+    assert out.returncode == 0, out.stderr
+    records = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["id"] for r in records][0] == entry["id"] and len(records) == 2
+    stats = run_cli("stats", "--json", env=env)
+    shown = json.loads(stats.stdout)["store"]
+    assert shown.startswith("postgresql://") and shown.endswith("?host=" + pg_uri.split("?host=")[1])
+
+
+def test_copy_sqlite_to_postgres_to_sqlite_through_the_cli(tmp_path, settings, hash_embedder, pg_uri):
+    from memlens import Memory
+    from memlens.assist import log
+
+    src, back = tmp_path / "a.db", tmp_path / "b.db"
+    with Memory.open(src, settings=settings, embedder=hash_embedder) as mem:
+        a = mem.add("Deploys go through the release branch", wing="ops", room="deploy", type="invariant")
+        mem.add("Café au lait: unicode survives", wing="_global", key="coffee", meta={"n": 1})
+        mem.update(a.id, text="Deploys go only through the release branch")
+        mem.tasks.complete("t-1", "ship the copy command")
+        bundle = mem.search("release branch", active_wing="ops")
+        log.record(mem, question="how do we deploy?", model="m", complete=True, error=None, retrieval_seq=None,
+                   bundle=bundle, cited=["zz-x", a.id], invented=["made-up"])  # not in id order
+        answers = log.answers(mem)
+    there = run_cli("copy", str(src), pg_uri)
+    assert there.returncode == 0, there.stderr
+    assert "copied 2 entries (2 vectors)" in there.stderr and ":@" not in there.stderr
+    again = run_cli("copy", pg_uri, str(back))
+    assert again.returncode == 0, again.stderr
+    want = run_cli("--store", str(src), "export", "--with-vectors")
+    mid = run_cli("--store", pg_uri, "export", "--with-vectors")
+    got = run_cli("--store", str(back), "export", "--with-vectors")
+    assert want.returncode == mid.returncode == got.returncode == 0, (want.stderr, mid.stderr, got.stderr)
+    assert want.stdout and got.stdout == mid.stdout == want.stdout
+    tasks = run_cli("--store", str(back), "tasks", "--json")
+    assert tasks.returncode == 0 and "ship the copy command" in tasks.stdout, tasks.stderr
+    with Memory.open(back, settings=settings, embedder=hash_embedder) as mem:
+        assert log.answers(mem) == answers and answers[0]["citations"] == ["zz-x", a.id]
+
+    # into a store that is not empty: refused in one line, nothing written
+    refused = run_cli("copy", str(src), pg_uri)
+    one_line_error(refused, "is not empty")
+    assert run_cli("--store", pg_uri, "export", "--with-vectors").stdout == want.stdout
+    # a new file whose copy fails goes again
+    missing = tmp_path / "none.db"
+    one_line_error(run_cli("copy", str(missing), str(tmp_path / "c.db")), "no store at")
+    assert not (tmp_path / "c.db").exists()
+
+
+def test_unreachable_server_and_sqlite_only_commands_are_one_line(tmp_path):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    uri = f"postgresql://ann:s3cret@127.0.0.1:{port}/memory"
+    for args in (["copy", uri, str(tmp_path / "x.db")], ["--store", uri, "stats"], ["search", "--store", uri, "x"]):
+        proc = run_cli(*args)
+        one_line_error(proc, "connection refused")
+        assert "s3cret" not in proc.stderr
+    assert not (tmp_path / "x.db").exists()
+    for cmd in ("check", "salvage"):
+        proc = run_cli("--store", uri, cmd, *([str(tmp_path / "new.db")] if cmd == "salvage" else []))
+        one_line_error(proc, "works on a SQLite store file")
+        assert "s3cret" not in proc.stderr
+
+
+@pytest.mark.model  # the server embeds what memory_add stores
+def test_mcp_server_on_a_postgres_store(pg_uri, real_embedder):
+    async def body(client):
+        first = result_data(await client.call_tool("memory_add", {"text": "Agents share memory on PostgreSQL.",
+                                                                   "wing": "agents"}))
+        again = result_data(await client.call_tool("memory_add", {"text": "Agents share memory on PostgreSQL.",
+                                                                   "wing": "agents"}))
+        found = result_data(await client.call_tool("memory_search", {"query": "shared agent memory",
+                                                                      "active_wing": "agents"}))
+        return first, again, found
+
+    first, again, found = run_client(stdio_params(pg_uri), body)
+    assert first["status"] == "created" and again["status"] == "already_exists" and again["id"] == first["id"]
+    assert first["id"] in json.dumps(found)
+
+
+def test_copy_shows_a_progress_bar_on_a_terminal(tmp_path, settings, hash_embedder, monkeypatch, capsys):
+    import sys
+
+    from memlens import Memory
+    from memlens.cli.main import main
+    from memlens.store.postgres import copy as pg_copy
+
+    src = tmp_path / "a.db"
+    with Memory.open(src, settings=settings, embedder=hash_embedder) as mem:
+        for i in range(5):
+            mem.add(f"note number {i} about the copy", wing="w")
+    monkeypatch.setattr(pg_copy, "BATCH", 2)  # several steps of the bar
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["copy", str(src), str(tmp_path / "b.db")]) == 0
+    err = capsys.readouterr().err
+    steps = [s for s in err.split("\r") if s.startswith("copying entries [")]
+    assert [s.split("] ")[1].split()[0] for s in steps] == ["2/5", "4/5", "5/5"]
+    assert steps[-1].startswith("copying entries [" + "#" * 30 + "]") and "copied 5 entries (5 vectors)" in err
+
+
+def test_a_store_of_schema_1_gains_the_answer_log(pg_uri, settings, hash_embedder):
+    from memlens import Memory
+    from memlens.assist import log
+    from memlens.store.postgres import schema
+
+    with Memory.open(pg_uri, settings=settings, embedder=hash_embedder) as mem:
+        e = mem.add("kept across the upgrade", wing="w")
+        with mem.store.connection() as conn:  # as a store written before the answer log existed
+            conn.execute("DROP TABLE answers, answer_citations")
+            conn.execute("UPDATE store_meta SET value = '1' WHERE key = 'schema_version'")
+    with Memory.open(pg_uri, settings=settings, embedder=hash_embedder, create=False) as mem:
+        assert mem.store.schema_version() == schema.SCHEMA_VERSION == 2 and mem.get(e.id).text == e.text
+        bundle = mem.search("upgrade", active_wing="w")
+        answer_id, why = log.record(mem, question="q", model="m", complete=True, error=None, retrieval_seq=None,
+                                    bundle=bundle, cited=[e.id], invented=[])
+        assert why is None and log.answers(mem)[0]["id"] == answer_id
+
+
+def test_store_set_in_the_config_file_to_a_uri(tmp_path, pg_uri, settings, hash_embedder):
+    from memlens import Memory
+
+    with Memory.open(pg_uri, settings=settings, embedder=hash_embedder) as mem:
+        mem.add("named by the config file", wing="cfg")
+    config = tmp_path / "config.toml"
+    config.write_text(f'store = "{pg_uri}"\n', encoding="utf-8")
+    stats = run_cli("stats", "--json", env={"MEMLENS_CONFIG": str(config)})  # no --store, no MEMLENS_STORE
+    assert stats.returncode == 0, stats.stderr
+    d = json.loads(stats.stdout)
+    assert d["entries"] == 1 and d["per_wing"] == {"cfg": 1} and d["store"].startswith("postgresql://")
