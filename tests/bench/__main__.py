@@ -1,7 +1,7 @@
 """``python -m tests.bench [--quick] [--only NAME]`` (``make bench`` runs it without flags).
 
 Runs the suites in order: ``foundation``, ``retrieval``, ``tasks``, ``tui``, ``limits``, ``mcp``, ``imports``,
-``integrity``, ``conflicts``, ``web``. NAME
+``integrity``, ``conflicts``, ``web``, ``pipeline_cost``. NAME
 is one suite or one part of the foundation suite (``foundation.search``,
 ``foundation.embed``, ``foundation.import``, ``foundation.cold``). Only a full
 run of a whole suite writes ``tests/bench/results/<suite>.json`` and its table in
@@ -16,7 +16,7 @@ import sys
 
 from .common import setup_environment
 
-SUITES = ("foundation", "retrieval", "tasks", "tui", "limits", "mcp", "imports", "integrity", "conflicts", "web")
+SUITES = ("foundation", "retrieval", "tasks", "tui", "limits", "mcp", "imports", "integrity", "conflicts", "web", "pipeline_cost")
 
 
 def main(argv: list[str] | None = None) -> int:
