@@ -83,3 +83,32 @@ def test_search_json_keeps_its_shape(mem):
     d = mem.search("the zebra", use_cache=False).to_dict()
     assert {"lexical_terms", "lexical_dropped"} <= set(d["trace"]["fusion"])
     assert d["trace"]["fusion"]["lexical_terms"] == ["zebra"]
+
+
+def test_terms_in_most_entries_are_left_out_of_a_big_store(settings, monkeypatch):
+    from memlens.retrieval import terms
+
+    store = FakeStore()
+    for i in range(40):
+        store.add(f"common words everywhere, entry {i}", wing="w")
+    store.add("the zebra is here with common words", wing="w")
+    engine = FakeEngine(settings, store)
+    monkeypatch.setattr(terms, "COMMON_MIN_ENTRIES", 10)
+    run = run_until(engine, "where is the zebra with common words", "lexical")
+    assert run.trace.fusion["lexical_common"] == ["common", "words"]
+    assert run.trace.fusion["lexical_terms"] == ["zebra"]
+    assert len(run.bm25) == 1
+    run = run_until(engine, "common words", "lexical")  # every term is that common: all kept
+    assert run.trace.fusion["lexical_common"] == [] and len(run.bm25) == 41
+    monkeypatch.setattr(terms, "COMMON_MIN_ENTRIES", 1000)  # a small store: nothing left out for being common
+    run = run_until(engine, "where is the zebra with common words", "lexical")
+    assert run.trace.fusion["lexical_common"] == [] and len(run.bm25) == 41
+
+
+def test_term_counts_on_sqlite(mem):
+    from memlens.store.reads import reads_of
+
+    for i in range(5):
+        mem.add(f"alpha entry {i}", wing="w", title="beta" if i < 2 else "")
+    total, counts = reads_of(mem).term_counts(["alpha", "beta", "gamma", "entry"])
+    assert total == 5 and counts == {"alpha": 5, "beta": 2, "gamma": 0, "entry": 5}

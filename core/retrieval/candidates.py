@@ -15,7 +15,7 @@ import numpy as np
 from memlens.limits import MAX_QUERY_TERMS, knn_rows
 from memlens.retrieval.policy import Candidate
 from memlens.retrieval.run import Run
-from memlens.retrieval.terms import lexical_terms
+from memlens.retrieval.terms import drop_common, lexical_terms
 from memlens.store.vectors import clean, degenerate
 
 
@@ -69,9 +69,10 @@ def vector(run: Run) -> None:
 def lexical(run: Run) -> None:
     """The lexical generator: the best text matches inside the scope, for the query's terms less its common
     words (``memlens.retrieval.terms``); the trace lists the terms used and the words left out."""
-    sel = lexical_terms(run.text)
+    sel = drop_common(lexical_terms(run.text), run.store.term_counts)
     run.trace.fusion["lexical_terms"] = sel.terms
     run.trace.fusion["lexical_dropped"] = sel.dropped
+    run.trace.fusion["lexical_common"] = sel.common
     if sel.cut:
         content = sel.distinct - len(sel.dropped)
         run.trace.notes.append(f"the lexical search used the first {MAX_QUERY_TERMS} of the query's {content} distinct terms"

@@ -9,16 +9,26 @@ them out, says which in the trace, and keeps at most ``MAX_QUERY_TERMS`` of
 the rest. A query made only of such words keeps them (bounded by the same cap):
 the text search then still has something to look for.
 
+In a store of at least ``COMMON_MIN_ENTRIES`` entries, a term found in more than
+``COMMON_SHARE`` of them is left out too (``drop_common``): BM25 weighs it
+little (its idf is under ln 9 where a rare term's is 5 to 7) and it is the most
+expensive to rank by, since every entry holding it is scored. If every term is
+that common, all are kept.
+
 The vector generator always embeds the query as written; only the lexical
 search is affected.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from memlens.limits import MAX_QUERY_TERMS
 from memlens.store.scope import query_terms
+
+COMMON_SHARE = 0.1  # a term in more than this share of the entries is left out (measured: tests/bench/pipeline_cost.py)
+COMMON_MIN_ENTRIES = 1000  # below this, every entry is cheap to rank: nothing is left out for being common
 
 # English function words: articles, pronouns, auxiliaries, prepositions, conjunctions, question words.
 # No content word is here (not "use", "file", "error", "new", "not"...): a word that can
@@ -40,6 +50,7 @@ class LexicalTerms:
     terms: list[str]
     dropped: list[str] = field(default_factory=list)
     distinct: int = 0
+    common: list[str] = field(default_factory=list)  # content terms left out for being in too many entries
 
     @property
     def text(self) -> str:
@@ -50,6 +61,19 @@ class LexicalTerms:
     def cut(self) -> bool:
         """More content terms than the cap: only the first ``MAX_QUERY_TERMS`` were used."""
         return self.distinct - len(self.dropped) > MAX_QUERY_TERMS
+
+
+def drop_common(sel: LexicalTerms, term_counts: Callable[[list[str]], tuple[int, dict[str, int]]]) -> LexicalTerms:
+    """``sel`` less the terms found in more than ``COMMON_SHARE`` of the entries (``Reads.term_counts``)."""
+    if len(sel.terms) < 2 or all(t in STOP_WORDS for t in sel.terms):  # one term, or only stop words: kept
+        return sel
+    total, counts = term_counts(sel.terms)
+    if total < COMMON_MIN_ENTRIES:
+        return sel
+    common = [t for t in sel.terms if counts.get(t, 0) > COMMON_SHARE * total]
+    if not common or len(common) == len(sel.terms):
+        return sel
+    return replace(sel, terms=[t for t in sel.terms if t not in common], common=common)
 
 
 def lexical_terms(text: str) -> LexicalTerms:

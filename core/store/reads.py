@@ -63,6 +63,10 @@ class Reads(Protocol):
         """The ``n`` best text matches inside ``scope``, as (rowid, score), higher is better, best first."""
         ...
 
+    def term_counts(self, terms: Sequence[str]) -> tuple[int, dict[str, int]]:
+        """How many entries the text index holds, and in how many of them each term occurs (all wings)."""
+        ...
+
     def listing(self, scope: Scope, n: int) -> list[int]:
         """Without free text: the scope's rowids, invariants, decisions, patterns then the rest, most salient first."""
         ...
@@ -156,6 +160,18 @@ def _sound(rows: list[StoredRow], out: Rows) -> Rows:
         else:
             out.damaged.append(damaged_note(r[2], problem))
     return out
+
+
+def _varint(blob: bytes) -> int:
+    """SQLite's varint (big-endian, 7 bits a byte, the ninth byte whole) at the start of ``blob``."""
+    v = 0
+    for i, b in enumerate(blob[:9]):
+        if i == 8:
+            return (v << 8) | b
+        v = (v << 7) | (b & 0x7F)
+        if not b & 0x80:
+            break
+    return v
 
 
 def _where(where: list[str]) -> str:
@@ -255,6 +271,16 @@ class SqliteReads:
             sql += "".join(" AND " + w for w in ewhere) + " ORDER BY s, e.rowid LIMIT ?"
             rows = conn.execute(sql, [fq, *eargs, n]).fetchall()
         return [(r, -float(s)) for r, s in rows]  # SQLite's bm25 is "lower is better"; flip it
+
+    def term_counts(self, terms: Sequence[str]) -> tuple[int, dict[str, int]]:
+        """The index's row count from FTS5's own record of it (the first varint of its "averages" row, id 1),
+        and each term's document count from its posting list: no table scan, whatever the store's size."""
+        conn = self.conn
+        row = conn.execute("SELECT block FROM entries_fts_data WHERE id = 1").fetchone()
+        total = _varint(row[0]) if row and row[0] else 0
+        counts = {t: conn.execute("SELECT count(*) FROM entries_fts WHERE entries_fts MATCH ?", (f'"{t}"',)).fetchone()[0]
+                  for t in terms}
+        return total, counts
 
     def listing(self, scope: Scope, n: int) -> list[int]:
         where, args = entry_filters(scope)
