@@ -27,7 +27,12 @@ in-process index against faiss flat, scoped and unscoped.
 
     python -m tests.bench.pipeline_cost [--quick]
 
-``--quick`` uses 40 questions, one pass, and skips the 100k part.
+``--quick`` uses 40 questions, one pass, and skips the 100k part;
+``PIPELINE_COST_PARTS=real`` skips the 100k part only.
+
+The machine is shared: besides wall times, the suite reports the calling
+thread's CPU time per search less its CPU time inside the query's embedding
+(*CPU excl. embed*), which waiting for a core does not inflate.
 """
 
 from __future__ import annotations
@@ -176,8 +181,20 @@ def real_corpus(quick: bool, res: dict[str, Any]) -> None:
             res["chromadb"] = {"skipped": "chromadb is not installed (pip install chromadb into the bench venv only)"}
             log("  chromadb not installed: its row is skipped")
         res["warm_index_vectors"] = mem.warm_index()
+        embed_cpu = [0.0]
+        real_embed = mem.embed
+
+        def timed_embed(texts: list[str]) -> Any:  # the calling thread's CPU time inside the query's embedding
+            t0 = time.thread_time()
+            try:
+                return real_embed(texts)
+            finally:
+                embed_cpu[0] += time.thread_time() - t0
+
+        mem.embed = timed_embed  # type: ignore[method-assign]
         texts = [q["text"] for q in queries]
         walls: dict[str, list[float]] = {"sqlite-vec": [], "memory": [], "chromadb": []}
+        cpus: dict[str, list[float]] = {"sqlite-vec": [], "memory": []}
         lat: dict[str, list[dict[str, float]]] = {"sqlite-vec": [], "memory": []}
         notes: dict[str, int] = {}
         ranked_chroma: dict[str, list[str]] = {}
@@ -202,7 +219,11 @@ def real_corpus(quick: bool, res: dict[str, Any]) -> None:
                         ranked_chroma[str(q["_id"])] = ids
                         continue
                     with vector_path(mem, "sqlite-vec" if path_name == "sqlite-vec" else "auto"):
-                        t = pc(); b = mem.search(q["text"], k=K, use_cache=False); walls[path_name].append(pc() - t)  # fmt: skip
+                        embed_cpu[0] = 0.0
+                        c0, t = time.thread_time(), pc()
+                        b = mem.search(q["text"], k=K, use_cache=False)
+                        walls[path_name].append(pc() - t)
+                        cpus[path_name].append(time.thread_time() - c0 - embed_cpu[0])
                     assert b.trace.fusion.get("vector_index") == path_name, b.trace.fusion
                     lat[path_name].append(dict(b.trace.latency_ms))
                     if path_name == "sqlite-vec" and p == 0:
@@ -215,7 +236,8 @@ def real_corpus(quick: bool, res: dict[str, Any]) -> None:
         stage_p50 = {s: round(statistics.median([d.get(s, 0.0) for d in per]), 3) for s in (*STAGE_KEYS, "total")}
         excl = [d["total"] - d.get("embed", 0.0) for d in per]
         res["latency"][path_name] = {"wall": summary(walls[path_name]), "stages_p50": stage_p50,
-                                     "pipeline_excl_embed": summary([x / 1000 for x in excl])}
+                                     "pipeline_excl_embed": summary([x / 1000 for x in excl]),
+                                     "cpu_excl_embed": summary(cpus[path_name])}
     if chroma is not None:
         res["latency"]["chromadb"] = {"wall": summary(walls["chromadb"])}
         res["quality"]["chromadb"] = _metrics(ranked_chroma, qrels)
@@ -284,6 +306,10 @@ def render(res: dict[str, Any]) -> str:
         L.append(f"| Pipeline excl. embed, {label} | {_v(pe['p50_ms'])} ms | {_v(pe['p95_ms'])} ms | "
                  f"≤ {TARGET_PIPELINE_MS:g} ms | {'met' if ok else '**missed**'} |")
     for path_name, label in (("sqlite-vec", "sqlite-vec path"), ("memory", "in-process index")):
+        cpu = lat[path_name].get("cpu_excl_embed")
+        if cpu:
+            L.append(f"| CPU excl. embed (calling thread), {label} | {_v(cpu['p50_ms'])} ms | {_v(cpu['p95_ms'])} ms | — | — |")
+    for path_name, label in (("sqlite-vec", "sqlite-vec path"), ("memory", "in-process index")):
         w = lat[path_name]["wall"]
         if ch:
             ok = w["p50_ms"] < ch["wall"]["p50_ms"]
@@ -323,7 +349,47 @@ def render(res: dict[str, Any]) -> str:
             L.append(f"| 100k {case} ({r['queries']} queries) | {_v(r['search_memory']['p50_ms'])} / "
                      f"{_v(r['search_memory']['p95_ms'])} ms | {_v(r['faiss']['p50_ms'])} / {_v(r['faiss']['p95_ms'])} ms"
                      f" | {r['ratio_vs_faiss']:.2f}× | ≤ {target:g}× | {'met' if ok else '**missed**'} |")
+    before = _before()
+    if before is not None:
+        L.append("")
+        L.append(f"Before and after this issue's changes, same suite, same corpus and questions ({before.get('label', '')}; "
+                 f"before run: 1-min load average {before['load_before']:.2f}, date {before['machine']['date'][:16]}):")
+        L.append("")
+        L.append("| p50 | before | after |")
+        L.append("|---|---|---|")
+        for label, get in _COMPARE:
+            try:
+                b, a = get(before), get(res)
+            except (KeyError, TypeError):
+                continue
+            L.append(f"| {label} | {b} | {a} |")
     return "\n".join(L)
+
+
+def _before() -> dict[str, Any] | None:
+    """The run kept in ``results/pipeline_cost.before.json`` (the code before this issue's changes), if any."""
+    path = RESULTS / f"{NAME}.before.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _ms(x: float) -> str:
+    return f"{_v(x)} ms"
+
+
+_COMPARE: tuple[tuple[str, Any], ...] = (
+    ("pipeline excl. embed, sqlite-vec", lambda r: _ms(r["latency"]["sqlite-vec"]["pipeline_excl_embed"]["p50_ms"])),
+    ("pipeline excl. embed, in-process", lambda r: _ms(r["latency"]["memory"]["pipeline_excl_embed"]["p50_ms"])),
+    ("CPU excl. embed, sqlite-vec", lambda r: _ms(r["latency"]["sqlite-vec"]["cpu_excl_embed"]["p50_ms"])),
+    ("CPU excl. embed, in-process", lambda r: _ms(r["latency"]["memory"]["cpu_excl_embed"]["p50_ms"])),
+    ("lexical stage, sqlite-vec", lambda r: _ms(r["latency"]["sqlite-vec"]["stages_p50"]["lexical"])),
+    ("score stage, sqlite-vec", lambda r: _ms(r["latency"]["sqlite-vec"]["stages_p50"]["score"])),
+    ("end-to-end, sqlite-vec", lambda r: _ms(r["latency"]["sqlite-vec"]["wall"]["p50_ms"])),
+    ("end-to-end, in-process", lambda r: _ms(r["latency"]["memory"]["wall"]["p50_ms"])),
+    ("end-to-end, chromadb", lambda r: _ms(r["latency"]["chromadb"]["wall"]["p50_ms"])),
+    ("MRR@10 / R@10", lambda r: f"{r['quality']['memlens']['mrr@10']:.4f} / {r['quality']['memlens']['recall@10']:.4f}"),
+    ("100k scoped, `mem.search` / faiss", lambda r: f"{r['synthetic_100k']['scoped']['ratio_vs_faiss']:.2f}×"),
+    ("100k unscoped, `mem.search` / faiss", lambda r: f"{r['synthetic_100k']['unscoped']['ratio_vs_faiss']:.2f}×"),
+)
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -332,7 +398,7 @@ def run(quick: bool = False) -> dict[str, Any]:
                            "load_before": os.getloadavg()[0]}
     log(f"[{NAME}] real corpus ...")
     real_corpus(quick, res)
-    if not quick:
+    if not quick and os.environ.get("PIPELINE_COST_PARTS", "all") != "real":
         log(f"[{NAME}] 100k synthetic (the foundation search cases) ...")
         synthetic_100k(res)
     res["duration_s"] = round(time.perf_counter() - t0, 1)
