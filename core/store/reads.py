@@ -274,7 +274,8 @@ class SqliteReads:
 
     def term_counts(self, terms: Sequence[str]) -> tuple[int, dict[str, int]]:
         """The index's row count from FTS5's own record of it (the first varint of its "averages" row, id 1),
-        and each term's document count from its posting list: no table scan, whatever the store's size."""
+        and each term's document count from its posting list: no table scan, whatever the store's size. Rows of
+        an import in progress count too: the counts only choose which terms to look for, never which rows."""
         conn = self.conn
         row = conn.execute("SELECT block FROM entries_fts_data WHERE id = 1").fetchone()
         total = _varint(row[0]) if row and row[0] else 0
