@@ -308,11 +308,14 @@ class SqliteReads:
         vindex = self.vindex
         if need and vindex is not None:
             out.update(vindex.vectors(need))
-        # one lookup per rowid: vec0 answers `rowid = ?` from its index but scans the table for `rowid IN (...)`
-        for rowid in (r for r in need if r not in out):
-            row = self.conn.execute("SELECT embedding FROM entries_vec WHERE rowid = ?", (rowid,)).fetchone()
-            if row is not None:
-                out[rowid] = from_blob(row[0])
+        # vec0 answers `rowid = ?` from its index but scans the table for `rowid IN (...)`: one point lookup
+        # per rowid, joined by UNION ALL so that one statement runs them all (a compound SELECT of at most 200)
+        rest = [r for r in need if r not in out]
+        for i in range(0, len(rest), 200):
+            chunk = rest[i : i + 200]
+            sql = " UNION ALL ".join(["SELECT rowid, embedding FROM entries_vec WHERE rowid = ?"] * len(chunk))
+            for rowid, blob in self.conn.execute(sql, chunk).fetchall():
+                out[rowid] = from_blob(blob)
         return out
 
     def mandatory_invariants(self, wing: str, rooms: list[str] | None) -> set[int]:
