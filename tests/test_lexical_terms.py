@@ -112,3 +112,34 @@ def test_term_counts_on_sqlite(mem):
         mem.add(f"alpha entry {i}", wing="w", title="beta" if i < 2 else "")
     total, counts = reads_of(mem).term_counts(["alpha", "beta", "gamma", "entry"])
     assert total == 5 and counts == {"alpha": 5, "beta": 2, "gamma": 0, "entry": 5}
+
+
+def _lexical_sql(mem, scope):
+    from memlens.store.reads import reads_of
+
+    seen: list[str] = []
+    mem.conn.set_trace_callback(seen.append)
+    try:
+        rows = reads_of(mem).lexical("zebra stripes", scope, 50)
+    finally:
+        mem.conn.set_trace_callback(None)
+    return rows, [s for s in seen if "MATCH" in s and "bm25" in s]
+
+
+def test_an_unscoped_search_skips_the_per_match_scope_test_with_the_same_rows(mem):
+    from memlens.store.reads import Scope
+
+    for i in range(6):
+        mem.add(f"zebra {'stripes ' * i}note {i}", wing=f"w{i % 3}")
+    scope = Scope(statuses=["active", "under_review"])
+    joined, _ = _lexical_sql(mem, scope)  # no in-process index: each match joined to its entries row
+    mem.warm_index()
+    fast, sql = _lexical_sql(mem, scope)
+    assert fast == joined and len(fast) == 6
+    assert sql and "memlens_in_scope" not in sql[0] and "JOIN" not in sql[0]
+    old = mem.search("zebra", use_cache=False).results[0].entry.id
+    mem.set_status(old, "deprecated")  # now the scope leaves out a row of the index: each match is tested again
+    tested, sql = _lexical_sql(mem, scope)
+    assert "memlens_in_scope" in sql[0]
+    assert [r for r, _ in tested] == [r for r, _ in joined if r != mem.conn.execute(
+        "SELECT rowid FROM entries WHERE id = ?", (old,)).fetchone()[0]]
