@@ -40,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -101,6 +102,7 @@ def build_store(docs: list[dict[str, str]], digest: str) -> tuple[Path, dict[str
             with Memory.open(tmp) as mem:  # a clean close checkpoints the WAL into the file
                 pass
     os.replace(tmp, path)
+    shutil.rmtree(scratch, ignore_errors=True)
     log(f"    {report['imported']:,} entries in {dt:.1f} s")
     return path, {"built": str(path), "entries": report["imported"], "seconds": round(dt, 1)}
 
@@ -235,6 +237,7 @@ def real_corpus(quick: bool, res: dict[str, Any]) -> None:
                         for n in b.trace.notes:
                             key = n.split(":")[0][:80]
                             notes[key] = notes.get(key, 0) + 1
+    shutil.rmtree(scratch, ignore_errors=True)  # chromadb's copy
     res["trace_notes"] = notes
     res["latency"] = {}
     for path_name, per in lat.items():
@@ -275,8 +278,6 @@ def synthetic_100k(res: dict[str, Any]) -> None:
             "ratio_vs_faiss": round(lat["search_memory"]["p50_ms"] / lat["faiss"]["p50_ms"], 3),
             "stages_p50": r["trace_latency_ms_p50"]["search_memory"],
         }
-    import shutil
-
     shutil.rmtree(scratch, ignore_errors=True)
 
 
