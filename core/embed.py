@@ -227,6 +227,9 @@ class OnnxEmbedder(_TokenizerMixin):
             if self.threads:
                 opts.intra_op_num_threads = self.threads
             opts.log_severity_level = 3
+            # ORT's idle workers spin for a while after each run; on a small machine that takes a core from
+            # the search stages that follow the query's embedding (measured: tests/bench/pipeline_cost.py)
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
             try:
                 session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
             except Exception as exc:  # a truncated or foreign file in the cache

@@ -15,7 +15,7 @@ import numpy as np
 from memlens.limits import MAX_QUERY_TERMS, knn_rows
 from memlens.retrieval.policy import Candidate
 from memlens.retrieval.run import Run
-from memlens.store.reads import query_terms
+from memlens.retrieval.terms import drop_common, lexical_terms
 from memlens.store.vectors import clean, degenerate
 
 
@@ -67,11 +67,17 @@ def vector(run: Run) -> None:
 
 
 def lexical(run: Run) -> None:
-    """The lexical generator: the best text matches inside the scope."""
-    n_terms = len(query_terms(run.text))
-    if n_terms > MAX_QUERY_TERMS:
-        run.trace.notes.append(f"the lexical search used the first {MAX_QUERY_TERMS} of the query's {n_terms} distinct terms")
-    for i, (rowid, score) in enumerate(run.store.lexical(run.text, run.plan.search_scope, run.n_cand, run.knn_gens)):
+    """The lexical generator: the best text matches inside the scope, for the query's terms less its common
+    words (``memlens.retrieval.terms``); the trace lists the terms used and the words left out."""
+    sel = drop_common(lexical_terms(run.text), run.store.term_counts)
+    run.trace.fusion["lexical_terms"] = sel.terms
+    run.trace.fusion["lexical_dropped"] = sel.dropped
+    run.trace.fusion["lexical_common"] = sel.common
+    if sel.cut:
+        content = sel.distinct - len(sel.dropped)
+        run.trace.notes.append(f"the lexical search used the first {MAX_QUERY_TERMS} of the query's {content} distinct terms"
+                               + (f" left after its {len(sel.dropped)} common words" if sel.dropped else ""))
+    for i, (rowid, score) in enumerate(run.store.lexical(sel.text, run.plan.search_scope, run.n_cand, run.knn_gens)):
         run.bm25[rowid] = score
         run.bm25_rank[rowid] = i + 1
     run.ordered = list(dict.fromkeys([*run.sims, *run.bm25]))
