@@ -20,7 +20,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeGuard
 
 from memlens.errors import StoreError, StoreLockedError
 
@@ -28,7 +28,7 @@ SCHEMES = ("postgresql://", "postgres://")
 CONNECT_TIMEOUT_S = 10
 
 
-def is_uri(target: object) -> bool:
+def is_uri(target: object) -> TypeGuard[str]:
     """Whether ``target`` (a ``--store`` value) names a PostgreSQL store rather than a SQLite file."""
     return isinstance(target, str) and target.startswith(SCHEMES)
 
@@ -126,7 +126,7 @@ def connect(uri: str, store: str, *, configure: Callable[[Any], None] | None = N
 
 
 def _broken(conn: Any) -> bool:
-    return conn.closed or conn.broken
+    return bool(conn.closed or conn.broken)
 
 
 class Single:

@@ -230,7 +230,9 @@ class PgStore(PgReads, PgBrowse, PgAnswers):
 
     def get_row(self, entry_id: str) -> tuple[Any, ...] | None:
         with self.connection() as conn:
-            return conn.execute(f"SELECT {COLUMNS} FROM entries WHERE id = %s AND {visible()}", (entry_id,)).fetchone()
+            row: tuple[Any, ...] | None = conn.execute(
+                f"SELECT {COLUMNS} FROM entries WHERE id = %s AND {visible()}", (entry_id,)).fetchone()
+        return row
 
     def iter_rows(self, wing: str | None = None) -> Iterator[tuple[Any, ...]]:
         sql = f"SELECT {COLUMNS} FROM entries WHERE {visible()}" + (" AND wing = %s" if wing else "") + " ORDER BY rowid"
