@@ -158,6 +158,20 @@ class Single:
                     if conn in self._all:
                         self._all.remove(conn)
 
+    def close_thread(self) -> None:
+        """Close this thread's connection (a worker thread's, at its end); the next call on it opens a new one."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            return
+        self._local.conn = None
+        with self._lock:
+            if conn in self._all:
+                self._all.remove(conn)
+        try:
+            conn.close()
+        except Exception:
+            pass
+
     def close(self) -> None:
         self.closed = True
         with self._lock:
@@ -205,6 +219,9 @@ class Pool:
                 yield conn
         except PoolTimeout as exc:
             raise StoreError(f"cannot connect to {self.store}: {_first_line(exc)}") from None
+
+    def close_thread(self) -> None:
+        """Nothing to close: a thread holds a pooled connection only for the length of one call."""
 
     def close(self) -> None:
         self.closed = True
