@@ -34,7 +34,7 @@ from memlens.store.writes import describe_validation
 
 if TYPE_CHECKING:
     from memlens.embed import Embedder
-    from memlens.store.postgres.store import PgStore
+    from memlens.store.base import Store
     from memlens.trace import Bundle
 
 # the one row mapping lives in memlens.store.rows; these names stay importable from here
@@ -60,7 +60,7 @@ class Memory:
         self._profiles: dict[str, Any] | None = None
         storage = settings.storage
         me = weakref.ref(self)  # no cycle: a Memory dropped without close() still closes its connections at once
-        self.store: SqliteStore | PgStore
+        self.store: Store  # SqliteStore, or PgStore for a postgresql:// URI
         if is_uri(path):
             from memlens.store.postgres import open_store
 
@@ -312,7 +312,7 @@ class Memory:
         return gather_sync(self.settings.web, urls=urls, query=query, **kwargs)
 
     @property
-    def reads(self) -> SqliteStore | PgStore:
+    def reads(self) -> Store:
         """The store's read interface, which the retrieval pipeline uses (``memlens.store.reads.Reads``)."""
         return self.store
 

@@ -587,6 +587,62 @@ def test_pg_classes_have_every_member_of_the_storage_protocols(pg_uri, hash_embe
         store.close()
 
 
+def test_set_model_is_recorded_in_the_database(pg_uri, hash_embedder):
+    store = open_pg(pg_uri, hash_embedder)
+    try:
+        store.set_model("another-model")
+        assert store.model_id == "another-model" and store.meta()["model"] == "another-model"
+        again = open_pg(pg_uri, hash_embedder)  # another process opening the store reads the new record
+        try:
+            assert again.model_id == "another-model" and again.meta()["dim"] == str(hash_embedder.dim)
+        finally:
+            again.close()
+    finally:
+        store.close()
+
+
+def test_close_thread_closes_only_this_threads_connection(pg_uri, hash_embedder):
+    store = open_pg(pg_uri, hash_embedder)
+    try:
+        with store.connection() as mine:
+            pass
+        held = []
+
+        def worker() -> None:
+            with store.connection() as conn:
+                held.append(conn)
+            store.close_thread()  # a worker thread at its end
+
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join(timeout=30)
+        assert not t.is_alive() and held and held[0] is not mine
+        assert held[0].closed and not mine.closed  # another thread's connection stays open
+        store.close_thread()
+        assert mine.closed
+        with store.connection() as conn:  # the next call on this thread opens a new connection
+            assert conn is not mine and not conn.closed
+        assert store.count() == 0
+    finally:
+        store.close()
+    pooled = open_pg(pg_uri, hash_embedder, pooled=True)
+    try:
+        pooled.close_thread()  # a pooled store holds nothing per thread between calls
+        assert pooled.count() == 0
+    finally:
+        pooled.close()
+
+
+def test_a_preview_on_a_held_connection_is_refused_in_one_line(pg_uri, hash_embedder):
+    store = open_pg(pg_uri, hash_embedder)
+    try:
+        with store.connection() as conn, pytest.raises(StoreError, match="needs a SQLite store") as info:
+            store.on_connection(conn)
+        assert "\n" not in str(info.value)
+    finally:
+        store.close()
+
+
 def test_an_invalid_uri_is_one_line_without_the_password():
     from memlens.store.postgres import open_store
 

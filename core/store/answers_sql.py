@@ -43,20 +43,24 @@ class SqliteAnswers:
 
     def answer_rows(self, limit: int) -> list[tuple[Any, ...]]:
         """The newest answers (``ANSWER_COLUMNS``), newest first."""
-        return self.conn.execute(f"SELECT {ANSWER_COLUMNS} FROM answers ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        rows: list[tuple[Any, ...]] = self.conn.execute(
+            f"SELECT {ANSWER_COLUMNS} FROM answers ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        return rows
 
     def answer_citations(self, answer_id: int) -> list[tuple[str, int]]:
         """(entry id, valid) of one answer's citations, in the order recorded."""
-        return self.conn.execute("SELECT entry_id, valid FROM answer_citations WHERE answer_id = ? ORDER BY rowid",
-                                 (answer_id,)).fetchall()
+        rows: list[tuple[str, int]] = self.conn.execute(
+            "SELECT entry_id, valid FROM answer_citations WHERE answer_id = ? ORDER BY rowid", (answer_id,)).fetchall()
+        return rows
 
     def cited_rows(self, limit: int) -> list[tuple[Any, ...]]:
         """(entry id, times cited, last cited, title) of validly cited entries, most cited first."""
-        return self.conn.execute(
+        rows: list[tuple[Any, ...]] = self.conn.execute(
             "SELECT c.entry_id, count(*) AS n, max(a.ts) AS last, "
             f"(SELECT title FROM entries e WHERE e.id = c.entry_id AND {visible('e')}) "
             "FROM answer_citations c JOIN answers a ON a.id = c.answer_id WHERE c.valid = 1 "
             "GROUP BY c.entry_id ORDER BY n DESC, last DESC, c.entry_id LIMIT ?", (limit,)).fetchall()
+        return rows
 
     def answer_count(self) -> int:
         return int(self.conn.execute("SELECT count(*) FROM answers").fetchone()[0])

@@ -2,10 +2,11 @@
 
 ``Store`` is the whole interface; its read half (``Reads``: candidates by
 vector and by text within a scope, rows by id, vectors) is defined in
-``memlens.store.reads``, its write half here. Today one implementation exists,
-``memlens.store.sqlite.SqliteStore`` (SQLite + sqlite-vec + FTS5); another
-backend is one new sub-package implementing the same protocols. ``backend``
-and ``lexical_scorer`` name what ran, so a trace can say it.
+``memlens.store.reads``, its write half here. Two implementations exist:
+``memlens.store.sqlite.SqliteStore`` (SQLite + sqlite-vec + FTS5) and
+``memlens.store.postgres.store.PgStore`` (PostgreSQL + pgvector); the facade
+(``memlens.memory.Memory``) holds either as a ``Store``. ``backend`` and
+``lexical_scorer`` name what ran, so a trace can say it.
 
 Every write goes through one ``Writer`` (``with store.write() as w:``): the
 entry rows, their vectors, the audit rows and the generation bump of every
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from memlens.models import Entry
+    from memlens.store.vindex import VectorIndex
 
 from memlens.store.reads import Reads
 
@@ -59,6 +61,12 @@ class TaskRows(Protocol):
 
 class Writer(Protocol):
     """One open write transaction. Leaving the ``with`` block commits; an exception rolls everything back."""
+
+    @property
+    def conn(self) -> Any:
+        """This transaction's connection, in the backend's own SQL: for the tables this interface does not cover
+        (the ingest catalog, the reembed rewrite), which only SQLite stores have today."""
+        ...
 
     @property
     def tasks(self) -> TaskRows:
@@ -109,11 +117,18 @@ class Writes(Protocol):
     """The write half of a store, with what it records about itself: writes, meta, audit, retrieval log,
     generations, counts and the working-memory tables."""
 
-    path: Path
+    @property
+    def path(self) -> Path | str:
+        """The store as messages name it: its file, or its ``postgresql://`` URI without the password."""
+        ...
 
     # -- meta ---------------------------------------------------------------------------------
     def meta(self) -> dict[str, str]:
         """What the store records about itself: ``model``, ``dim``, ``created_at``."""
+        ...
+
+    def set_model(self, model: str) -> None:
+        """Record ``model`` as the one every vector of this store was made by."""
         ...
 
     @property
@@ -128,6 +143,10 @@ class Writes(Protocol):
     def read_only(self) -> bool: ...
     def size_bytes(self) -> int: ...
     def close(self) -> None: ...
+
+    def close_thread(self) -> None:
+        """Close what this thread holds open (a worker thread's connection, at its end)."""
+        ...
 
     # -- writes ---------------------------------------------------------------------------------
     def check_writable(self) -> None:
@@ -249,3 +268,18 @@ class Store(Reads, Writes, Lookups, Protocol):
 
     backend: str
     lexical_scorer: str
+
+    # -- this process's side ----------------------------------------------------------------------
+    @property
+    def vindex(self) -> VectorIndex | None:
+        """The in-process vector index when in use (``memlens.store.vindex``), else None."""
+        ...
+
+    def warm_index(self) -> int:
+        """Load the in-process vector index now (long-lived processes); returns vectors held."""
+        ...
+
+    def on_connection(self, conn: Any) -> Store:
+        """A copy of this store that uses ``conn`` on this thread, with its own caches (a preview runs its writes
+        inside one transaction it never commits)."""
+        ...

@@ -42,8 +42,8 @@ class Reads(Protocol):
         """Every wing holding a visible entry."""
         ...
 
-    def rooms(self) -> list[str]:
-        """Every non-empty room of a visible entry."""
+    def rooms(self, wing: str | None = None) -> list[str]:
+        """Every non-empty room of a visible entry (of ``wing``)."""
         ...
 
     def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
@@ -195,7 +195,7 @@ class SqliteReads:
     def wings(self) -> list[str]:
         raise NotImplementedError
 
-    def rooms(self) -> list[str]:
+    def rooms(self, wing: str | None = None) -> list[str]:
         raise NotImplementedError
 
     def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
@@ -413,7 +413,7 @@ class ReadsHost(Protocol):
 
     def wings(self) -> list[str]: ...
 
-    def rooms(self) -> list[str]: ...
+    def rooms(self, wing: str | None = None) -> list[str]: ...
 
     def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]: ...
 
@@ -437,8 +437,8 @@ class MemoryReads(SqliteReads):
     def wings(self) -> list[str]:
         return self.index_host.wings()
 
-    def rooms(self) -> list[str]:
-        return self.index_host.rooms()
+    def rooms(self, wing: str | None = None) -> list[str]:
+        return self.index_host.rooms(wing)
 
     def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
         return self.index_host.generations(wings)

@@ -29,6 +29,8 @@ _UPDATE = (
 
 
 class SqliteWriter:
+    conn: Any  # the transaction's connection (``Writer.conn``)
+
     def __init__(self, conn: Any, model_id: str) -> None:
         self.conn = conn
         self.model_id = model_id

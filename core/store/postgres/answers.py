@@ -42,20 +42,24 @@ class PgAnswers:
 
     def answer_rows(self, limit: int) -> list[tuple[Any, ...]]:
         with self.connection() as conn:
-            return conn.execute(f"SELECT {ANSWER_COLUMNS} FROM answers ORDER BY id DESC LIMIT %s", (limit,)).fetchall()
+            rows: list[tuple[Any, ...]] = conn.execute(
+                f"SELECT {ANSWER_COLUMNS} FROM answers ORDER BY id DESC LIMIT %s", (limit,)).fetchall()
+        return rows
 
     def answer_citations(self, answer_id: int) -> list[tuple[str, int]]:
         with self.connection() as conn:
-            return conn.execute("SELECT entry_id, valid FROM answer_citations WHERE answer_id = %s ORDER BY n",
-                                (answer_id,)).fetchall()
+            rows: list[tuple[str, int]] = conn.execute(
+                "SELECT entry_id, valid FROM answer_citations WHERE answer_id = %s ORDER BY n", (answer_id,)).fetchall()
+        return rows
 
     def cited_rows(self, limit: int) -> list[tuple[Any, ...]]:
         with self.connection() as conn:
-            return conn.execute(
+            rows: list[tuple[Any, ...]] = conn.execute(
                 "SELECT c.entry_id, count(*) AS n, max(a.ts) AS last, "
                 f"(SELECT title FROM entries e WHERE e.id = c.entry_id AND {visible('e')}) "
                 "FROM answer_citations c JOIN answers a ON a.id = c.answer_id WHERE c.valid = 1 "
                 "GROUP BY c.entry_id ORDER BY n DESC, last DESC, c.entry_id LIMIT %s", (limit,)).fetchall()
+        return rows
 
     def answer_count(self) -> int:
         with self.connection() as conn:

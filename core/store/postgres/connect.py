@@ -20,7 +20,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeGuard
 
 from memlens.errors import StoreError, StoreLockedError
 
@@ -28,7 +28,7 @@ SCHEMES = ("postgresql://", "postgres://")
 CONNECT_TIMEOUT_S = 10
 
 
-def is_uri(target: object) -> bool:
+def is_uri(target: object) -> TypeGuard[str]:
     """Whether ``target`` (a ``--store`` value) names a PostgreSQL store rather than a SQLite file."""
     return isinstance(target, str) and target.startswith(SCHEMES)
 
@@ -126,7 +126,7 @@ def connect(uri: str, store: str, *, configure: Callable[[Any], None] | None = N
 
 
 def _broken(conn: Any) -> bool:
-    return conn.closed or conn.broken
+    return bool(conn.closed or conn.broken)
 
 
 class Single:
@@ -157,6 +157,20 @@ class Single:
                 with self._lock:
                     if conn in self._all:
                         self._all.remove(conn)
+
+    def close_thread(self) -> None:
+        """Close this thread's connection (a worker thread's, at its end); the next call on it opens a new one."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            return
+        self._local.conn = None
+        with self._lock:
+            if conn in self._all:
+                self._all.remove(conn)
+        try:
+            conn.close()
+        except Exception:
+            pass
 
     def close(self) -> None:
         self.closed = True
@@ -205,6 +219,9 @@ class Pool:
                 yield conn
         except PoolTimeout as exc:
             raise StoreError(f"cannot connect to {self.store}: {_first_line(exc)}") from None
+
+    def close_thread(self) -> None:
+        """Nothing to close: a thread holds a pooled connection only for the length of one call."""
 
     def close(self) -> None:
         self.closed = True

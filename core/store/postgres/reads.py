@@ -89,7 +89,8 @@ class PgReads:
 
     def _all(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.connection() as conn:
-            return conn.execute(sql, args).fetchall()
+            rows: list[tuple[Any, ...]] = conn.execute(sql, args).fetchall()
+        return rows
 
     def wings(self) -> list[str]:
         return [w for (w,) in self._all(f"SELECT DISTINCT wing FROM entries WHERE {visible()} ORDER BY wing")]

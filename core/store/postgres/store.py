@@ -116,10 +116,25 @@ class PgStore(PgReads, PgBrowse, PgAnswers):
     def close(self) -> None:
         self._conns.close()
 
+    def close_thread(self) -> None:
+        """Close this thread's connection (a worker thread's, at its end): threads come and go, connections must not pile up."""
+        self._conns.close_thread()
+
+    def on_connection(self, conn: Any) -> PgStore:
+        """Refused: a preview on a held transaction runs on a SQLite store only."""
+        raise StoreError(f"store {self.label}: a preview inside a held transaction needs a SQLite store")
+
     # -- meta -----------------------------------------------------------------------------------
 
     def meta(self) -> dict[str, str]:
         return dict(self._meta)
+
+    def set_model(self, model: str) -> None:
+        """Record ``model`` as the one every vector of this store was made by."""
+        with self.write() as writer:
+            writer.conn.execute("INSERT INTO store_meta(key, value) VALUES ('model', %s)"
+                                " ON CONFLICT (key) DO UPDATE SET value = excluded.value", (model,))
+        self._meta["model"] = model
 
     @property
     def model_id(self) -> str:
@@ -230,7 +245,9 @@ class PgStore(PgReads, PgBrowse, PgAnswers):
 
     def get_row(self, entry_id: str) -> tuple[Any, ...] | None:
         with self.connection() as conn:
-            return conn.execute(f"SELECT {COLUMNS} FROM entries WHERE id = %s AND {visible()}", (entry_id,)).fetchone()
+            row: tuple[Any, ...] | None = conn.execute(
+                f"SELECT {COLUMNS} FROM entries WHERE id = %s AND {visible()}", (entry_id,)).fetchone()
+        return row
 
     def iter_rows(self, wing: str | None = None) -> Iterator[tuple[Any, ...]]:
         sql = f"SELECT {COLUMNS} FROM entries WHERE {visible()}" + (" AND wing = %s" if wing else "") + " ORDER BY rowid"

@@ -43,13 +43,14 @@ def dumps(v: Any) -> str | None:
 class PgWriter:
     """One open write transaction (``Store.write()``)."""
 
-    def __init__(self, conn: Any, model: str | None) -> None:
+    def __init__(self, conn: Any, model: str) -> None:
         self.conn = conn
         self.model = model
         self.tasks = PgTaskRows(lambda: nullcontext(conn))
 
     def _one(self, sql: str, args: Any = ()) -> tuple[Any, ...] | None:
-        return self.conn.execute(sql, args).fetchone()
+        row: tuple[Any, ...] | None = self.conn.execute(sql, args).fetchone()
+        return row
 
     def insert(self, entry: Entry, vector: np.ndarray | bytes, *, import_id: int | None = None) -> int:
         """The entry row and its vector in one statement (one round trip while the write lock is held)."""
@@ -158,11 +159,13 @@ class PgTaskRows:
 
     def _all(self, sql: str, args: Any = ()) -> list[tuple[Any, ...]]:
         with self._conn() as conn:
-            return conn.execute(sql, args).fetchall()
+            rows: list[tuple[Any, ...]] = conn.execute(sql, args).fetchall()
+        return rows
 
     def _one(self, sql: str, args: Any = ()) -> tuple[Any, ...] | None:
         with self._conn() as conn:
-            return conn.execute(sql, args).fetchone()
+            row: tuple[Any, ...] | None = conn.execute(sql, args).fetchone()
+        return row
 
     def _run(self, sql: str, args: Any = ()) -> None:
         with self._conn() as conn:
