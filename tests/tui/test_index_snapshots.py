@@ -223,7 +223,8 @@ async def _ingest(pilot, line: str) -> None:
 
 def test_ingest_summary_in_the_shell(make_app, snap_dir, snap_compare):
     ws = workspace(snap_dir)
-    app = pin_ingest(make_app())
+    app = make_app()
+    pin_ingest(app.lens)
 
     async def run_before(pilot):
         await _ingest(pilot, f":ingest {ws} --wing idna --room code")
@@ -263,7 +264,6 @@ def test_ingest_runs_with_progress_and_writes_the_chunks(make_app, snap_dir, set
             assert events and view.files == max(e["files"] for e in events)
             assert view.chunks == view.summary["chunks"] == max(e.get("chunks", 0) for e in events)
             assert "5 added" in str(view.query_one(".ingest-status").render())
-            await pilot.press(*" ")
             prompt = app.screen.query_one("#prompt")
             prompt.value = f":ingest {ws} --wing idna"
             await pilot.press("enter")
@@ -345,7 +345,7 @@ def test_code_results_show_path_and_lines_and_a_highlighted_preview(make_app, sn
             assert area.read_only and area.language == "python" and area.line_number_start == a
             assert area.text == top.entry.text
             assert where in str(screen.query_one("#f-text-label").render())
-            assert f"{top.entry.meta['source']}:{a}-{b}" in "".join(
-                str(s) for s in screen.query_one("#entry-meta").render().columns[1].cells)
+            grid = screen.query_one("#entry-meta").content  # the metadata grid (a rich Table)
+            assert f"{top.entry.meta['source']}:{a}-{b}" in [str(c) for c in grid.columns[1]._cells]
 
     asyncio.run(run())

@@ -283,13 +283,14 @@ class EntryScreen(Screen[None]):
             return
         area = self.query_one("#f-text", TextArea)
         area.read_only = True
+        area.soft_wrap = False
         area.show_line_numbers = True
         area.line_number_start = (lines_of(entry) or (1, 1))[0]
         try:
             area.language = language(entry)
         except Exception:  # no grammar for it here: plain text
             area.language = None
-        self.query_one("#f-text-label", Label).update(f"Code · {loc} · read-only (indexing keeps it in line with the file)")
+        self.query_one("#f-text-label", Label).update(f"Code · {loc} · read-only: it mirrors the file")
 
     def _fill(self, values: dict[str, str]) -> None:
         self.original = dict(values)
