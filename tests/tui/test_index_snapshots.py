@@ -232,6 +232,56 @@ def test_ingest_summary_in_the_shell(make_app, snap_dir, snap_compare):
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
+def test_ingest_progress_in_the_shell(make_app, snap_dir, snap_compare):
+    """Mid-run: the real ingest is held inside its progress callback once the second file has been read."""
+    import threading
+
+    ws = workspace(snap_dir)
+    app = make_app()
+    lens = app.lens
+    held, release, finished = threading.Event(), threading.Event(), threading.Event()
+    real_ingest, real_close = lens.ingest, lens.close
+
+    def holding(*args, progress=None, **kwargs):
+        def hold(e):
+            progress(e)
+            if e.get("stage") == "read" and e.get("files", 0) >= 2 and not held.is_set():
+                held.set()
+                release.wait(timeout=60)
+
+        try:
+            return real_ingest(*args, progress=hold, **kwargs)
+        finally:
+            finished.set()
+
+    def close():  # the app closes the store on exit: let the held run finish first
+        release.set()
+        finished.wait(timeout=60)
+        real_close()
+
+    lens.ingest, lens.close = holding, close
+
+    async def run_before(pilot):
+        await settle(pilot, rounds=2)
+        pilot.app.open_shell()
+        await settle(pilot, rounds=2)
+        prompt = pilot.app.screen.query_one("#prompt")
+        prompt.value = f":ingest {ws} --wing idna"
+        prompt.cursor_position = len(prompt.value)
+        prompt.focus()
+        await pilot.press("enter")
+        for _ in range(600):  # bounded: at most about a minute
+            view = pilot.app.screen.query("#ingest-1")
+            if held.is_set() and view and view.first().files >= 2:
+                break
+            await pilot.pause(0.1)
+        assert held.is_set()
+        await pilot.pause(0.2)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+    assert finished.wait(timeout=60)
+
+
 @pytest.mark.model
 def test_ingest_runs_with_progress_and_writes_the_chunks(make_app, snap_dir, settings, real_embedder):
     """The bar is as long as the files walked and is full at the end; the summary is the engine's; a re-run is a no-op."""
