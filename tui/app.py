@@ -177,19 +177,26 @@ class MemlensApp(App[None]):
 
         self.push_screen(ContextScreen(query))
 
-    def open_shell(self) -> None:
-        """One shell per app: its transcript, history and budget survive leaving it."""
+    def open_shell(self, prefill: str | None = None) -> None:
+        """One shell per app: its transcript, history and budget survive leaving it (``prefill``: a line to finish)."""
         from .screens.shell import ShellScreen
 
         if self._shell is None:
             self._shell = ShellScreen()
             self.install_screen(self._shell, name="shell")  # installed screens are kept when popped
         self.push_screen("shell")
+        if prefill is not None:
+            self._shell.prefill(prefill)
 
     def open_metrics(self) -> None:
         from .screens.metrics import MetricsScreen
 
         self.push_screen(MetricsScreen())
+
+    def open_index(self) -> None:
+        from .screens.index import IndexScreen
+
+        self.push_screen(IndexScreen())
 
     def next_wing(self) -> None:
         wings = [w for w in (self.main.known_wings if self.main and hasattr(self.main, "known_wings") else []) if w != "_global"]

@@ -13,6 +13,8 @@ ACTIONS = (
     ("Why not? Pick an entry and see where it was dropped", "why_not", "The exact stage that dropped an entry"),
     ("Context preview: what the agent receives", "context", "Budgeted markdown; kept, summarised and dropped"),
     ("Assistant shell", "shell", "Type as the agent's user would; /memory, :deprecate, :task …"),
+    ("Ingest: add files or folders to memory (shell :ingest)", "ingest", "Documents and code, with a progress bar"),
+    ("Code index: status, latest runs and skipped files", "index", "Files, chunks, stale ratio, queue depth (i)"),
     ("Retrieval metrics", "metrics", "p50/p95 per stage, cache hit rate"),
     ("Entry: open the selected entry", "open_entry", "Full text, metadata, audit history; edit"),
     ("Entry: create a new entry", "new_entry", "Add an entry to a wing"),

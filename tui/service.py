@@ -226,6 +226,32 @@ class Lens:
         """``audit.level``: retrievals are only logged (and shown as metrics) at "reads"."""
         return str(self.mem.settings.audit.level)
 
+    # code index and ingestion (memlens.ingest) ----------------------------------------------------
+
+    def index_status(self) -> dict[str, Any]:
+        """Every code index: files, chunks, stale ratio, last run, skips, queue depth, code hit and fallback rates."""
+        from memlens.ingest import index_status
+
+        return self.call(lambda: index_status(self.mem))
+
+    def ingest_total(self, paths: list[str]) -> int:
+        """How many files an ingest of ``paths`` will look at (a walk, nothing read): the progress bar's length."""
+        from memlens.ingest.pipeline import resolve_targets
+        from memlens.ingest.walker import walk
+
+        def run() -> int:
+            skips: list[Any] = []
+            return sum(sum(1 for _ in walk(t.path, skips)) if t.is_dir else 1 for t in resolve_targets(list(paths)))
+
+        return self.call(run)
+
+    def ingest(self, paths: list[str], *, wing: str, room: str = "",
+               progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """Ingest files and folders into ``wing`` (``memlens.ingest.ingest``); ``progress`` is called from engine threads."""
+        from memlens.ingest import ingest
+
+        return self.call(lambda: ingest(self.mem, paths, wing=wing, room=room, progress=progress))
+
     # writes -----------------------------------------------------------------------------------
 
     def add(self, text: str, **fields: Any) -> Entry:

@@ -29,7 +29,7 @@ DEFAULT_BUDGET = 1200
 MIN_BUDGET, MAX_BUDGET = 50, 100_000
 STATUS_COMMANDS = {"deprecate": "deprecated", "review": "under_review", "activate": "active"}
 TASK_ACTIONS = ("complete", "block", "unblock")
-COMMANDS = ("activate", "budget", "clear", "deprecate", "help", "review", "task")
+COMMANDS = ("activate", "budget", "clear", "deprecate", "help", "ingest", "review", "task")
 USAGE = {
     "deprecate": ":deprecate ID",
     "review": ":review ID",
@@ -40,6 +40,7 @@ USAGE = {
     "task unblock": ":task unblock TASK_ID",
     "budget": ":budget [TOKENS]",
     "help": ":help",
+    "ingest": ":ingest PATH... --wing W [--room R]",
     "clear": ":clear",
 }
 HELP = f"""\
@@ -115,6 +116,15 @@ class SetBudget:
 
 
 @dataclass(frozen=True)
+class Ingest:
+    """Files and folders to ingest into ``wing`` (documents and source code; see ``memlens.ingest``)."""
+
+    paths: tuple[str, ...]
+    wing: str
+    room: str = ""
+
+
+@dataclass(frozen=True)
 class Help:
     pass
 
@@ -124,7 +134,7 @@ class Clear:
     pass
 
 
-Command = Ask | SetStatus | CompleteTask | BlockTask | UnblockTask | SetBudget | Help | Clear
+Command = Ask | SetStatus | CompleteTask | BlockTask | UnblockTask | SetBudget | Ingest | Help | Clear
 WRITES = (SetStatus, CompleteTask, BlockTask, UnblockTask)
 
 
@@ -172,6 +182,13 @@ def _command(body: str) -> Command:
     if name == "budget":
         (value,) = _positional(args, 1, USAGE["budget"], optional=True) or (None,)
         return SetBudget(None if value is None else _tokens(value))
+    if name == "ingest":
+        pos, opts = _options(args, {"--wing": True, "--room": True}, USAGE["ingest"])
+        if not pos:
+            raise ShellError(f"give at least one file or folder: {USAGE['ingest']}")
+        if not opts.get("--wing", "").strip():
+            raise ShellError(f"--wing is required: {USAGE['ingest']}")
+        return Ingest(tuple(pos), opts["--wing"].strip(), opts.get("--room", "").strip())
     if name in ("help", "clear"):
         _positional(args, 0, USAGE[name])
         return Help() if name == "help" else Clear()
@@ -335,6 +352,8 @@ def suggest(value: str, known: Known) -> str | None:
         options = list(TASK_ACTIONS)
     elif first == ":task" and len(words) == 2 and words[1] in TASK_ACTIONS:
         options = known.blocked_ids if words[1] == "unblock" else known.task_ids
+    elif first == ":ingest" and word.startswith("--"):
+        options = ["--wing", "--room"]
     elif first == ":task" and len(words) >= 3 and word.startswith("--"):
         options = {"complete": ["--intent", "--failed"], "block": ["--reason"]}.get(words[1], [])
     else:

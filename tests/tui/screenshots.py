@@ -38,7 +38,7 @@ class Shot:
     what: str
     drive: Callable[[Any], Awaitable[None]]
     needs: str | None = None  # a module that must exist (screens still being built are skipped)
-    store: str = "demo"  # "demo", "empty" or "metrics"
+    store: str = "demo"  # "demo", "empty", "metrics" or "index"
     llm: str | None = None  # answers from a fake chat model on 127.0.0.1 in this mode (tests/fake_llm.py)
 
 
@@ -153,6 +153,15 @@ async def metrics(pilot) -> None:
     await _settle(pilot)
 
 
+async def index_screen(pilot) -> None:
+    from .test_index_snapshots import pin_status
+
+    pin_status(pilot.app.lens)
+    await _settle(pilot)
+    pilot.app.open_index()
+    await _settle(pilot)
+
+
 SHOTS = [
     Shot("main", "main screen: working memory, results of a scoped search and the trace of the top result", main_screen),
     Shot("dropped", "the trace listing every dropped candidate with stage and reason (d)", dropped),
@@ -163,6 +172,8 @@ SHOTS = [
     Shot("context", "the budgeted context an agent would get (1700 tokens)", context, needs="memlens.tui.screens.context"),
     Shot("shell", "the assistant shell after a question", shell, needs="memlens.tui.screens.shell"),
     Shot("metrics", "retrieval latency and cache metrics", metrics, needs="memlens.tui.screens.metrics", store="metrics"),
+    Shot("index", "the code index: a small indexed workspace, its last run and the file it skipped", index_screen,
+         needs="memlens.tui.screens.index", store="index"),
     Shot("shell-streaming", "the assistant shell streaming a model's answer (a fake model on 127.0.0.1)", shell_streaming,
          needs="memlens.assist", llm="hold"),
     Shot("shell-answer", "an answer with its citations, one highlighted in the sources sent, an invented id flagged",
@@ -211,6 +222,16 @@ def build_stores(settings, embedder) -> dict[str, Path]:
                 ts = format_ts(FIXED_NOW - timedelta(seconds=47 * (len(rows) - i)))
                 mem.conn.execute("UPDATE audit SET ts = ?, detail = ? WHERE seq = ?", (ts, json.dumps(d), seq))
     return {"demo": demo, "metrics": with_metrics}
+
+
+def build_index_store(stores: dict[str, Path], settings, embedder) -> Path:
+    """The demo store with a few real modules of the installed idna package indexed (wing idna)."""
+    from .test_index_snapshots import index_into, workspace
+
+    path = WORK / "base" / "index.db"
+    shutil.copy(stores["demo"], path)
+    index_into(path, workspace(WORK), settings, embedder)
+    return path
 
 
 def _fresh_copy(stores: dict[str, Path], kind: str) -> Path:
@@ -287,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  skip {shot.name}: {shot.needs} does not exist yet", file=sys.stderr)
             continue
         try:
+            if shot.store == "index" and "index" not in stores:
+                stores["index"] = build_index_store(stores, settings, embedder)
             path = take(shot, _fresh_copy(stores, shot.store), args.out, settings, embedder)
         except Exception:  # one broken screen must not cost the others
             failed.append(shot.name)

@@ -33,6 +33,7 @@ from memlens.errors import MemlensError
 from memlens.models import KINDS, STATUSES, TYPES, Entry, parse_ts
 
 from ..widgets.bars import TYPE_STYLE, age, bar
+from ..widgets.code import language, lines_of, location
 
 INPUTS = ("title", "wing", "room", "key", "overrides", "salience")
 SELECTS = {"kind": KINDS, "type": TYPES, "status": STATUSES}
@@ -83,6 +84,9 @@ def metadata(info: dict[str, Any], now: datetime) -> RenderableType:
     grid.add_column(overflow="fold")
     grid.add_row("id", e.id)
     grid.add_row("where", f"{e.wing} / {e.room or '—'}")
+    code_at = location(e, full=True)
+    if code_at is not None:
+        grid.add_row("code", Text(code_at, style="cyan"))
     grid.add_row("kind·type", Text.assemble(e.kind.value, " · ", (e.type.value, TYPE_STYLE.get(e.type.value, ""))))
     grid.add_row("status", Text(e.status.value, style=STATUS_STYLE.get(e.status.value, "")))
     grid.add_row("key", e.key or "—")
@@ -225,7 +229,7 @@ class EntryScreen(Screen[None]):
                     key_tip = "Entries of different wings with the same key state the same rule"
                     yield field("Key", Input(id="f-key", tooltip=key_tip))
                     yield field("Overrides (entry id it hides)", Input(id="f-overrides"))
-                yield Label("Text", classes="field-label")
+                yield Label("Text", classes="field-label", id="f-text-label")
                 yield TextArea(id="f-text", soft_wrap=True)
                 yield Static(id="entry-error")
             with Vertical(id="entry-side"):
@@ -266,10 +270,27 @@ class EntryScreen(Screen[None]):
         self.entry = message.info["entry"]
         self.query_one("#entry-form").loading = False
         self._fill(form_values(self.entry, None))
+        self._code_preview(self.entry)
         now = self.lens.now()
         self.query_one("#entry-meta", Static).update(metadata(message.info, now))
         self.query_one("#entry-audit", Static).update(audit_history(message.audit, now))
         self.query_one("#f-text", TextArea).focus()
+
+    def _code_preview(self, entry: Entry) -> None:
+        """A code chunk's text is shown highlighted, numbered as in its file, and read-only: it mirrors the file."""
+        loc = location(entry)
+        if loc is None:
+            return
+        area = self.query_one("#f-text", TextArea)
+        area.read_only = True
+        area.soft_wrap = False
+        area.show_line_numbers = True
+        area.line_number_start = (lines_of(entry) or (1, 1))[0]
+        try:
+            area.language = language(entry)
+        except Exception:  # no grammar for it here: plain text
+            area.language = None
+        self.query_one("#f-text-label", Label).update(f"Code · {loc} · read-only: it mirrors the file")
 
     def _fill(self, values: dict[str, str]) -> None:
         self.original = dict(values)

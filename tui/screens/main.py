@@ -38,6 +38,7 @@ class MainScreen(Screen[None]):
         Binding("c", "context", "Context", id="main.context", tooltip="Preview the budgeted context an agent would get"),
         Binding("s", "shell", "Shell", id="main.shell", tooltip="Assistant shell: type as the agent's user would"),
         Binding("m", "metrics", "Metrics", id="main.metrics", tooltip="Retrieval latency and cache metrics"),
+        Binding("i", "index", "Index", id="main.index", show=False, tooltip="Code index status, runs and skipped files"),
         Binding("w", "next_wing", "Wing", id="main.wing", tooltip="Switch the active wing"),
         Binding("f1", "help", "Help", id="main.help", tooltip="Help for the focused pane"),
     ]
@@ -217,6 +218,12 @@ class MainScreen(Screen[None]):
 
     def action_metrics(self) -> None:
         self.app.open_metrics()  # type: ignore[attr-defined]
+
+    def action_ingest(self) -> None:
+        self.app.open_shell(":ingest ")  # type: ignore[attr-defined]
+
+    def action_index(self) -> None:
+        self.app.open_index()  # type: ignore[attr-defined]
 
     def action_next_wing(self) -> None:
         self.app.next_wing()  # type: ignore[attr-defined]

@@ -38,6 +38,7 @@ from memlens.trace import Bundle
 from .. import shell_commands as sc
 from ..widgets.answer import AnswerView
 from ..widgets.exchange import Exchange, trace_line  # noqa: F401 - trace_line: re-exported
+from ..widgets.ingest_view import IngestView
 
 WELCOME = (
     "Ask as the agent's user would: plain text uses the memory profile, /memory … the conversation "
@@ -154,6 +155,21 @@ class ShellScreen(Screen[None]):
         error: str
 
     @dataclass
+    class IngestStarted(Message):
+        number: int
+        total: int
+
+    @dataclass
+    class IngestDone(Message):
+        number: int
+        summary: dict[str, Any]
+
+    @dataclass
+    class IngestFailed(Message):
+        number: int
+        error: str
+
+    @dataclass
     class KnownLoaded(Message):
         known: dict[str, list[str]]
 
@@ -163,6 +179,7 @@ class ShellScreen(Screen[None]):
         self.history = sc.History()
         self.known = sc.Known()
         self._asked = 0
+        self._ingests = 0
         self.llm_model: str | None = None
         self._llm_checked = False
 
@@ -244,6 +261,8 @@ class ShellScreen(Screen[None]):
             self._write(line.strip(), cmd)
         elif isinstance(cmd, sc.SetBudget):
             self._set_budget(line.strip(), cmd)
+        elif isinstance(cmd, sc.Ingest):
+            self._start_ingest(line.strip(), cmd)
         elif isinstance(cmd, sc.Help):
             self.action_help()
         elif isinstance(cmd, sc.Clear):
@@ -341,6 +360,51 @@ class ShellScreen(Screen[None]):
             prompt.value = message.line
             prompt.cursor_position = len(message.line)
 
+    # -- ingestion --------------------------------------------------------------------------
+
+    def _start_ingest(self, line: str, cmd: sc.Ingest) -> None:
+        self._ingests += 1
+        view = IngestView(line, self._ingests)
+        self._append(view)
+        self.run_worker(partial(self._ingest, self._ingests, cmd, view), name=f"ingest-{self._ingests}",
+                        group="shell-ingest", thread=True, exit_on_error=False)
+
+    def _ingest(self, number: int, cmd: sc.Ingest, view: IngestView) -> None:
+        """Runs in a thread worker; the engine's progress events go straight to the view."""
+        try:
+            total = self.lens.ingest_total(list(cmd.paths))
+            self.post_message(self.IngestStarted(number, total))
+            summary = self.lens.ingest(list(cmd.paths), wing=cmd.wing, room=cmd.room,
+                                       progress=lambda e: view.post_message(IngestView.Progressed(dict(e))))
+        except MemlensError as exc:
+            self.post_message(self.IngestFailed(number, str(exc)))
+            return
+        self.post_message(self.IngestDone(number, summary))
+
+    def _ingest_view(self, number: int) -> IngestView | None:
+        found = self.query(f"#ingest-{number}")
+        return found.first(IngestView) if found else None
+
+    def on_shell_screen_ingest_started(self, message: IngestStarted) -> None:
+        view = self._ingest_view(message.number)
+        if view is not None:
+            view.start(message.total)
+
+    def on_shell_screen_ingest_done(self, message: IngestDone) -> None:
+        view = self._ingest_view(message.number)
+        if view is not None:
+            view.finish(message.summary)
+        self.load_known()
+        refresh = getattr(self.app, "refresh_store", None)
+        if refresh is not None:
+            refresh(first=False)  # new wings and rooms for the main screen's completion
+
+    def on_shell_screen_ingest_failed(self, message: IngestFailed) -> None:
+        view = self._ingest_view(message.number)
+        if view is not None:
+            view.fail(message.error)
+        self._status(message.error, error=True)
+
     def _set_budget(self, line: str, cmd: sc.SetBudget) -> None:
         if cmd.tokens is None:
             self._note(line, f"the context budget is {self.budget} tokens (:budget N changes it)", done=False)
@@ -353,6 +417,10 @@ class ShellScreen(Screen[None]):
         """A bug in a worker (engine errors are reported by the workers themselves)."""
         if event.state == WorkerState.ERROR and (event.worker.group or "").startswith("shell"):
             error = f"internal error: {event.worker.error!r}"
+            if event.worker.name.startswith("ingest-"):
+                view = self._ingest_view(int(event.worker.name[7:]))
+                if view is not None:
+                    view.fail(error)
             if event.worker.name.startswith("ask-"):
                 exchange = self._exchange(int(event.worker.name[4:]))
                 if exchange is not None:
@@ -360,6 +428,16 @@ class ShellScreen(Screen[None]):
             self._status(error, error=True)
 
     # -- actions ----------------------------------------------------------------------------
+
+    def prefill(self, line: str) -> None:
+        """Put ``line`` in the prompt, cursor at its end (the palette's "Ingest" starts ``:ingest ``)."""
+        if not self.is_mounted:
+            self.call_after_refresh(self.prefill, line)
+            return
+        prompt = self.query_one("#prompt", ShellInput)
+        prompt.value = line
+        prompt.cursor_position = len(line)
+        prompt.focus()
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from .bars import TYPE_STYLE, flag_text
+from .code import location
 
 if TYPE_CHECKING:
     from memlens.trace import Bundle
@@ -52,11 +53,17 @@ class ResultsTable(DataTable):
         for r, where, flags in rows:
             e = r.entry
             style = "dim" if stale else ""
+            title = Text(e.title, style=style, overflow="ellipsis", no_wrap=True)
+            loc = location(e)
+            if loc is not None:  # a code chunk: where it is first, then its symbol (the title after its own location)
+                rest = e.title[len(loc):].strip() if e.title.startswith(loc) else e.title
+                title = Text.assemble((loc, style or "cyan"), (" " + rest if rest else "", style),
+                                      overflow="ellipsis", no_wrap=True)
             self.add_row(
                 Text(str(r.rank), style=style),
                 Text(e.type.value, style=TYPE_STYLE.get(e.type.value, "")),
                 Text(where, style=style or ("cyan" if e.wing == active else "magenta"), overflow="ellipsis", no_wrap=True),
-                Text(e.title, style=style, overflow="ellipsis", no_wrap=True),
+                title,
                 Text(f"{r.score:.3f}", justify="right", style=style),
                 flags,
                 key=e.id,
