@@ -9,8 +9,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import numpy as np
 import pytest
 
-from memlens.errors import ValidationError
 from memlens.attribution import acting_as, client_record
+from memlens.errors import ValidationError
 from memlens.replay import access, freshness, golden, impact, otel, storage
 from memlens.replay.replay import apply_sets, kendall_tau, replay
 from tests.conftest import run_cli, snapshot_store
