@@ -65,8 +65,12 @@ class MemlensApp(App[None]):
         path = str(self.lens.store_path)
         home = str(Path.home())
         path = "~" + path[len(home):] if path.startswith(home + "/") else path
-        self.sub_title = (f"wing {wing} · model {self.model_status} · {path}" + (" · read-only" if self.read_only else "")
-                          + "".join(f" · {text}" for text, _ in self._health_parts()))
+        health = self._health_text()  # before the path, which a narrow header cuts off
+        self.sub_title = (f"wing {wing} · model {self.model_status} · " + (f"{health} · " if health else "") + path
+                          + (" · read-only" if self.read_only else ""))
+
+    def _health_text(self) -> str:
+        return " · ".join(text for text, _ in self._health_parts())
 
     def _health_parts(self) -> list[tuple[str, str]]:
         """``(text, style)`` of the header's golden status and stale count; none when there is nothing to say."""
@@ -83,14 +87,14 @@ class MemlensApp(App[None]):
 
     def format_title(self, title: str, sub_title: str) -> Content:
         """The header: the golden status and the stale count keep their colours (the rest is dim)."""
-        parts = self._health_parts()
-        tail = "".join(f" · {text}" for text, _ in parts)
-        if not parts or not sub_title.endswith(tail):
+        parts, health = self._health_parts(), self._health_text()
+        at = sub_title.find(f" · {health} · ") if health else -1
+        if at < 0:
             return super().format_title(title, sub_title)
-        out = Content.assemble(Content(title), (" — ", "dim"), Content(sub_title[: len(sub_title) - len(tail)]).stylize("dim"))
+        out = Content.assemble(Content(title), (" — ", "dim"), Content(sub_title[:at]).stylize("dim"))
         for text, style in parts:
             out = Content.assemble(out, (" · ", "dim"), (text, style))
-        return out
+        return Content.assemble(out, Content(sub_title[at + len(health) + 3:]).stylize("dim"))
 
     @work(thread=True, exclusive=True, group="health", exit_on_error=False)
     def refresh_health(self) -> None:

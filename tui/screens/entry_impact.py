@@ -74,12 +74,12 @@ class ImpactConfirmScreen(ConfirmScreen):
 
 def access_table(rows: list[dict[str, Any]], now: datetime, width: int = 48) -> Table:
     """The access log, compact: when, client, rank, whether it went into a context, the query."""
-    table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold", expand=False)
+    table = Table(box=None, padding=(0, 1), pad_edge=False, show_edge=False, header_style="bold", expand=False)
     table.add_column("when", width=11, no_wrap=True)
     table.add_column("client", width=8, no_wrap=True, overflow="ellipsis")
     table.add_column("#", width=2, justify="right")
     table.add_column("ctx", width=3)
-    table.add_column("query", no_wrap=True, overflow="ellipsis", max_width=max(10, width - 30))
+    table.add_column("query", no_wrap=True, overflow="ellipsis", max_width=max(10, width - 32))
     for a in rows:
         try:
             when = f"{parse_ts(a['ts']):%m-%d %H:%M}"
