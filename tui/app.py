@@ -14,6 +14,7 @@ from typing import Any
 from textual import work
 from textual.app import App
 from textual.binding import Binding
+from textual.content import Content
 
 from memlens.errors import MemlensError
 
@@ -45,6 +46,8 @@ class MemlensApp(App[None]):
         self._generations: dict[str, int] | None = None
         self.main: MainScreen | None = None
         self._shell: Any = None
+        self.health: dict[str, Any] | None = None
+        """Golden queries' verdicts and the stale vector count (``Lens.health``), shown in the header."""
 
     # -- start-up ---------------------------------------------------------------------------
 
@@ -62,7 +65,49 @@ class MemlensApp(App[None]):
         path = str(self.lens.store_path)
         home = str(Path.home())
         path = "~" + path[len(home):] if path.startswith(home + "/") else path
-        self.sub_title = f"wing {wing} · model {self.model_status} · {path}" + (" · read-only" if self.read_only else "")
+        health = self._health_text()  # before the path, which a narrow header cuts off
+        self.sub_title = (f"wing {wing} · model {self.model_status} · " + (f"{health} · " if health else "") + path
+                          + (" · read-only" if self.read_only else ""))
+
+    def _health_text(self) -> str:
+        return " · ".join(text for text, _ in self._health_parts())
+
+    def _health_parts(self) -> list[tuple[str, str]]:
+        """``(text, style)`` of the header's golden status and stale count; none when there is nothing to say."""
+        h = self.health or {}
+        parts = []
+        g = h.get("golden")
+        if g:
+            total = g["passed"] + g["failed"]
+            text = f"golden {g['passed']}/{total}" + (f" ✗ {g['failed']} failing" if g["failed"] else "")
+            parts.append((text, "bold red" if g["failed"] else "green"))
+        if h.get("stale"):
+            parts.append((f"{h['stale']} stale vector{'s' if h['stale'] != 1 else ''} (memlens reembed)", "bold yellow"))
+        return parts
+
+    def format_title(self, title: str, sub_title: str) -> Content:
+        """The header: the golden status and the stale count keep their colours (the rest is dim)."""
+        parts, health = self._health_parts(), self._health_text()
+        at = sub_title.find(f" · {health} · ") if health else -1
+        if at < 0:
+            return super().format_title(title, sub_title)
+        out = Content.assemble(Content(title), (" — ", "dim"), Content(sub_title[:at]).stylize("dim"))
+        for text, style in parts:
+            out = Content.assemble(out, (" · ", "dim"), (text, style))
+        return Content.assemble(out, Content(sub_title[at + len(health) + 3:]).stylize("dim"))
+
+    @work(thread=True, exclusive=True, group="health", exit_on_error=False)
+    def refresh_health(self) -> None:
+        """Check the golden queries and count stale vectors on an engine thread (at start, after each write)."""
+        try:
+            health = self.lens.health()
+        except MemlensError:
+            return
+        self.call_from_thread(self._apply_health, health)
+
+    def _apply_health(self, health: dict[str, Any]) -> None:
+        self.health = health
+        self._update_title()
 
     @work(thread=True, group="model", exit_on_error=False)
     def load_model(self) -> None:
@@ -75,6 +120,8 @@ class MemlensApp(App[None]):
             self.lens.warm_index()
         except MemlensError:
             pass  # searches fall back to sqlite-vec; nothing is lost
+        if self._running:
+            self.call_from_thread(self.refresh_health)  # golden checks search: once the model and the index are up
         # Everything alive now (widgets, modules, the model, the index) lives as long as the app.
         # Frozen, after one last collection, a full collection no longer walks it: it had cost
         # 40-50 ms and landed in the middle of searches (a 10 ms search showed 100-200 ms).
@@ -133,6 +180,7 @@ class MemlensApp(App[None]):
 
     def _after_demo(self) -> None:
         self._update_title()
+        self.refresh_health()
         self.refresh_store(first=False)
         if self.main is not None:
             self.main.query_one("#query").value = "callbacks blocking"  # type: ignore[attr-defined]
@@ -159,6 +207,8 @@ class MemlensApp(App[None]):
             wings = [w for w in message.wings if w != WATCHED]
             if wings:
                 self.main.mark_stale(message.write, wings)
+        if any(w != WATCHED for w in message.wings):
+            self.refresh_health()  # another process wrote: the golden queries may pass or fail now
 
     # -- navigation used by the screens and the command palette ---------------------------
 

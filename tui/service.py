@@ -252,6 +252,48 @@ class Lens:
 
         return self.call(lambda: ingest(self.mem, paths, wing=wing, room=room, progress=progress))
 
+    # replay: golden queries, access log, freshness, impact previews (memlens.replay; none of them writes)
+
+    def health(self) -> dict[str, Any]:
+        """``{"golden": golden.check(...) or None when there are none, "stale": vectors not made by the store's
+        model from the entry's text now}`` (the golden check runs searches that are not logged)."""
+        from memlens.replay import freshness, golden
+
+        def run() -> dict[str, Any]:
+            checked = golden.check(self.mem) if golden.listing(self.mem) else None
+            return {"golden": checked, "stale": freshness.stale_count(self.mem)}
+
+        return self.call(run)
+
+    def entry_access(self, entry_id: str, limit: int = 50) -> list[dict[str, Any]]:
+        """When the entry was retrieved, newest first: ``{seq, ts, query, client, rank, score, in_context}``."""
+        from memlens.replay.access import entry_access
+
+        return self.call(lambda: entry_access(self.mem, entry_id, limit)["accesses"])
+
+    def stale_hits(self, ids: list[str]) -> set[str]:
+        """The ids among ``ids`` whose vector was not made by the store's model from the entry's text now."""
+        from memlens.replay.freshness import hit_freshness
+
+        return self.call(lambda: {i for i, f in hit_freshness(self.mem, ids).items() if not f["fresh"]})
+
+    def preview(self, entry_id: str, action: str, fields: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What ``update``/``status``/``delete`` of ``entry_id`` would change (``memlens.replay.impact.preview``):
+        golden queries that would fail, recent logged queries whose ranking would change. Nothing is written;
+        an invalid change raises the engine's error, as the write would."""
+        from memlens.replay.impact import preview
+
+        fields = dict(fields or {})
+
+        def change(m: Memory) -> Any:
+            if action == "delete":
+                return m.delete(entry_id)
+            if action == "status":
+                return m.set_status(entry_id, fields["status"])
+            return m.update(entry_id, **fields)
+
+        return self.call(lambda: preview(self.mem, change))
+
     # writes -----------------------------------------------------------------------------------
 
     def add(self, text: str, **fields: Any) -> Entry:

@@ -145,7 +145,7 @@ def retrieval_counts(conn: Any, wing: str | None = None) -> list[dict[str, Any]]
         "   FROM retrieval_log l, json_each(l.hits) h WHERE json_valid(l.hits) GROUP BY 1)"
         " SELECT e.id, e.wing, e.type, e.title, coalesce(s.n, 0), coalesce(h.n, 0) FROM entries e"
         " LEFT JOIN searched s ON s.wing = e.wing LEFT JOIN hit h ON h.entry_id = e.id"
-        " WHERE e.status != 'deprecated' AND e.import_id IS NULL"
+        f" WHERE e.status != 'deprecated' AND {_visible('e')}"
     )
     args: tuple[Any, ...] = ()
     if wing:
@@ -154,6 +154,13 @@ def retrieval_counts(conn: Any, wing: str | None = None) -> list[dict[str, Any]]
     sql += " ORDER BY e.wing, e.rowid"
     return [{"id": i, "wing": w, "type": t, "title": title, "searched": s, "retrieved": h}
             for i, w, t, title, s, h in conn.execute(sql, args)]
+
+
+def _visible(alias: str = "") -> str:
+    """Entries that are published: imported ones keep their ``import_id`` once the import is done."""
+    from memlens.store.staging import visible
+
+    return visible(alias)
 
 
 def entry_states(conn: Any, ids: list[str]) -> dict[str, str]:
@@ -219,7 +226,7 @@ def stale_rows(conn: Any, model: str, wing: str | None = None) -> list[tuple[int
     """``(rowid, id, wing, title, text)`` of every entry whose vector is not the store model's of its text now."""
     from memlens.models import Entry, content_hash
 
-    sql = "SELECT rowid, id, wing, title, text, content_hash, model FROM entries WHERE import_id IS NULL"
+    sql = f"SELECT rowid, id, wing, title, text, content_hash, model FROM entries WHERE {_visible()}"
     args: tuple[Any, ...] = ()
     if wing:
         sql += " AND wing = ?"

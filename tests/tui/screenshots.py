@@ -38,7 +38,7 @@ class Shot:
     what: str
     drive: Callable[[Any], Awaitable[None]]
     needs: str | None = None  # a module that must exist (screens still being built are skipped)
-    store: str = "demo"  # "demo", "empty", "metrics" or "index"
+    store: str = "demo"  # "demo", "empty", "metrics", "index" or "impact"
     llm: str | None = None  # answers from a fake chat model on 127.0.0.1 in this mode (tests/fake_llm.py)
 
 
@@ -147,6 +147,15 @@ async def shell_answer(pilot) -> None:
     await _settle(pilot)
 
 
+async def entry_impact(pilot) -> None:
+    """Deprecating an entry that a golden query expects and the logged searches return: the preview asks first."""
+    await _settle(pilot)
+    pilot.app.open_entry(IMPACT_TARGET)
+    await _settle(pilot)
+    await pilot.press("ctrl+o")
+    await _settle(pilot)
+
+
 async def metrics(pilot) -> None:
     await _settle(pilot)
     pilot.app.open_metrics()
@@ -174,6 +183,8 @@ SHOTS = [
     Shot("metrics", "retrieval latency and cache metrics", metrics, needs="memlens.tui.screens.metrics", store="metrics"),
     Shot("index", "the code index: a small indexed workspace, its last run and the file it skipped", index_screen,
          needs="memlens.tui.screens.index", store="index"),
+    Shot("entry-impact", "the entry editor previewing a deprecation: a golden query would fail, recent queries change",
+         entry_impact, needs="memlens.tui.screens.entry_impact", store="impact"),
     Shot("shell-streaming", "the assistant shell streaming a model's answer (a fake model on 127.0.0.1)", shell_streaming,
          needs="memlens.assist", llm="hold"),
     Shot("shell-answer", "an answer with its citations, one highlighted in the sources sent, an invented id flagged",
@@ -183,6 +194,8 @@ SHOTS = [
 
 # -- stores ----------------------------------------------------------------------------------
 
+IMPACT_QUERIES = ("callbacks blocking executor", "lifecycle node state transitions", "parameters declared at startup")
+IMPACT_TARGET = "lc-arch-001"  # the golden query below expects it (the first query returns it today)
 METRIC_QUERIES = [("callbacks blocking", 1.0), ("lifecycle transitions publish", 1.6),
                   ("callbacks blocking", None), ("publisher QoS depth", 2.4),
                   ("watchdog timers under sim time", 3.1), ("callbacks blocking", None)]  # fmt: skip
@@ -221,7 +234,16 @@ def build_stores(settings, embedder) -> dict[str, Path]:
                                    else {k: round(PINNED_MS.get(k, 0.0) * (factor or 1.0), 3) for k in lat})  # fmt: skip
                 ts = format_ts(FIXED_NOW - timedelta(seconds=47 * (len(rows) - i)))
                 mem.conn.execute("UPDATE audit SET ts = ?, detail = ? WHERE seq = ?", (ts, json.dumps(d), seq))
-    return {"demo": demo, "metrics": with_metrics}
+    impact = WORK / "base" / "impact.db"
+    shutil.copy(demo, impact)
+    with Memory.open(impact, settings=settings, embedder=embedder) as mem:  # logged searches and a golden query
+        from memlens.replay import golden
+
+        for query in IMPACT_QUERIES:
+            mem.search(query, active_wing="lifecore_ros2", k=5, now=FIXED_NOW)
+        golden.add(mem, IMPACT_QUERIES[0], IMPACT_TARGET, active_wing="lifecore_ros2", within=5)
+        _pin_audit(mem)
+    return {"demo": demo, "metrics": with_metrics, "impact": impact}
 
 
 def build_index_store(stores: dict[str, Path], settings, embedder) -> Path:

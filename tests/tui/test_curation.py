@@ -49,6 +49,7 @@ def run(app, body) -> None:
 
 def test_edited_text_is_saved_reembedded_audited_and_invalidates_the_cache(make_app, settings, real_embedder):
     from memlens.tui.screens.entry import EntryScreen
+    from memlens.tui.screens.entry_impact import ImpactConfirmScreen
     from memlens.tui.screens.main import MainScreen
 
     app = make_app()
@@ -66,6 +67,12 @@ def test_edited_text_is_saved_reembedded_audited_and_invalidates_the_cache(make_
         text.move_cursor(text.document.end)
         await pilot.press(*" Also checked in CI.")
         await pilot.press("ctrl+s")
+        await settle(pilot)
+        # the app's own search was logged and the new text moves it: the impact preview asks first
+        modal = pilot.app.screen
+        assert isinstance(modal, ImpactConfirmScreen)
+        assert [q["query"] for q in modal.preview["queries"]] == ["callbacks blocking"]
+        await pilot.press("y")
         await settle(pilot)
         assert isinstance(pilot.app.screen, MainScreen)  # saved, popped, re-ran the query
         t = pilot.app.main.bundle.trace

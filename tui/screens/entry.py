@@ -5,19 +5,22 @@ re-embedded by the engine, which takes a while), and the engine's own
 ValidationError is the only judge of a bad edit: it is shown next to the form
 and nothing is written. After a write the main screen re-runs its query, so
 its trace shows the cache miss caused by exactly this write.
+
+An edit, a status change or a deletion is previewed first (``Lens.preview``: the
+engine runs it in a transaction it rolls back): when a golden query would fail or
+a recently logged query's ranking would change, the screen shows which and asks
+before writing (a deletion always asks). The side panel lists when the entry was
+retrieved (the access log), once it has been.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
-from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -28,18 +31,15 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, Select, Static, TextArea
 from textual.worker import Worker, WorkerState
 
-from memlens.attribution import describe as describe_client
 from memlens.errors import MemlensError
-from memlens.models import KINDS, STATUSES, TYPES, Entry, parse_ts
+from memlens.models import KINDS, STATUSES, TYPES, Entry
 
-from ..widgets.bars import TYPE_STYLE, age, bar
 from ..widgets.code import language, lines_of, location
+from ..widgets.entry_view import audit_history, metadata
 
 INPUTS = ("title", "wing", "room", "key", "overrides", "salience")
 SELECTS = {"kind": KINDS, "type": TYPES, "status": STATUSES}
-STATUS_STYLE = {"active": "green", "under_review": "bold yellow", "deprecated": "bold red"}
-ACTION_STYLE = {"add": "green", "import": "green", "update": "yellow"}
-HIDDEN_DIFF = {"updated_at", "created_at"}
+ACCESS_ROWS = 50  # newest retrievals shown in the access log
 
 
 def form_values(entry: Entry | None, wing: str | None) -> dict[str, str]:
@@ -50,93 +50,6 @@ def form_values(entry: Entry | None, wing: str | None) -> dict[str, str]:
     return {"title": entry.title, "wing": entry.wing, "room": entry.room, "key": entry.key or "",
             "overrides": entry.overrides or "", "salience": f"{entry.salience:g}", "kind": entry.kind.value,
             "type": entry.type.value, "status": entry.status.value, "text": entry.text}
-
-
-def _when(ts: Any, now: datetime) -> str:
-    return f"{parse_ts(ts):%Y-%m-%d %H:%M} · {age(parse_ts(ts), now)} ago"
-
-
-def _short(value: Any, width: int = 34) -> str:
-    text = json.dumps(value) if isinstance(value, dict) else "—" if value in (None, "") else " ".join(str(value).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def changed_span(before: str, after: str, context: int = 16, width: int = 90) -> tuple[str, str]:
-    """The part of a long text that changed, with a little context on each side: a useful diff in a narrow pane."""
-    a, b = " ".join(before.split()), " ".join(after.split())
-    p = len(os.path.commonprefix([a, b]))
-    s = len(os.path.commonprefix([a[p:][::-1], b[p:][::-1]]))
-    lo = max(0, p - context)
-
-    def cut(t: str) -> str:
-        mid = t[lo: len(t) - max(0, s - context)]
-        mid = ("…" if lo else "") + mid + ("…" if s > context else "")
-        return mid if len(mid) <= width else mid[: width - 1] + "…"
-
-    return cut(a), cut(b)
-
-
-def metadata(info: dict[str, Any], now: datetime) -> RenderableType:
-    """Everything about the entry that the form does not edit, plus vector freshness."""
-    e: Entry = info["entry"]
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(width=10, style="bold")
-    grid.add_column(overflow="fold")
-    grid.add_row("id", e.id)
-    grid.add_row("where", f"{e.wing} / {e.room or '—'}")
-    code_at = location(e, full=True)
-    if code_at is not None:
-        grid.add_row("code", Text(code_at, style="cyan"))
-    grid.add_row("kind·type", Text.assemble(e.kind.value, " · ", (e.type.value, TYPE_STYLE.get(e.type.value, ""))))
-    grid.add_row("status", Text(e.status.value, style=STATUS_STYLE.get(e.status.value, "")))
-    grid.add_row("key", e.key or "—")
-    grid.add_row("salience", Text.assemble(bar(e.salience, 1.0, width=12, style="magenta"), f" {e.salience:g}"))
-    grid.add_row("overrides", e.overrides or "—")
-    if info.get("overridden_by"):
-        grid.add_row("hidden by", Text(", ".join(info["overridden_by"]) + " (override)", style="yellow"))
-    grid.add_row("created", _when(e.created_at, now))
-    grid.add_row("updated", _when(e.updated_at or e.created_at, now))
-    grid.add_row("meta", json.dumps(e.meta, ensure_ascii=False, sort_keys=True) if e.meta else "{}")
-    fresh = (Text("fresh ✓", style="green") if info.get("fresh")
-             else Text("stale ✗ text or model changed since embedding", style="bold yellow"))
-    grid.add_row("vector", Text.assemble(f"{(info.get('model') or '?').split('@')[0]} · ", fresh))
-    grid.add_row("hash", f"{(info.get('content_hash') or '')[:16]}…")
-    return grid
-
-
-def audit_history(rows: list[dict[str, Any]], now: datetime) -> RenderableType:
-    """Newest first: seq, when, action, and for updates each changed field before → after."""
-    if not rows:
-        return Text("No audit rows for this entry.", style="dim")
-    parts: list[RenderableType] = []
-    for row in rows:
-        action = row["action"]
-        head = Text.assemble((f"#{row['seq']} ", "bold"), (action, ACTION_STYLE.get(action, "")), "  ",
-                             (_when(row["ts"], now), "dim"))
-        if parts:
-            parts.append(Text(""))
-        parts.append(head)
-        client = describe_client((row.get("detail") or {}).get("client"))
-        if client:  # written by an agent through the MCP server (or another attributed client)
-            parts.append(Text.assemble(("  by ", "dim"), (client, "cyan")))
-        before, after = row.get("before") or {}, row.get("after") or {}
-        if action == "update":
-            changed = [k for k in after if k not in HIDDEN_DIFF and before.get(k) != after.get(k)]
-            for k in changed:
-                old, new = before.get(k), after.get(k)
-                if isinstance(old, str) and isinstance(new, str) and max(len(old), len(new)) > 30:
-                    old, new = changed_span(old, new)
-                    parts.append(Text.assemble(f"  {k}: ", ("− " + old, "red")))
-                    parts.append(Text.assemble(" " * (len(k) + 4), ("+ " + new, "green")))
-                else:
-                    parts.append(Text.assemble(f"  {k}: ", (_short(old), "red"), " → ", (_short(new), "green")))
-            if not changed:
-                parts.append(Text("  no field changed", style="dim"))
-            if (row.get("detail") or {}).get("reembedded"):
-                parts.append(Text("  ↻ re-embedded: the text the model sees changed", style="cyan"))
-        elif action in ("add", "import"):
-            parts.append(Text(f"  created in {after.get('wing')} as {after.get('type')} ({after.get('status')})", style="dim"))
-    return Group(*parts)
 
 
 def field(label: str, widget: Any, classes: str = "field") -> Vertical:
@@ -171,6 +84,11 @@ class EntryScreen(Screen[None]):
     EntryScreen #entry-meta-box {
         height: auto; max-height: 19; border: round $primary-darken-1; border-title-color: $text-muted; padding: 0 1;
     }
+    EntryScreen #entry-access-box {
+        height: auto; max-height: 10; border: round $primary-darken-1; border-title-color: $text-muted; padding: 0 1;
+        display: none;
+    }
+    EntryScreen.accessed #entry-access-box { display: block; }
     EntryScreen #entry-audit-box { height: 1fr; border: round $primary-darken-1; border-title-color: $text-muted; padding: 0 1; }
     EntryScreen .row { height: 4; }
     EntryScreen .field { width: 1fr; height: 4; margin-right: 1; }
@@ -189,6 +107,14 @@ class EntryScreen(Screen[None]):
     class Loaded(Message):
         info: dict[str, Any]
         audit: list[dict[str, Any]]
+        access: list[dict[str, Any]] | None = None
+
+    @dataclass
+    class Previewed(Message):
+        action: str
+        fields: dict[str, Any]
+        preview: dict[str, Any] | None
+        error: str = ""
 
     @dataclass
     class Written(Message):
@@ -236,6 +162,9 @@ class EntryScreen(Screen[None]):
                 with VerticalScroll(id="entry-meta-box") as box:
                     box.border_title = "Metadata"
                     yield Static(id="entry-meta")
+                with VerticalScroll(id="entry-access-box") as box:
+                    box.border_title = "Retrieved · newest first"
+                    yield Static(id="entry-access")
                 with VerticalScroll(id="entry-audit-box") as box:
                     box.border_title = "Audit history"
                     yield Static(id="entry-audit")
@@ -262,7 +191,8 @@ class EntryScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="entry-load", exit_on_error=False)
     def _load(self, entry_id: str) -> None:
         try:
-            self.post_message(self.Loaded(self.lens.entry_info(entry_id), self.lens.audit(entry_id)))
+            self.post_message(self.Loaded(self.lens.entry_info(entry_id), self.lens.audit(entry_id),
+                                          self.lens.entry_access(entry_id, ACCESS_ROWS)))
         except MemlensError as exc:
             self.post_message(self.Refused(str(exc)))
 
@@ -274,6 +204,7 @@ class EntryScreen(Screen[None]):
         now = self.lens.now()
         self.query_one("#entry-meta", Static).update(metadata(message.info, now))
         self.query_one("#entry-audit", Static).update(audit_history(message.audit, now))
+        self._show_access(message.access or [], now)
         self.query_one("#f-text", TextArea).focus()
 
     def _code_preview(self, entry: Entry) -> None:
@@ -359,20 +290,89 @@ class EntryScreen(Screen[None]):
     def action_delete(self) -> None:
         if self.entry_id is None or self.entry is None or self._busy:
             return
-        from .confirm import ConfirmScreen
-
-        body = (f"{self.entry.title}\n{self.entry.wing}/{self.entry.room or '—'} · {self.entry.type.value}\n\n"
-                "The entry and its vector are removed; the audit keeps its last version.")
-        self.app.push_screen(ConfirmScreen(f"Delete {self.entry_id}?", body, yes="Delete", no="Keep"), self._delete_answer)
+        self._begin_preview("delete", {})
 
     def _delete_answer(self, yes: bool | None) -> None:
         if yes:
-            self._start("delete", {})
+            self._write_now("delete", {})
+        else:
+            self._busy = False
 
     def _start(self, action: str, fields: dict[str, str]) -> None:
+        if action in ("update", "status"):
+            self._begin_preview(action, fields)
+            return
+        self._write_now(action, fields)
+
+    def _write_now(self, action: str, fields: dict[str, Any]) -> None:
         self._busy = True
         self._error("saving… (a new text is re-embedded)" if action != "delete" else "deleting…", "pending")
         self._write(action, fields)
+
+    # -- impact preview: what the write would change, shown before it is made ----------------------
+
+    def _begin_preview(self, action: str, fields: dict[str, Any]) -> None:
+        self._busy = True
+        self._error("previewing the change against the golden and recent queries… (nothing is written)", "pending")
+        self._preview(action, fields)
+
+    @work(thread=True, exclusive=True, group="entry-preview", exit_on_error=False)
+    def _preview(self, action: str, fields: dict[str, Any]) -> None:
+        try:
+            p = self.lens.preview(self.entry_id, action, fields)
+        except MemlensError as exc:
+            if action == "delete":  # the delete itself will say what is wrong, after the question
+                self.post_message(self.Previewed(action, fields, None, str(exc)))
+            else:
+                self.post_message(self.Refused(str(exc)))  # the write would be refused the same way
+            return
+        except Exception as exc:  # noqa: BLE001 - a preview that cannot run (a locked store) must not block the write
+            self.post_message(self.Previewed(action, fields, None, f"{type(exc).__name__}: {exc}"))
+            return
+        self.post_message(self.Previewed(action, fields, p))
+
+    def on_entry_screen_previewed(self, message: Previewed) -> None:
+        from .confirm import ConfirmScreen
+        from .entry_impact import ImpactConfirmScreen, checked_anything, has_impact
+
+        self._error("", "")
+        p, action, fields = message.preview, message.action, message.fields
+        e = self.entry
+        if action == "delete" and e is not None:
+            title, yes, no = f"Delete {self.entry_id}?", "Delete", "Keep"
+            body = (f"{e.title}\n{e.wing}/{e.room or '—'} · {e.type.value}\n\n"
+                    "The entry and its vector are removed; the audit keeps its last version.")
+        elif action == "status":
+            title, yes, no, body = f"Make {self.entry_id} {fields['status']}?", "Write", "Cancel", ""
+        else:
+            title, yes, no = f"Save the edits to {self.entry_id}?", "Save", "Keep editing"
+            body = f"Changed: {', '.join(sorted(fields))}"
+        if message.error:
+            body = (body + "\n\n" if body else "") + f"(no impact preview: {message.error})"
+        answer = partial(self._preview_answer, action, fields)
+        if has_impact(p) or (action == "delete" and checked_anything(p)):
+            self.app.push_screen(ImpactConfirmScreen(title, body, p, yes=yes, no=no), answer)  # type: ignore[arg-type]
+        elif action == "delete" or message.error:
+            self.app.push_screen(ConfirmScreen(title, body, yes=yes, no=no), answer)
+        else:  # no golden query fails, no recent ranking changes: nothing to ask
+            self._write_now(action, fields)
+
+    def _preview_answer(self, action: str, fields: dict[str, Any], yes: bool | None) -> None:
+        if yes:
+            self._write_now(action, fields)
+            return
+        self._busy = False
+        if action != "delete":
+            self._error("cancelled: nothing written", "muted")
+
+    def _show_access(self, rows: list[dict[str, Any]], now: datetime) -> None:
+        from .entry_impact import access_table
+
+        self.set_class(bool(rows), "accessed")
+        box = self.query_one("#entry-access-box")
+        box.border_title = (f"Retrieved {len(rows)}{'+' if len(rows) >= ACCESS_ROWS else ''} times · newest first"
+                            if rows else "Retrieved · newest first")
+        self.query_one("#entry-access", Static).update(access_table(rows, now) if rows else "")
 
     @work(thread=True, exclusive=True, group="entry-write", exit_on_error=False)
     def _write(self, action: str, fields: dict[str, Any]) -> None:
@@ -406,6 +406,9 @@ class EntryScreen(Screen[None]):
                 "status": f"{e.id} is now {e.status.value}"}.get(message.action, f"Saved {e.id}")
         self.notify(what + (" (re-embedded)" if message.reembedded and message.action != "delete" else ""), title="Entry")
         self.dismiss(None)
+        refresh_health = getattr(self.app, "refresh_health", None)
+        if refresh_health is not None:
+            refresh_health()  # the header's golden status after this write
         main = getattr(self.app, "main", None)
         if main is not None:
             main.action_rerun()

@@ -36,10 +36,18 @@ class ResultsTable(DataTable):
 
     def on_resize(self) -> None:
         if getattr(self, "_bundle", None) is not None:
-            self.show(*self._bundle, keep_cursor=True)
+            self.show(*self._bundle, keep_cursor=True)  # the stale vectors shown stay as they were
 
-    def show(self, bundle: Bundle, stale: bool = False, keep_cursor: bool = False) -> None:
-        """Rows keyed by entry id; the active wing is implied (room only), other wings are spelled out."""
+    def show(self, bundle: Bundle, stale: bool = False, keep_cursor: bool = False,
+             stale_vectors: frozenset[str] | None = None) -> None:
+        """Rows keyed by entry id; the active wing is implied (room only), other wings are spelled out.
+
+        ``stale_vectors``: results whose vector is not the store model's embedding of the entry's text now
+        (flagged ``⟳vec``: their relevance is not what the current text would score).
+        """
+        if stale_vectors is None:
+            stale_vectors = getattr(self, "_stale_vectors", frozenset())
+        self._stale_vectors = stale_vectors
         self._bundle = (bundle, stale)
         row = self.cursor_row
         active = bundle.trace.active_wing
@@ -47,7 +55,11 @@ class ResultsTable(DataTable):
         for r in bundle.results:
             e = r.entry
             where = (e.room or "—") if e.wing == active else (f"{e.wing}/{e.room}" if e.room else e.wing)
-            rows.append((r, where, flag_text([f for f in r.flags if f != "active_wing"], short=True)))
+            flags = flag_text([f for f in r.flags if f != "active_wing"], short=True)
+            if e.id in stale_vectors:
+                flags.append(" " if flags else "")
+                flags.append("⟳vec", "bold yellow")
+            rows.append((r, where, flags))
         self.clear(columns=True)
         self._columns(min(22, max([5] + [len(w) for _, w, _ in rows])), min(20, max([5] + [f.cell_len for _, _, f in rows])))
         for r, where, flags in rows:
