@@ -4,7 +4,7 @@ The corpus is the Markdown long description of installed distributions (their
 ``*.dist-info/METADATA`` body), text nobody on this project wrote. Only the
 questions, the qrels and a manifest (path under site-packages and sha256 of each
 METADATA file) are kept in the repository; ``build`` writes the documents as
-``<dist>.md`` files plus a BEIR ``corpus.jsonl`` (one record per section) into a
+``docs/<dist>.md`` files plus a BEIR ``corpus.jsonl`` (one record per section) into a
 folder of the caller's choosing. A missing or changed source file stops the
 build with one line saying which.
 
@@ -88,8 +88,8 @@ def long_description(data: bytes) -> str:
 
 
 def build(out: Path) -> dict[str, list[Section]]:
-    """Write ``<dist>.md`` for every manifest source and ``corpus.jsonl`` into ``out``; the sections per document."""
-    out.mkdir(parents=True, exist_ok=True)
+    """Write ``docs/<dist>.md`` for every manifest source and ``corpus.jsonl`` into ``out``; the sections per document."""
+    (out / "docs").mkdir(parents=True, exist_ok=True)
     docs: dict[str, list[Section]] = {}
     with (out / "corpus.jsonl").open("w", encoding="utf-8") as corpus:
         for src in manifest():
@@ -102,7 +102,7 @@ def build(out: Path) -> dict[str, list[Section]]:
                 raise CorpusMismatch(f"chunking_qa: {src['path']} changed (sha256 {digest[:12]}…, "
                                      f"expected {src['sha256'][:12]}…); the questions may no longer match it")
             text = long_description(data)
-            (out / f"{src['doc']}.md").write_text(text, encoding="utf-8")
+            (out / "docs" / f"{src['doc']}.md").write_text(text, encoding="utf-8")
             lines = text.split("\n")
             docs[src["doc"]] = secs = sections(src["doc"], text)
             for s in secs:
