@@ -71,6 +71,7 @@ def _score(mem: Any, queries: list[dict[str, Any]], qrels: dict[str, dict[str, f
             sec_ranked.append(target if target in cov else (cov[0] if cov else f"{d}::?"))
         per_doc.append(rank_metrics(doc_ranked, {doc: 1.0}))
         per_sec.append({"id": q["_id"], **rank_metrics(sec_ranked, {target: 1.0})})
+
     def mean(rows: list[dict[str, Any]]) -> dict[str, float]:  # nDCG is meaningless here: a unit repeats in a list
         return {m: v for m, v in mean_metrics(rows).items() if m != "ndcg@10"}
 
