@@ -86,6 +86,22 @@ def _dcg(gains: list[float]) -> float:
     return sum((2**g - 1) / math.log2(i + 2) for i, g in enumerate(gains))
 
 
+METRICS = tuple(f"recall@{c}" for c in CUTOFFS) + ("mrr@10", "ndcg@10")
+
+
+def rank_metrics(ranked: list[str], rel: dict[str, float]) -> dict[str, float]:
+    """Recall at each cutoff, MRR@10 and nDCG@10 of one ranked list of ids against its graded relevant ids."""
+    row = {f"recall@{c}": len(set(ranked[:c]) & set(rel)) / len(rel) for c in CUTOFFS}
+    row["mrr@10"] = next((1 / (i + 1) for i, d in enumerate(ranked[:10]) if d in rel), 0.0)
+    ideal = _dcg(sorted(rel.values(), reverse=True)[:10])
+    row["ndcg@10"] = _dcg([rel.get(d, 0.0) for d in ranked[:10]]) / ideal if ideal else 0.0
+    return row
+
+
+def mean_metrics(per_query: list[dict[str, Any]]) -> dict[str, float]:
+    return {m: round(sum(r[m] for r in per_query) / len(per_query), 4) for m in METRICS}
+
+
 def evaluate(mem: Memory, queries: list[dict[str, Any]], qrels: dict[str, dict[str, float]], *, profile: str = "memory",
              active_wing: str | None = None, wings: list[str] | None = None, k: int = 10) -> dict[str, Any]:
     per_query = []
@@ -99,17 +115,9 @@ def evaluate(mem: Memory, queries: list[dict[str, Any]], qrels: dict[str, dict[s
         except MemlensError as exc:
             raise MemlensError(f"query {str(q['_id'])[:40]!r}: {exc}") from None
         ranked = [r.entry.id for r in b.results][:k]
-        row: dict[str, Any] = {"id": q["_id"], "retrieved": ranked}
-        for c in CUTOFFS:
-            row[f"recall@{c}"] = len(set(ranked[:c]) & set(rel)) / len(rel)
-        rr = next((1 / (i + 1) for i, d in enumerate(ranked[:10]) if d in rel), 0.0)
-        row["mrr@10"] = rr
-        ideal = _dcg(sorted(rel.values(), reverse=True)[:10])
-        row["ndcg@10"] = _dcg([rel.get(d, 0.0) for d in ranked[:10]]) / ideal if ideal else 0.0
-        per_query.append(row)
+        per_query.append({"id": q["_id"], "retrieved": ranked, **rank_metrics(ranked, rel)})
     if not per_query:
         raise MemlensError("no query has a relevant document in the qrels; check the ids")
-    metrics = [f"recall@{c}" for c in CUTOFFS] + ["mrr@10", "ndcg@10"]
-    summary = {m: round(sum(r[m] for r in per_query) / len(per_query), 4) for m in metrics}
+    summary = mean_metrics(per_query)
     return {"profile": profile, "queries": len(per_query), "skipped": len(queries) - len(per_query), **summary,
             "per_query": per_query}

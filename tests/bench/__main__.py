@@ -1,7 +1,7 @@
 """``python -m tests.bench [--quick] [--only NAME]`` (``make bench`` runs it without flags).
 
 Runs the suites in order: ``foundation``, ``retrieval``, ``tasks``, ``tui``, ``limits``, ``mcp``, ``imports``,
-``integrity``, ``conflicts``, ``web``, ``ask``, ``postgres``, ``ingest``, ``replay``, ``pipeline_cost``. NAME
+``integrity``, ``conflicts``, ``web``, ``ask``, ``postgres``, ``ingest``, ``replay``, ``pipeline_cost``, ``chunking``. NAME
 is one suite or one part of the foundation suite (``foundation.search``,
 ``foundation.embed``, ``foundation.import``, ``foundation.cold``). Only a full
 run of a whole suite writes ``tests/bench/results/<suite>.json`` and its table in
@@ -32,6 +32,7 @@ SUITES = (
     "ingest",
     "replay",
     "pipeline_cost",
+    "chunking",
 )
 
 
