@@ -42,6 +42,18 @@ def set_default_client(name: str) -> None:
 
 
 @contextmanager
+def default_client(name: str) -> Iterator[None]:
+    """``set_default_client(name)`` for a block; the previous name comes back after it (a CLI run called in-process
+    must not relabel the retrievals of the program that called it)."""
+    before = _default_client["name"]
+    _default_client["name"] = name
+    try:
+        yield
+    finally:
+        _default_client["name"] = before
+
+
+@contextmanager
 def request(**args: Any) -> Iterator[None]:
     """The arguments of the search running inside, as the caller passed them (what a replay runs again)."""
     token = _request.set({k: v for k, v in args.items() if v is not None})
