@@ -65,6 +65,16 @@ def test_search_policy_and_trace(backend_mem):
     assert mem.explain("deploy script release branch", note.id, active_wing="ops")
 
 
+def test_context_is_the_same_text_on_both_backends(backend_mem):
+    """`memlens context` / the MCP context tool: working memory then the budgeted memory, on either store."""
+    mem = backend_mem
+    inv = mem.add("Never force-push to the main branch", wing="ops", type="invariant")
+    note = mem.add("The deploy script lives in tools/deploy.sh", wing="ops")
+    text = mem.context("deploy script", active_wing="ops", budget=500)
+    assert inv.id in text and note.id in text
+    assert "Relevant code" not in text  # no code index in this store
+
+
 def test_working_memory(backend_mem):
     tasks = backend_mem.tasks
     tasks.complete("t-1", "ship the copy command", validation_report={"tests": "green"})
