@@ -1,6 +1,5 @@
 """Retrieval on real stores: multi-wing retrieval, weighted scoring, cache, metrics, rerank."""
 
-import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -182,10 +181,13 @@ def test_cache_ttl_and_disable(demo_store, tmp_path, real_embedder):
 
     path = tmp_path / "d.db"
     shutil.copy(demo_store, path)
+    now = [1000.0]  # a fake clock: a loaded machine must not make the entry expire early
     with open_with(path, real_embedder, cache={"ttl_seconds": 0.2}) as mem:
+        mem.cache.clock = lambda: now[0]
         mem.search("executor", active_wing="ros2")
+        now[0] += 0.1
         assert mem.search("executor", active_wing="ros2").trace.cache_hit
-        time.sleep(0.3)
+        now[0] += 0.3
         b = mem.search("executor", active_wing="ros2")
         assert not b.trace.cache_hit and b.trace.cache.invalidated_by["reason"] == "ttl"
     with open_with(path, real_embedder, cache={"enabled": False}) as mem:

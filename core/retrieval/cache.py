@@ -36,8 +36,9 @@ class _Item:
 
 
 class RetrievalCache:
-    def __init__(self, ttl_seconds: float, max_entries: int = 512) -> None:
+    def __init__(self, ttl_seconds: float, max_entries: int = 512, clock: Any = time.monotonic) -> None:
         self.ttl = ttl_seconds
+        self.clock = clock  # seconds, monotonic; tests pass a fake clock
         self.max_entries = max_entries
         self._items: OrderedDict[str, _Item] = OrderedDict()
         self._lock = threading.Lock()
@@ -49,7 +50,7 @@ class RetrievalCache:
             item = self._items.get(key)
             if item is None:
                 return None, info
-            age = time.monotonic() - item.stored_at
+            age = self.clock() - item.stored_at
             info.age_s = round(age, 3)
             if age > self.ttl:
                 del self._items[key]
@@ -65,7 +66,7 @@ class RetrievalCache:
 
     def put(self, key: str, bundle: Bundle, generations: dict[str, int]) -> None:
         with self._lock:
-            self._items[key] = _Item(bundle, time.monotonic(), dict(generations))
+            self._items[key] = _Item(bundle, self.clock(), dict(generations))
             self._items.move_to_end(key)
             while len(self._items) > self.max_entries:
                 self._items.popitem(last=False)
