@@ -14,7 +14,6 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,20 +25,17 @@ from memlens.errors import MemlensError, NotFoundError, StoreError, ValidationEr
 from memlens.limits import MAX_LIST, check_int, entry_text_limit
 from memlens.models import EDITABLE_FIELDS, Entry, Status, utcnow
 from memlens.store import writes
-from memlens.store.newstore import removed_on_failure
+from memlens.store.newstore import store_target
 from memlens.store.postgres.connect import is_uri
-from memlens.store.rows import COLUMN_LIST, row_to_entry, vec_blob
+from memlens.store.rows import row_to_entry
 from memlens.store.sqlite import SqliteStore
-from memlens.store.writes import describe_validation
 
 if TYPE_CHECKING:
     from memlens.embed import Embedder
     from memlens.store.base import Store
     from memlens.trace import Bundle
 
-# the one row mapping lives in memlens.store.rows; these names stay importable from here
-_COLUMNS = COLUMN_LIST
-__all__ = ["Memory", "_COLUMNS", "describe_validation", "open_for_write", "row_to_entry", "vec_blob"]
+__all__ = ["Memory"]
 
 
 class Memory:
@@ -240,14 +236,6 @@ class Memory:
         """Vectors for entries: reuse a stored vector of identical text, embed the rest in one batch."""
         return writes.vectors_for(self.store, self.embed, entries)
 
-    # kept for callers (tests) that stage rows by hand: the validation and insert of memlens.store
-    _validate = staticmethod(writes.validate_entry)
-
-    def _insert(self, conn: Any, entry: Entry, vec: np.ndarray | bytes, import_id: int | None = None) -> int:
-        from memlens.store.writer import SqliteWriter
-
-        return SqliteWriter(conn, self.model_id).insert(entry, vec, import_id=import_id)
-
     # -- bulk --------------------------------------------------------------------------------
 
     def import_jsonl(self, source: str | Path, *, batch_size: int = 256, progress: Any = None) -> dict[str, Any]:
@@ -355,8 +343,9 @@ class Memory:
         if audit.level != "reads":
             return
         from memlens.replay import storage as replay_log
+        from memlens.trace import retrieval_metrics
 
-        self.store.log_retrieval(bundle.trace.active_wing, _retrieval_metrics(bundle), max_rows=audit.retrieval_max_rows,
+        self.store.log_retrieval(bundle.trace.active_wing, retrieval_metrics(bundle), max_rows=audit.retrieval_max_rows,
                                  max_age_days=audit.retrieval_max_age_days,
                                  record=lambda conn, seq: replay_log.record(conn, seq, bundle))  # what replay needs
 
@@ -402,51 +391,8 @@ class Memory:
         return self.store.read_only()
 
 
-
-def store_target(store: str | Path | None, settings: Settings) -> Path | str:
-    """What ``store`` names: a ``postgresql://`` URI as it is, else a file path (default: the settings')."""
-    target = store if store is not None else settings.store_path()
-    return target if is_uri(target) else Path(target).expanduser()
-
-
-@contextmanager
-def open_for_write(store: str | Path | None, *, pooled: bool | None = None) -> Iterator[Memory]:
-    """``Memory.open(store)``, creating a missing store; a new SQLite file is removed again if the block fails
-    (a PostgreSQL store is created in its database, which stays)."""
-    settings = load_settings()
-    target = store_target(store, settings)
-    if isinstance(target, str):
-        with Memory.open(target, settings=settings, create=True, pooled=pooled) as mem:
-            yield mem
-        return
-    with removed_on_failure(target), Memory.open(target, settings=settings, create=True) as mem:
-        yield mem
-
 def _alive(ref: weakref.ref[Memory]) -> Memory:
     mem = ref()
     if mem is None:
         raise StoreError("the Memory that opened this store is gone; open it again")
     return mem
-
-
-def _retrieval_metrics(bundle: Bundle) -> dict[str, Any]:
-    """What the audit keeps of one retrieval (the query itself shortened, and hashed for grouping)."""
-    import hashlib
-
-    t = bundle.trace
-    return {
-        "query_hash": hashlib.sha256(t.query.encode()).hexdigest()[:16],
-        "query": t.query[:200],
-        "user": t.user,
-        "active_wing": t.active_wing,
-        "profile": t.profile,
-        "cache_hit": t.cache_hit,
-        "latency_ms": t.latency_ms,
-        "wings_searched": t.wings_searched,
-        "results_per_wing": t.results_per_wing,
-        "counts": t.counts,
-        "total_count": len(bundle.results),
-        "result_ids": [r.entry.id for r in bundle.results],
-        "dropped": len(t.dropped),
-        "degraded": bool(t.degraded),
-    }

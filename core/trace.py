@@ -10,6 +10,7 @@ Drop stages: ``status``, ``scope``, ``profile``, ``candidates``, ``threshold``,
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -159,3 +160,24 @@ class Bundle(BaseModel):
     def to_dict(self) -> dict[str, Any]:
         """Exactly the ``search --json`` object, a stable contract: ``results`` and ``trace``."""
         return {"results": [r.to_dict() for r in self.results], "trace": self.trace.model_dump(mode="json")}
+
+
+def retrieval_metrics(bundle: Bundle) -> dict[str, Any]:
+    """What the audit keeps of one retrieval (the query itself shortened, and hashed for grouping)."""
+    t = bundle.trace
+    return {
+        "query_hash": hashlib.sha256(t.query.encode()).hexdigest()[:16],
+        "query": t.query[:200],
+        "user": t.user,
+        "active_wing": t.active_wing,
+        "profile": t.profile,
+        "cache_hit": t.cache_hit,
+        "latency_ms": t.latency_ms,
+        "wings_searched": t.wings_searched,
+        "results_per_wing": t.results_per_wing,
+        "counts": t.counts,
+        "total_count": len(bundle.results),
+        "result_ids": [r.entry.id for r in bundle.results],
+        "dropped": len(t.dropped),
+        "degraded": bool(t.degraded),
+    }

@@ -16,6 +16,8 @@ from memlens import Memory
 from memlens.embed import HashEmbedder
 from memlens.errors import MemlensError, NotFoundError, ValidationError
 from memlens.store import db, staging
+from memlens.store.writer import SqliteWriter
+from memlens.store.writes import validate_entry
 
 from .conftest import snapshot_store
 
@@ -178,8 +180,8 @@ def test_a_dead_importers_rows_are_swept_but_a_live_ones_are_not(store_path, set
             conn.execute("UPDATE imports SET heartbeat = '0' WHERE id = ?", (ids[0],))  # silent for decades
         for imp in ids:
             with db.transaction(conn, store_path):
-                mem._insert(conn, mem._validate({"id": f"s{imp}", "wing": "w", "text": "staged"}),
-                            np.ones(384, dtype=np.float32) / np.sqrt(384), imp)
+                entry = validate_entry({"id": f"s{imp}", "wing": "w", "text": "staged"})
+                SqliteWriter(conn, mem.model_id).insert(entry, np.ones(384, dtype=np.float32) / np.sqrt(384), import_id=imp)
         assert mem.count() == 0
         assert staging.sweep(conn, store_path) == 2  # the silent one and the unreadable owner; ours is alive
         left = conn.execute("SELECT id FROM entries").fetchall()

@@ -65,7 +65,7 @@ def code_mem(tmp_path_factory, settings, real_embedder):
 
 
 def test_queries_find_the_right_module(code_mem):
-    from memlens.memory import vec_blob
+    from memlens.store.rows import vec_blob
 
     mem, _, queries = code_mem
     assert len(queries) >= 8

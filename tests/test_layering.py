@@ -57,7 +57,7 @@ SUBPACKAGE_LAYER = {
     "cli": 4,
     "tui": 4,
 }
-FACADE = {"memory", "stats", "demo", "browse"}
+FACADE = {"memory", "stores", "stats", "demo", "browse"}
 LAYER_NAMES = {0: "foundation", 1: "store", 2: "engine", 3: "facade", 4: "front end"}
 FRONT_ENDS = ("memlens.cli", "memlens.mcp", "memlens.tui")
 UI_TOOLKITS = ("textual", "rich")

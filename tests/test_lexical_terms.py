@@ -106,7 +106,7 @@ def test_terms_in_most_entries_are_left_out_of_a_big_store(settings, monkeypatch
 
 
 def test_term_counts_on_sqlite(mem):
-    from memlens.store.reads import reads_of
+    from memlens.store.sqlite_reads import reads_of
 
     for i in range(5):
         mem.add(f"alpha entry {i}", wing="w", title="beta" if i < 2 else "")
@@ -115,7 +115,7 @@ def test_term_counts_on_sqlite(mem):
 
 
 def _lexical_sql(mem, scope):
-    from memlens.store.reads import reads_of
+    from memlens.store.sqlite_reads import reads_of
 
     seen: list[str] = []
     mem.conn.set_trace_callback(seen.append)

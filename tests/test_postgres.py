@@ -19,7 +19,8 @@ import pytest
 
 from memlens.errors import StoreError, ValidationError
 from memlens.models import Entry
-from memlens.store.reads import Scope, reads_of
+from memlens.store.reads import Scope
+from memlens.store.sqlite_reads import reads_of
 from tests.conftest import REPO
 
 pytest.importorskip("psycopg")  # dev installs it (pyproject); a bare install without [postgres] has no backend

@@ -13,7 +13,8 @@ from memlens.limits import MAX_QUERY_TERMS
 from memlens.profiles import Profile
 from memlens.retrieval import candidates, hooks, pipeline, stages
 from memlens.retrieval.run import Run
-from memlens.store.reads import MemoryReads, Reads, Scope
+from memlens.store.reads import Reads, Scope
+from memlens.store.sqlite_reads import MemoryReads
 from memlens.trace import STAGES
 
 from .fake_store import FakeEngine, FakeStore

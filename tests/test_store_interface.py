@@ -88,7 +88,8 @@ def test_a_failed_write_leaves_nothing(tmp_path, hash_embedder):
 @pytest.mark.parametrize("index", ["sqlite-vec", "memory"])
 def test_the_store_reads_like_the_memory_adapter(mem, index):
     """``SqliteStore`` is a ``Reads`` of its own: it answers the pipeline's reads as the adapter over ``Memory`` does."""
-    from memlens.store.reads import MemoryReads, Scope
+    from memlens.store.reads import Scope
+    from memlens.store.sqlite_reads import MemoryReads
 
     before = mem.settings.search.vector_index
     mem.settings.search.vector_index = index

@@ -268,7 +268,7 @@ def _opener(store: str | Path | None, **kwargs: Any) -> tuple[Path | str, Any]:
     """The store's name now (for the header: a file path, or a ``postgresql://`` URI without its password)
     and a function that opens it (on an engine thread; a PostgreSQL store with a connection pool)."""
     from memlens.config import load_settings
-    from memlens.memory import store_target
+    from memlens.store.newstore import store_target
     from memlens.store.postgres.connect import is_uri, label
 
     settings = kwargs.pop("settings", None) or load_settings()

@@ -18,7 +18,7 @@ def open_store(args: argparse.Namespace, *, create: bool = False) -> Any:
     from memlens.memory import Memory
 
     if create:  # a store this command creates goes again if the command fails (see memlens.store.newstore)
-        from memlens.memory import open_for_write
+        from memlens.stores import open_for_write
 
         return open_for_write(args.store)
     return Memory.open(args.store, create=False)

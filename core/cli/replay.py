@@ -198,8 +198,8 @@ def cmd_access(args: argparse.Namespace) -> int:
 
 
 def cmd_reembed(args: argparse.Namespace) -> int:
-    from memlens.memory import open_for_write
     from memlens.replay.freshness import reembed
+    from memlens.stores import open_for_write
 
     interactive = sys.stderr.isatty()
 

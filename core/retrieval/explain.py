@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memlens.retrieval.terms import drop_common, lexical_terms
-from memlens.store.reads import reads_of
+from memlens.store.sqlite_reads import reads_of
 from memlens.store.vectors import clean
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from memlens.retrieval.cache import cache_key
 from memlens.retrieval.hooks import hooks_for
 from memlens.retrieval.plan import Plan
 from memlens.retrieval.run import Run
-from memlens.store.reads import reads_of
+from memlens.store.sqlite_reads import reads_of
 from memlens.trace import STAGES, Bundle, Result, Trace
 
 FUSION = "minmax-weighted-sum/v1"

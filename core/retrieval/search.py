@@ -15,7 +15,8 @@ from typing import Any
 
 from memlens.retrieval.pipeline import FUSION, search
 from memlens.retrieval.plan import Plan, resolve_scope
-from memlens.store.reads import fts_query, query_terms, reads_of
+from memlens.store.reads import fts_query, query_terms
+from memlens.store.sqlite_reads import reads_of
 from memlens.trace import Bundle, Components, Result, Trace
 
 __all__ = ["search", "check", "Bundle", "Result", "Trace", "Components", "FUSION", "fts_query", "query_terms",

@@ -1,7 +1,7 @@
 """Storage: one SQLite file (sqlite-vec vectors, FTS5 text) behind the interface in ``base``.
 
 - ``base``: the interface (``Store`` = ``Reads`` + ``Writes``; ``Writer``, one write transaction; ``TaskRows``)
-- ``reads``: the read half (what the retrieval pipeline asks) and its SQLite answer
+- ``reads``: the read half (what the retrieval pipeline asks); ``sqlite_reads``: its SQLite answer
 - ``sqlite``: ``SqliteStore``, the write half (connections, meta, audit, retrieval log, generations)
 - ``writer``: ``SqliteWriter``, what one write transaction does (entry rows, vectors, audit, generation bumps)
 - ``rows``: the one mapping between an entry row and an ``Entry``, and checks of stored rows
@@ -11,6 +11,7 @@
 - ``task_rows``: the working-memory tables; ``distinct``: cached wings and rooms
 - ``vindex``, ``vectors``: the in-process vector index, and vectors that cannot be compared
 - ``check``, ``salvage``, ``corruption``: damage found, reported and recovered from
-- ``retention``: the bounded retrieval log; ``newstore``: a store a failed command created goes again
+- ``retention``: the bounded retrieval log; ``newstore``: which store a name points to, and a store a failed
+  command created goes again
 - ``attribution``: which client a write is made for (audit rows name it)
 """

@@ -1,4 +1,4 @@
-"""A store created by a command that then fails is removed again.
+"""Which store a name points to; a store created by a command that then fails is removed again.
 
 The commands that write (add, import, demo, task) create a missing store. When
 their input is refused after that (an invalid JSONL line, a bad wing name, a
@@ -15,7 +15,13 @@ import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
+
+from memlens.store.postgres.connect import is_uri
+
+if TYPE_CHECKING:
+    from memlens.config import Settings
 
 _TABLES = ("entries", "audit", "tasks", "blockers", "imports")
 
@@ -84,3 +90,9 @@ def removed_on_failure(target: Path) -> Iterator[None]:
         if not existed:
             discard_if_unused(target, folders)
         raise
+
+
+def store_target(store: str | Path | None, settings: Settings) -> Path | str:
+    """What ``store`` names: a ``postgresql://`` URI as it is, else a file path (default: the settings')."""
+    target = store if store is not None else settings.store_path()
+    return target if is_uri(target) else Path(target).expanduser()

@@ -25,8 +25,8 @@ from memlens.store import corruption, db, importer, retention, staging
 from memlens.store.answers_sql import SqliteAnswers
 from memlens.store.browse_sql import SqliteBrowse
 from memlens.store.distinct import DistinctValues
-from memlens.store.reads import SqliteReads
 from memlens.store.rows import COLUMN_LIST, HINT, json_object, select_list
+from memlens.store.sqlite_reads import SqliteReads
 from memlens.store.staging import visible, visible_count, visible_groups
 from memlens.store.task_rows import SqliteTaskRows
 from memlens.store.vectors import degenerate

@@ -116,7 +116,8 @@ def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
     from memlens import Memory
     from memlens.store.postgres import open_store, with_options
     from memlens.store.postgres.copy import copy_store
-    from memlens.store.reads import Scope, reads_of
+    from memlens.store.reads import Scope
+    from memlens.store.sqlite_reads import reads_of
 
     from . import foundation as fd
 
