@@ -11,7 +11,7 @@
 - ``task_rows``: the working-memory tables; ``distinct``: cached wings and rooms
 - ``vindex``, ``vectors``: the in-process vector index, and vectors that cannot be compared
 - ``check``, ``salvage``, ``corruption``: damage found, reported and recovered from
-- ``retention``: the bounded retrieval log; ``newstore``: which store a name points to, and a store a failed
-  command created goes again
+- ``audit_sql``: the audit and the retrieval log; ``retention``: keeping that log bounded
+- ``newstore``: which store a name points to, and a store a failed command created goes again
 - ``attribution``: which client a write is made for (audit rows name it)
 """

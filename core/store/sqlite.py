@@ -10,7 +10,6 @@ bumps, committed together or rolled back together.
 from __future__ import annotations
 
 import copy
-import json
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -21,11 +20,12 @@ import numpy as np
 
 from memlens.errors import CorruptRowError, StoreError
 from memlens.models import format_ts, utcnow
-from memlens.store import corruption, db, importer, retention, staging
+from memlens.store import corruption, db, importer, staging
 from memlens.store.answers_sql import SqliteAnswers
+from memlens.store.audit_sql import SqliteAuditLog
 from memlens.store.browse_sql import SqliteBrowse
 from memlens.store.distinct import DistinctValues
-from memlens.store.rows import COLUMN_LIST, HINT, json_object, select_list
+from memlens.store.rows import COLUMN_LIST, HINT, select_list
 from memlens.store.sqlite_reads import SqliteReads
 from memlens.store.staging import visible, visible_count, visible_groups
 from memlens.store.task_rows import SqliteTaskRows
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 _GROUP_COLUMNS = frozenset({"wing", "room", "kind", "type", "status"})
 
 
-class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers):
+class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog):
     """One SQLite store file: the read half (``SqliteReads``) and the write half.
 
     ``model`` is called (lazily, only when needed) for the embedding model (``.model_id``, ``.dim``) that a
@@ -338,84 +338,6 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers):
         """Changes whenever any process writes an entry: every write bumps a wing generation."""
         row = self.conn.execute("SELECT coalesce(sum(generation), 0), count(*) FROM wings").fetchone()
         return int(row[0]), int(row[1])
-
-    # -- audit and retrieval log ----------------------------------------------------------------
-
-    def audit(self, entry_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        sql = f"SELECT seq, ts, action, entry_id, wing, before, after, detail FROM audit WHERE {visible()}"
-        args: tuple[Any, ...] = ()
-        if entry_id:
-            sql += " AND entry_id = ?"
-            args = (entry_id,)
-        sql += " ORDER BY seq DESC LIMIT ?"
-        out = []
-        for seq, ts, action, eid, wing, before, after, detail in self.conn.execute(sql, args + (limit,)):
-            row = {"seq": seq, "ts": ts, "action": action, "entry_id": eid, "wing": wing}
-            for name, value in (("before", before), ("after", after), ("detail", detail)):
-                row[name] = json_object(value) if value else None
-                if value and row[name] is None:  # a hand-edited value: say so rather than fail the history
-                    row.setdefault("damaged", []).append(name)
-            out.append(row)
-        return out
-
-    def last_write(self, wings: list[str]) -> dict[str, Any] | None:
-        clause = ",".join("?" * len(wings))
-        row = self.conn.execute(
-            f"SELECT a.seq, a.ts, a.action, a.entry_id, a.wing FROM wings w JOIN audit a ON a.seq = w.last_write_seq "
-            f"WHERE w.wing IN ({clause}) ORDER BY a.seq DESC LIMIT 1",
-            wings,
-        ).fetchone()
-        if row is None:
-            return None
-        seq, ts, action, entry_id, wing = row
-        return {"seq": seq, "ts": ts, "action": action, "entry_id": entry_id, "wing": wing}
-
-    def log_retrieval(self, active_wing: str | None, metrics: dict[str, Any], *, max_rows: int,
-                      max_age_days: float, record: Callable[[Any, int], None] | None = None) -> None:
-        """One ``retrieval`` audit row; never fails a retrieval (a read-only or busy store skips the row).
-
-        ``record(conn, seq)`` adds what replay needs in the same transaction as the audit row.
-        """
-        if corruption.seen(self.path):
-            return
-        conn = self.conn
-        own = False
-        try:
-            # a search must never wait for a writer: give up on the log row after 50 ms
-            conn.execute("PRAGMA busy_timeout = 50")
-            own = record is not None and not conn.in_transaction  # one transaction for the audit row and the record
-            if own:
-                conn.execute("BEGIN")
-            cur = conn.execute(
-                "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail)"
-                " VALUES (?, 'retrieval', NULL, ?, NULL, NULL, ?)",
-                (format_ts(utcnow()), active_wing, json.dumps(metrics, ensure_ascii=False)),
-            )
-            seq = int(cur.lastrowid)
-            if record is not None:
-                record(conn, seq)
-            if own:
-                conn.execute("COMMIT")
-            if retention.due(seq, not self._pruned):
-                self._pruned = True
-                retention.prune_retrievals(conn, max_rows, max_age_days)
-        except Exception:
-            if own and conn.in_transaction:
-                conn.execute("ROLLBACK")
-        finally:
-            conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
-
-    def retrievals(self, limit: int) -> list[dict[str, Any]]:
-        """The newest logged retrievals; a row whose metrics do not decode (a hand edit) is left out."""
-        rows = self.conn.execute(
-            "SELECT seq, ts, detail FROM audit WHERE action = 'retrieval' ORDER BY seq DESC LIMIT ?", (limit,)
-        ).fetchall()
-        out = []
-        for seq, ts, detail in rows:
-            metrics = json_object(detail)
-            if metrics is not None and isinstance(metrics.get("latency_ms", {}), dict):
-                out.append({"seq": seq, "ts": ts, **metrics})
-        return out
 
     # -- working memory -------------------------------------------------------------------------
 
