@@ -73,6 +73,9 @@ class Result(BaseModel):
     hides: list[str] = Field(default_factory=list)
     tokens: int | None = None
     summary: str | None = None
+    vector: dict[str, Any] | None = None
+    """Freshness of the stored vector (``memlens.retrieval.fresh``): ``{"fresh", "model", "hash_matches"}``;
+    None for a hit with no stored vector (a workspace document)."""
 
     def to_dict(self) -> dict[str, Any]:
         rec = self.entry.to_record()
@@ -86,6 +89,7 @@ class Result(BaseModel):
             hides=self.hides,
             tokens=self.tokens,
             summary=self.summary,
+            vector=self.vector,
         )
         return rec
 

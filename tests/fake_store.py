@@ -44,6 +44,7 @@ class FakeStore:
     vecs: dict[int, np.ndarray] = field(default_factory=dict)
     gens: dict[str, int] = field(default_factory=dict)
     staged: set[int] = field(default_factory=set)
+    models: dict[int, str] = field(default_factory=dict)  # a vector made by another model than the embedder's
     calls: list[str] = field(default_factory=list)
 
     def add(self, text: str, *, wing: str, vector: np.ndarray | None = None, **fields: Any) -> Entry:
@@ -125,6 +126,9 @@ class FakeStore:
 
     def rows(self, rowids: Sequence[int]) -> Rows:
         return self._read(self.rows_by_rowid[r] for r in rowids if r in self.rows_by_rowid and r not in self.staged)
+
+    def vector_models(self, rowids: Sequence[int]) -> dict[int, str]:
+        return {r: self.models.get(r, self.embedder.model_id) for r in rowids if r in self.rows_by_rowid}
 
     def vectors(self, need: dict[int, str]) -> dict[int, np.ndarray]:
         return {r: self.vecs[r] for r in need if r in self.vecs}

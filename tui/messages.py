@@ -15,8 +15,6 @@ if TYPE_CHECKING:
 class SearchDone(Message):
     query: str
     bundle: Bundle
-    stale_vectors: frozenset[str] = frozenset()
-    """Ids of results whose vector was not made by the store's model from the entry's text now."""
 
 
 @dataclass

@@ -277,14 +277,6 @@ class Lens:
 
         return self.call(lambda: entry_access(self.mem, entry_id, limit)["accesses"] if self._replay_kept() else [])
 
-    def stale_hits(self, ids: list[str]) -> set[str]:
-        """The ids among ``ids`` whose vector was not made by the store's model from the entry's text now."""
-        from memlens.replay.freshness import hit_freshness
-
-        if not self.call(self._replay_kept):
-            return set()
-        return self.call(lambda: {i for i, f in hit_freshness(self.mem, ids).items() if not f["fresh"]})
-
     def preview(self, entry_id: str, action: str, fields: dict[str, Any] | None = None) -> dict[str, Any]:
         """What ``update``/``status``/``delete`` of ``entry_id`` would change (``memlens.replay.impact.preview``):
         golden queries that would fail, recent logged queries whose ranking would change. Nothing is written;

@@ -32,6 +32,8 @@ def format_results(bundle: Any) -> str:
         e = r.entry
         where = f"{e.wing}/{e.room}" if e.room else e.wing
         flags = f"  [{', '.join(r.flags)}]" if r.flags else ""
+        if r.vector is not None and not r.vector["fresh"]:
+            flags += "  (stale vector: memlens reembed)"
         lines.append(f"{r.rank:>3}  {r.score:6.3f}  {e.type.value:<9} {where:<32} {e.title}{flags}")
         lines.append(f"{'':>5}{e.id}")
     if not bundle.results:

@@ -1,7 +1,7 @@
 """The retrieval pipeline: one code path that ranks and records why.
 
     plan → cache? → gate → embed → vector → lexical (or: listing) → load
-    → score → policy → rerank → order → results → workspace fallback? → budget → count
+    → score → policy → rerank → order → results → workspace fallback? → budget → fresh → count
 
 Each stage is a function of the search's state (``memlens.retrieval.run.Run``)
 in its own module: ``candidates`` (gate to load), ``stages`` (score to count).
@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from memlens.models import format_ts, utcnow
-from memlens.retrieval import candidates, stages
+from memlens.retrieval import candidates, fresh, stages
 from memlens.retrieval.cache import cache_key
 from memlens.retrieval.hooks import hooks_for
 from memlens.retrieval.plan import Plan
@@ -101,6 +101,7 @@ PIPELINE: tuple[Stage, ...] = (
     Stage("results", stages.results),
     Stage("fallback", stages.workspace, when=stages.needs_workspace),
     Stage("budget", stages.budget, "budget"),
+    Stage("fresh", fresh.mark),  # each hit's vector: made by the store's model from its text now?
     Stage("count", stages.count),
 )
 

@@ -71,6 +71,10 @@ class Reads(Protocol):
         """The visible rows of these rowids."""
         ...
 
+    def vector_models(self, rowids: Sequence[int]) -> dict[int, str]:
+        """The model each of these rowids' stored vector was made by (an indexed lookup: a search asks for its hits)."""
+        ...
+
     def vectors(self, need: dict[int, str]) -> dict[int, np.ndarray]:
         """Stored vectors of the rowids of ``need`` (rowid -> its wing); a degenerate one comes back as zeros."""
         ...

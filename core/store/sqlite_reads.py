@@ -182,6 +182,14 @@ class SqliteReads:
             out.rows += [by_rowid[r] for r in chunk if r in by_rowid]
         return out
 
+    def vector_models(self, rowids: Sequence[int]) -> dict[int, str]:
+        out: dict[int, str] = {}
+        for i in range(0, len(rowids), 400):
+            chunk = list(rowids[i : i + 400])
+            out.update(self.conn.execute(f"SELECT rowid, model FROM entries WHERE rowid IN ({','.join('?' * len(chunk))})",
+                                         chunk).fetchall())
+        return out
+
     def vectors(self, need: dict[int, str]) -> dict[int, np.ndarray]:
         out: dict[int, np.ndarray] = {}
         vindex = self.vindex

@@ -133,18 +133,17 @@ class MainScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="search", exit_on_error=False)
     def _run_search(self, query: str) -> None:
         try:
-            bundle = self.lens.search(query)
-            stale = self.lens.stale_hits([r.entry.id for r in bundle.results if r.entry.wing != "_workspace"])
+            bundle = self.lens.search(query)  # each result says whether its vector is fresh
         except MemlensError as exc:
             self.post_message(SearchFailed(query, str(exc)))
             return
-        self.post_message(SearchDone(query, bundle, frozenset(stale)))
+        self.post_message(SearchDone(query, bundle))
 
     def on_search_done(self, message: SearchDone) -> None:
         if message.query != self.query_text:
             return  # an older query finished late
         self.bundle, self.stale = message.bundle, None
-        self.query_one(ResultsTable).show(message.bundle, stale_vectors=message.stale_vectors)
+        self.query_one(ResultsTable).show(message.bundle)
         t = message.bundle.trace
         cache = "cache hit" if t.cache_hit else "cache miss"
         self._status(f"{len(message.bundle.results)} results · {t.latency_ms.get('total', 0):.1f} ms · {cache}"

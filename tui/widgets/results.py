@@ -36,18 +36,14 @@ class ResultsTable(DataTable):
 
     def on_resize(self) -> None:
         if getattr(self, "_bundle", None) is not None:
-            self.show(*self._bundle, keep_cursor=True)  # the stale vectors shown stay as they were
+            self.show(*self._bundle, keep_cursor=True)
 
-    def show(self, bundle: Bundle, stale: bool = False, keep_cursor: bool = False,
-             stale_vectors: frozenset[str] | None = None) -> None:
+    def show(self, bundle: Bundle, stale: bool = False, keep_cursor: bool = False) -> None:
         """Rows keyed by entry id; the active wing is implied (room only), other wings are spelled out.
 
-        ``stale_vectors``: results whose vector is not the store model's embedding of the entry's text now
-        (flagged ``⟳vec``: their relevance is not what the current text would score).
+        A result whose vector is not the store model's embedding of the entry's text now (its ``vector``
+        says so) is flagged ``⟳vec``: its relevance is not what the current text would score.
         """
-        if stale_vectors is None:
-            stale_vectors = getattr(self, "_stale_vectors", frozenset())
-        self._stale_vectors = stale_vectors
         self._bundle = (bundle, stale)
         row = self.cursor_row
         active = bundle.trace.active_wing
@@ -56,7 +52,7 @@ class ResultsTable(DataTable):
             e = r.entry
             where = (e.room or "—") if e.wing == active else (f"{e.wing}/{e.room}" if e.room else e.wing)
             flags = flag_text([f for f in r.flags if f != "active_wing"], short=True)
-            if e.id in stale_vectors:
+            if r.vector is not None and not r.vector["fresh"]:
                 flags.append(" " if flags else "")
                 flags.append("⟳vec", "bold yellow")
             rows.append((r, where, flags))

@@ -21,6 +21,14 @@ def _num(v: float | None, fmt: str = "{:.3f}") -> str:
     return "—" if v is None else fmt.format(v)
 
 
+def vector_note(v: dict, store_model: str) -> str:
+    """Why a result's vector is stale: made by another model, from another text, or both."""
+    why = [] if v.get("model") == store_model else [f"made by {v.get('model')}, the store's model is {store_model}"]
+    if not v.get("hash_matches"):
+        why.append("the text changed since it was embedded")
+    return "; ".join(why)
+
+
 def result_section(r: Result, bundle: Bundle) -> RenderableType:
     e, c, t = r.entry, r.components, bundle.trace
     head = Text.assemble(
@@ -66,6 +74,8 @@ def result_section(r: Result, bundle: Bundle) -> RenderableType:
                 f"  conflicts with {', '.join(o + (f' ({w})' if w else '') for o, w in whys.items())}", style="magenta"
             )
         )
+    if r.vector is not None and not r.vector["fresh"]:
+        parts.append(Text(f"  ⟳ stale vector: {vector_note(r.vector, t.model)} (memlens reembed)", style="yellow"))
     if r.hides:
         parts.append(Text(f"  hides {', '.join(r.hides)} (explicit override)", style="dim"))
     if len(r.found_in) > 1:

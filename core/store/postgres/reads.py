@@ -178,6 +178,11 @@ class PgReads:
         by_rowid = {r[0]: r for r in sound.rows}
         return Rows([by_rowid[r] for r in rowids if r in by_rowid], sound.damaged)
 
+    def vector_models(self, rowids: Sequence[int]) -> dict[int, str]:
+        if not rowids:
+            return {}
+        return {int(r): m for r, m in self._all("SELECT rowid, model FROM entries WHERE rowid = ANY(%s)", [list(rowids)])}
+
     def vectors(self, need: dict[int, str]) -> dict[int, np.ndarray]:
         if not need:
             return {}

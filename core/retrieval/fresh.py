@@ -1,0 +1,27 @@
+"""Freshness per hit: was each result's vector made by the store's model from the entry's text as it is now?
+
+A vector is stale when the store moved to another model (``memlens reembed`` is under way or was never run)
+or the text changed behind the engine's back. The pipeline already holds each hit's stored content hash
+(its row); the model that made each vector is one indexed lookup for the final hits only. A workspace
+document (the fallback) has no stored vector: its ``vector`` stays None.
+"""
+
+from __future__ import annotations
+
+from memlens.models import content_hash
+from memlens.retrieval.run import Run
+
+
+def mark(run: Run) -> None:
+    """Set ``Result.vector`` = ``{"fresh", "model", "hash_matches"}`` on every hit that has a stored vector."""
+    assert run.bundle is not None
+    pool = {c.id: c for c in run.pool}
+    hits = [(r, pool[r.entry.id]) for r in run.bundle.results if r.entry.id in pool]
+    if not hits:
+        return
+    models = run.store.vector_models([c.rowid for _, c in hits])
+    current = run.mem.model_id
+    for r, c in hits:
+        made_by = models.get(c.rowid)
+        same_text = c.content_hash == content_hash(r.entry.embed_text)
+        r.vector = {"fresh": made_by == current and same_text, "model": made_by, "hash_matches": same_text}
