@@ -50,7 +50,8 @@ DESCRIPTIONS = {
     ),
     "memory_update": (
         "Change fields of an entry (only the fields you give). Pass expected_updated_at = the updated_at you read: "
-        "if someone changed the entry since, the update is refused and nothing is overwritten."
+        "if someone changed the entry since, the update is refused and nothing is overwritten. dry_run=true writes "
+        "nothing and returns the impact: golden queries that would fail, recent queries whose results would change."
     ),
     "memory_set_status": "Deprecate an outdated entry (no longer retrieved), mark it under_review, or reactivate it.",
     "memory_delete": "Delete an entry permanently (its last version stays in the audit log). Prefer deprecating.",

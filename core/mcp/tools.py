@@ -251,6 +251,14 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
     def memory_get(id: Id, ctx: Context | None = None) -> dict[str, Any]:
         return record(ctx, lambda mem, _w: mem.get(id).to_record())
 
+    DryRun = Annotated[bool, Field(description="only preview the change: the golden queries that would fail and the "
+                                               "recent queries whose results would change; nothing is written")]
+
+    def preview(change: Any) -> Any:
+        from memlens.replay.impact import preview as impact_preview
+
+        return lambda mem, _w: impact_preview(mem, change)
+
     @tool("memory_update", "Edit an entry", read=False, destructive=True, idempotent=True)
     def memory_update(
         id: Id,
@@ -266,6 +274,7 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         overrides: Annotated[str | None, Field(description="id of an entry this one replaces ('' clears it)")] = None,
         expected_updated_at: Annotated[str | None, Field(
             description="the updated_at you read: the update is refused if the entry changed since")] = None,
+        dry_run: DryRun = False,
         ctx: Context | None = None,
     ) -> dict[str, Any]:
         fields = {"text": text, "title": title, "wing": wing, "room": room, "type": type, "kind": kind,
@@ -273,16 +282,10 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         changes = {k: v for k, v in fields.items() if v is not None}
         if not changes:
             raise ToolError("nothing to change: give at least one field (text, title, wing, room, type, ...)")
+        if dry_run:  # the update runs (and is checked) as it would, in a transaction that is rolled back
+            return record(ctx, preview(lambda m: m.update_checked(id, expected_updated_at, **changes)), need_model=True)
         return record(ctx, lambda mem, _w: mem.update_checked(id, expected_updated_at, **changes).to_record(),
-                    need_model="text" in changes or "title" in changes)
-
-    DryRun = Annotated[bool, Field(description="only preview the change: the golden queries that would fail and the "
-                                               "recent queries whose results would change; nothing is written")]
-
-    def preview(change: Any) -> Any:
-        from memlens.replay.impact import preview as impact_preview
-
-        return lambda mem, _w: impact_preview(mem, change)
+                      need_model="text" in changes or "title" in changes)
 
     @tool("memory_set_status", "Set an entry's status", read=False, destructive=True, idempotent=True)
     def memory_set_status(id: Id, status: Annotated[StatusName, Field(
