@@ -83,9 +83,13 @@ def cmd_salvage(args: argparse.Namespace) -> int:
     print(
         f"lost {report['lost']} entries ({report['unreadable_rows']} unreadable rows, {report['invalid_rows']} rows "
         f"that do not decode); copied {report['audit_rows']} audit rows, {report['tasks']} tasks, "
-        f"{report['blockers']} blockers"
+        f"{report['blockers']} blockers, {report['retrieval_log']} logged retrievals, {report['golden']} golden queries"
         + (f" ({report['audit_rows_lost']} audit rows unreadable)" if report["audit_rows_lost"] else "")
     )
+    skipped = [f"{report[k]} {what}" for k, what in (("retrieval_log_skipped", "logged retrievals"),
+                                                   ("golden_skipped", "golden queries")) if report[k]]
+    if skipped:
+        print(f"skipped {' and '.join(skipped)} that could not be read or do not decode")
     if report["overrides_dropped"]:
         print(f"{len(report['overrides_dropped'])} entries override an entry that was lost: their 'overrides' was cleared")
     return 0 if report["lost"] == 0 else 1

@@ -6,7 +6,8 @@ reads but does not validate is lost like an unreadable one. Entries
 the audit history says should exist but whose row was lost are rebuilt from
 their last audited version. Readable vectors of the same model are reused;
 the rest are embedded again. Readable audit rows (the write history), tasks
-and blockers are copied as they are. Everything is written to the new store in
+and blockers are copied as they are, and so are the retrieval log and the golden
+queries rows that decode (``memlens.store.salvage_replay``). Everything is written to the new store in
 one transaction through the engine's own insert; on any failure the new file
 is removed, so nothing half-written is left behind.
 """
@@ -25,6 +26,7 @@ import numpy as np
 
 from memlens.errors import MemlensError, StoreError, ValidationError
 from memlens.models import Entry
+from memlens.store import salvage_replay
 from memlens.store.check import open_read_only, read_by_key, read_entries, safe
 from memlens.store.rows import COLUMNS, json_object, row_problem
 from memlens.store.vectors import degenerate
@@ -67,6 +69,8 @@ def salvage(src: Path, dst: Path, *, settings: Any = None, embedder: Any = None,
             conn, "tasks", "task_id, intent, summary, outcome, completed_at, requires_context, validation_report, seq"
         )
         blockers = _read_table(conn, "blockers", "id, task_id, reason, blocked_at, resolved_at, resolution")
+        say("reading the retrieval log and the golden queries")
+        replay_rows = salvage_replay.read(conn, audit)
         meta, _ = safe(conn, "SELECT key, value FROM store_meta")
         old_model = dict(meta or []).get("model")
     finally:
@@ -77,7 +81,7 @@ def salvage(src: Path, dst: Path, *, settings: Any = None, embedder: Any = None,
     recovered = _from_audit(audit, found["ids"])
     say("writing the new store")
     try:
-        report = _write_new(dst, settings, embedder, src, found, recovered, audit, tasks, blockers, old_model)
+        report = _write_new(dst, settings, embedder, src, found, recovered, audit, tasks, blockers, old_model, replay_rows)
     except BaseException:
         for suffix in ("", "-wal", "-shm", "-journal"):
             Path(f"{dst}{suffix}").unlink(missing_ok=True)
@@ -228,7 +232,7 @@ def _write_new(dst: Path, settings: Any, embedder: Any, *args: Any) -> dict[str,
 
 def _write(store: SqliteStore, embed: Callable[[list[str]], np.ndarray], src: Path, found: dict[str, Any],
            recovered: list[dict[str, Any]], audit: list[tuple[Any, ...]], tasks: list[tuple[Any, ...]],
-           blockers: list[tuple[Any, ...]], old_model: str | None) -> dict[str, Any]:
+           blockers: list[tuple[Any, ...]], old_model: str | None, replay_rows: dict[str, Any]) -> dict[str, Any]:
     from memlens.store.writes import validate_entry, vectors_for
 
     entries: list[tuple[dict[str, Any], bytes | None, str]] = []  # records as found, validated below
@@ -284,7 +288,9 @@ def _write(store: SqliteStore, embed: Callable[[list[str]], np.ndarray], src: Pa
                                           "VALUES (?, ?, ?, ?, ?, ?)", row)
         if copied_tasks or copied_blockers:
             w.bump({"_tasks"}, w.last_seq())
+        replay = salvage_replay.write(conn, replay_rows, _try)
     return {
+        **replay,
         "saved": sum(1 for _, _, s in valid if s == "entries"),
         "recovered_from_audit": sum(1 for _, _, s in valid if s == "audit"),
         "rejected": rejected,
