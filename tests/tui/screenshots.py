@@ -38,7 +38,7 @@ class Shot:
     what: str
     drive: Callable[[Any], Awaitable[None]]
     needs: str | None = None  # a module that must exist (screens still being built are skipped)
-    store: str = "demo"  # "demo", "empty", "metrics", "index" or "impact"
+    store: str = "demo"  # "demo", "empty", "metrics", "index", "impact" or "replay"
     llm: str | None = None  # answers from a fake chat model on 127.0.0.1 in this mode (tests/fake_llm.py)
 
 
@@ -156,6 +156,24 @@ async def entry_impact(pilot) -> None:
     await _settle(pilot)
 
 
+async def replay_screen(pilot) -> None:
+    """The logged searches run again after the golden query's entry was deprecated: the lists then and now."""
+    from memlens.tui.screens.replay import ReplayScreen
+
+    await _settle(pilot)
+    pilot.app.push_screen(ReplayScreen())
+    await _settle(pilot)
+
+
+async def impact_screen(pilot) -> None:
+    """The impact screen of an entry: who retrieved it, and what deprecating it would change (nothing written)."""
+    from memlens.tui.screens.impact import ImpactScreen
+
+    await _settle(pilot)
+    pilot.app.push_screen(ImpactScreen(IMPACT_TARGET))
+    await _settle(pilot)
+
+
 async def metrics(pilot) -> None:
     await _settle(pilot)
     pilot.app.open_metrics()
@@ -185,6 +203,10 @@ SHOTS = [
          needs="memlens.tui.screens.index", store="index"),
     Shot("entry-impact", "the entry editor previewing a deprecation: a golden query would fail, recent queries change",
          entry_impact, needs="memlens.tui.screens.entry_impact", store="impact"),
+    Shot("replay", "the replay screen: logged searches run again after a deprecation, their lists then and now",
+         replay_screen, needs="memlens.tui.screens.replay", store="replay"),
+    Shot("impact", "the impact screen of an entry: its access log and what deprecating it would change",
+         impact_screen, needs="memlens.tui.screens.impact", store="impact"),
     Shot("shell-streaming", "the assistant shell streaming a model's answer (a fake model on 127.0.0.1)", shell_streaming,
          needs="memlens.assist", llm="hold"),
     Shot("shell-answer", "an answer with its citations, one highlighted in the sources sent, an invented id flagged",
@@ -243,7 +265,12 @@ def build_stores(settings, embedder) -> dict[str, Path]:
             mem.search(query, active_wing="lifecore_ros2", k=5, now=FIXED_NOW)
         golden.add(mem, IMPACT_QUERIES[0], IMPACT_TARGET, active_wing="lifecore_ros2", within=5)
         _pin_audit(mem)
-    return {"demo": demo, "metrics": with_metrics, "impact": impact}
+    replay = WORK / "base" / "replay.db"
+    shutil.copy(impact, replay)
+    with Memory.open(replay, settings=settings, embedder=embedder) as mem:  # the same, after a deprecation
+        mem.set_status(IMPACT_TARGET, "deprecated")
+        _pin_audit(mem)
+    return {"demo": demo, "metrics": with_metrics, "impact": impact, "replay": replay}
 
 
 def build_index_store(stores: dict[str, Path], settings, embedder) -> Path:
