@@ -113,3 +113,12 @@ def test_search_json_carries_each_hits_freshness(demo_store, tmp_path):
     assert sum(not v["fresh"] for v in by_id.values()) == 1
     text = run_cli("--store", str(path), "search", "callbacks must not block")
     assert text.stdout.count("(stale vector: memlens reembed)") == 1
+
+
+def test_the_trace_pane_says_why_a_vector_is_stale():
+    from memlens.tui.widgets.trace_view import vector_note
+
+    assert vector_note({"fresh": False, "model": "m1", "hash_matches": True}, "m2") == "made by m1, the store's model is m2"
+    assert vector_note({"fresh": False, "model": "m2", "hash_matches": False}, "m2") == "the text changed since it was embedded"
+    assert vector_note({"fresh": False, "model": "m1", "hash_matches": False}, "m2") == (
+        "made by m1, the store's model is m2; the text changed since it was embedded")

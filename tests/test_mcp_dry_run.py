@@ -18,7 +18,6 @@ QUERY = "callbacks blocking executor"
 def test_memory_update_dry_run_returns_the_impact_and_writes_nothing(demo_store, tmp_path, settings, real_embedder):
     from memlens import Memory
     from memlens.replay import golden
-
     from tests.mcp_helpers import error_text, result_data, run_client, stdio_params
 
     path = tmp_path / "mcp.db"
