@@ -588,6 +588,18 @@ def test_pg_classes_have_every_member_of_the_storage_protocols(pg_uri, hash_embe
         store.close()
 
 
+def test_vector_models_names_the_model_that_made_each_vector(pg_uri, hash_embedder):
+    store = open_pg(pg_uri, hash_embedder)
+    try:
+        e = entry(0, random.Random(1))
+        with store.write() as w:
+            rowid = w.insert(e, hash_embedder.embed([e.embed_text])[0])
+        assert store.vector_models([rowid, rowid + 1000]) == {rowid: hash_embedder.model_id}
+        assert store.vector_models([]) == {}
+    finally:
+        store.close()
+
+
 def test_set_model_is_recorded_in_the_database(pg_uri, hash_embedder):
     store = open_pg(pg_uri, hash_embedder)
     try:

@@ -34,6 +34,7 @@ def test_cli_add_search_export_on_postgres(pg_uri, real_embedder):
     assert found.returncode == 0, found.stderr
     d = json.loads(found.stdout)
     assert d["results"][0]["id"] == entry["id"]
+    assert all(r["vector"]["fresh"] for r in d["results"])  # each hit's freshness, from PostgreSQL's rows
     assert d["trace"]["fusion"]["vector_index"].startswith("pgvector") and d["trace"]["fusion"]["lexical"] == "pg-ts_rank_cd"
     out = run_cli("export", env=env)
     assert out.returncode == 0, out.stderr
