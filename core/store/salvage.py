@@ -6,10 +6,11 @@ reads but does not validate is lost like an unreadable one. Entries
 the audit history says should exist but whose row was lost are rebuilt from
 their last audited version. Readable vectors of the same model are reused;
 the rest are embedded again. Readable audit rows (the write history), tasks
-and blockers are copied as they are, and so are the retrieval log and the golden
-queries rows that decode (``memlens.store.salvage_replay``). Everything is written to the new store in
-one transaction through the engine's own insert; on any failure the new file
-is removed, so nothing half-written is left behind.
+and blockers are copied as they are, and so are the rows of the retrieval log
+and of the golden queries that decode (``memlens.store.salvage_replay``).
+Everything is written to the new store in one transaction through the engine's
+own insert; on any failure the new file is removed, so nothing half-written is
+left behind.
 """
 
 from __future__ import annotations
