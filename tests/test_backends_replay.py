@@ -282,3 +282,26 @@ def test_copy_carries_golden_queries_and_the_replay_log_both_ways(tmp_path, sett
         assert (golden.listing(mem), storage.logged(mem)) == expected
     with Memory.open(pg_uri, settings=settings, embedder=hash_embedder) as pg:  # ids continue past the copied ones
         assert golden.add(pg, "delta", a.id)["id"] == max(g["id"] for g in expected[0]) + 1
+
+
+def test_the_app_shows_golden_status_access_freshness_and_previews(backend_mem, settings, hash_embedder):
+    from memlens import Memory
+    from memlens.tui.service import Lens
+
+    mem = backend_mem
+    a = _seed(mem, "alpha beta")
+    _seed(mem, "alpha gamma")
+    mem.search("alpha", active_wing="w", k=2)
+    golden.add(mem, "alpha", a.id, within=2)
+    lens = Lens(_target(mem), lambda: Memory.open(_target(mem), settings=settings, embedder=hash_embedder))
+    try:
+        health = lens.health()
+        assert health["golden"]["passed"] == 1 and health["stale"] == 0
+        assert [x["query"] for x in lens.entry_access(a.id)] == ["alpha"]
+        assert lens.stale_hits([a.id]) == set()
+        before = _written(mem)
+        preview = lens.preview(a.id, "status", {"status": "deprecated"})
+        assert [g["expect"] for g in preview["golden"]] == [a.id] and preview["queries"][0]["left"] == [a.id]
+        assert _written(mem) == before
+    finally:
+        lens.close()
