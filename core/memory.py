@@ -347,7 +347,7 @@ class Memory:
 
         self.store.log_retrieval(bundle.trace.active_wing, retrieval_metrics(bundle), max_rows=audit.retrieval_max_rows,
                                  max_age_days=audit.retrieval_max_age_days,
-                                 record=lambda conn, seq: replay_log.record(conn, seq, bundle))  # what replay needs
+                                 record=lambda: replay_log.record(bundle))  # what replay needs
 
     def retrievals(self, limit: int = 1000) -> list[dict[str, Any]]:
         """The newest logged retrievals; a row whose metrics do not decode (a hand edit) is left out."""

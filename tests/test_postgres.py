@@ -646,14 +646,20 @@ def test_close_thread_closes_only_this_threads_connection(pg_uri, hash_embedder)
         pooled.close()
 
 
-def test_a_preview_on_a_held_connection_is_refused_in_one_line(pg_uri, hash_embedder):
-    store = open_pg(pg_uri, hash_embedder)
-    try:
-        with store.connection() as conn, pytest.raises(StoreError, match="needs a SQLite store") as info:
-            store.on_connection(conn)
-        assert "\n" not in str(info.value)
-    finally:
-        store.close()
+def test_a_preview_runs_on_one_transaction_that_is_rolled_back(pg_uri, settings, hash_embedder):
+    from memlens import Memory
+    from memlens.replay.storage import rolled_back
+
+    with Memory.open(pg_uri, settings=settings, embedder=hash_embedder) as mem, \
+            Memory.open(pg_uri, settings=settings, embedder=hash_embedder) as other:
+        mem.add("committed before the preview", wing="w")
+        with rolled_back(mem) as draft:
+            e = draft.add("written inside the preview", wing="w")
+            assert draft.count() == 2 and draft.get(e.id).text == e.text and draft.store.audit_count() == 2
+            assert other.count() == 1  # another connection never sees it
+        assert mem.count() == other.count() == 1 and mem.store.audit_count() == 1 and mem.generations()["w"] == 1
+        mem.add("the write lock was let go", wing="w")
+        assert other.count() == 2
 
 
 def test_an_invalid_uri_is_one_line_without_the_password():

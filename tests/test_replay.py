@@ -40,7 +40,7 @@ def test_every_retrieval_logs_its_request_client_and_ranked_hits(mem):
     for t in ("alpha beta gamma", "beta delta", "gamma epsilon", "alpha zeta"):
         _seed(mem, t)
     b = mem.search("alpha gamma", active_wing="w", k=3, budget=500)
-    (row,) = storage.logged(mem.conn)
+    (row,) = storage.logged(mem)
     assert row["request"] == {"query": "alpha gamma", "active_wing": "w", "k": 3, "profile": "memory", "budget": 500,
                               "weights_used": {"relevance": 1.0, "recency": 0.0, "salience": 0.0}}
     assert row["client"] == "api" and row["context"] is False
@@ -54,7 +54,7 @@ def test_the_client_and_the_context_flag_are_logged(mem):
     with acting_as(client_record("claude-code", "1.2", via="mcp")):
         mem.search("alpha")
     mem.context("alpha", active_wing="w")
-    rows = storage.logged(mem.conn)
+    rows = storage.logged(mem)
     assert [r["client"] for r in rows] == ["claude-code 1.2 (mcp)", "api"]
     assert [r["context"] for r in rows] == [False, True]
     acc = access.entry_access(mem, e.id)["accesses"]
@@ -72,7 +72,7 @@ def test_replay_rows_are_pruned_with_their_audit_rows(store_path, settings, hash
         retention.prune_retrievals(m.conn, 2, 90)
         seqs = [r[0] for r in m.conn.execute("SELECT seq FROM audit WHERE action = 'retrieval' ORDER BY seq")]
         assert len(seqs) == 2
-        assert [r["seq"] for r in storage.logged(m.conn)] == seqs
+        assert [r["seq"] for r in storage.logged(m)] == seqs
         assert [r[0] for r in m.conn.execute("SELECT seq FROM retrieval_log ORDER BY seq")] == seqs
 
 
@@ -414,11 +414,9 @@ def test_mcp_dry_run_writes_nothing_and_searches_name_their_client(demo_store, t
     target, dry, gone = run_client(stdio_params(path), body, name="pytest-agent", version="1.0")
     assert dry["written"] is False and gone["written"] is False
     assert any(target in qd["left"] for qd in dry["queries"]) and any(target in qd["left"] for qd in gone["queries"])
-    from memlens.store import db
+    from memlens import Memory
+    from memlens.config import load_settings
 
-    conn = db.connect(path, create=False)
-    try:
-        accesses = storage.access(conn, target)
-    finally:
-        conn.close()
+    with Memory.open(path, settings=load_settings(), embedder=real_embedder, create=False) as m:
+        accesses = storage.access(m, target)
     assert [a["client"] for a in accesses] == ["pytest-agent 1.0 (mcp)"]

@@ -253,10 +253,6 @@ class Lens:
         return self.call(lambda: ingest(self.mem, paths, wing=wing, room=room, progress=progress))
 
     # replay: golden queries, access log, freshness, impact previews (memlens.replay; none of them writes).
-    # They read SQLite's tables: on a PostgreSQL store they report nothing and previews let writes through.
-
-    def _replay_kept(self) -> bool:
-        return bool(self.mem.store.backend == "sqlite")
 
     def health(self) -> dict[str, Any]:
         """``{"golden": golden.check(...) or None when there are none, "stale": vectors not made by the store's
@@ -264,8 +260,6 @@ class Lens:
         from memlens.replay import freshness, golden
 
         def run() -> dict[str, Any]:
-            if not self._replay_kept():
-                return {"golden": None, "stale": 0}
             checked = golden.check(self.mem) if golden.listing(self.mem) else None
             return {"golden": checked, "stale": freshness.stale_count(self.mem)}
 
@@ -275,19 +269,15 @@ class Lens:
         """When the entry was retrieved, newest first: ``{seq, ts, query, client, rank, score, in_context}``."""
         from memlens.replay.access import entry_access
 
-        return self.call(lambda: entry_access(self.mem, entry_id, limit)["accesses"] if self._replay_kept() else [])
+        return self.call(lambda: entry_access(self.mem, entry_id, limit)["accesses"])
 
     def preview(self, entry_id: str, action: str, fields: dict[str, Any] | None = None) -> dict[str, Any]:
         """What ``update``/``status``/``delete`` of ``entry_id`` would change (``memlens.replay.impact.preview``):
         golden queries that would fail, recent logged queries whose ranking would change. Nothing is written;
         an invalid change raises the engine's error, as the write would."""
         from memlens.replay.impact import preview
-        from memlens.replay.replay import summarise
 
         fields = dict(fields or {})
-        if not self.call(self._replay_kept):  # nothing to replay against: the write goes ahead as before
-            return {"change": None, "written": False, "golden": [], "golden_checked": 0, "queries": [],
-                    "summary": summarise([])}
 
         def change(m: Memory) -> Any:
             if action == "delete":

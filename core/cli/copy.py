@@ -71,6 +71,6 @@ def cmd_copy(args: argparse.Namespace) -> int:
         if interactive:
             print(file=sys.stderr)
     print(f"copied {counts['entries']} entries ({counts['vectors']} vectors), {counts['audit']} audit rows, "
-          f"{counts['wings']} wings, {counts['tasks']} tasks, {counts['blockers']} blockers, {counts['answers']} answers "
-          f"from {_shown(src)} into {_shown(dst)}", file=sys.stderr)
+          f"{counts['wings']} wings, {counts['tasks']} tasks, {counts['blockers']} blockers, {counts['answers']} answers, "
+          f"{counts['golden']} golden queries from {_shown(src)} into {_shown(dst)}", file=sys.stderr)
     return 0

@@ -123,10 +123,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
         return 0
     with open_store(args) as mem:
         st = mem.stats()
-        if mem.store.backend == "sqlite":  # the freshness check reads SQLite's tables (not kept on PostgreSQL yet)
-            from memlens.replay.freshness import stale_count
+        from memlens.replay.freshness import stale_count
 
-            st["stale_vectors"] = stale_count(mem)  # vectors not made by the store's model from their text now
+        st["stale_vectors"] = stale_count(mem)  # vectors not made by the store's model from their text now
     if args.json:
         print(json.dumps(st, ensure_ascii=False))
         return 0

@@ -23,8 +23,8 @@ def entry_access(mem: Memory, entry_id: str, limit: int = 1000) -> dict[str, Any
     """
     entry = mem.get(entry_id)
     limit = check_int("limit", limit, 1, MAX_LIST)
-    rows = storage.access(mem.conn, entry_id, limit)
-    fresh = storage.freshness(mem.conn, [entry_id], mem.model_id).get(entry_id, {})
+    rows = storage.access(mem, entry_id, limit)
+    fresh = storage.freshness(mem, [entry_id], mem.model_id).get(entry_id, {})
     return {"id": entry.id, "title": entry.title, "wing": entry.wing, "freshness": fresh, "accesses": rows}
 
 
@@ -37,7 +37,7 @@ def coverage(mem: Memory, wing: str | None = None) -> dict[str, Any]:
         from memlens.errors import ValidationError
 
         raise ValidationError(f"unknown wing {wing!r} (known wings: {', '.join(mem.wings()) or 'none yet'})")
-    rows = storage.retrieval_counts(mem.conn, wing)
+    rows = storage.retrieval_counts(mem, wing)
     never = [r for r in rows if r["searched"] and not r["retrieved"]]
     always = [r for r in rows if r["searched"] and r["retrieved"] >= r["searched"]]
     return {"never": never, "always": always, "entries": len(rows)}

@@ -25,12 +25,12 @@ BATCH = 256
 
 
 def stale_count(mem: Memory) -> int:
-    return len(storage.stale_rows(mem.conn, mem.model_id))
+    return len(storage.stale_rows(mem, mem.model_id))
 
 
 def hit_freshness(mem: Memory, ids: list[str]) -> dict[str, dict[str, Any]]:
     """Per id: ``{model, current_model, hash_matches, fresh}``."""
-    return storage.freshness(mem.conn, ids, mem.model_id)
+    return storage.freshness(mem, ids, mem.model_id)
 
 
 def reembed(mem: Memory, *, wing: str | None = None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
@@ -45,7 +45,7 @@ def reembed(mem: Memory, *, wing: str | None = None, progress: Callable[[int, in
     if switching and wing is not None:
         raise MemlensError(f"the configured model {target} is not the store's ({mem.model_id}): re-embed every wing "
                            "(without --wing) so that the store never mixes two models")
-    rows = storage.stale_rows(mem.conn, target, wing)
+    rows = storage.stale_rows(mem, target, wing)
     done = 0
     if progress:
         progress(0, len(rows))

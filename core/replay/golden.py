@@ -36,7 +36,7 @@ def remove(mem: Memory, golden_id: int) -> None:
 
 
 def listing(mem: Memory) -> list[dict[str, Any]]:
-    return storage.golden_list(mem.conn)
+    return storage.golden_list(mem)
 
 
 def check_one(mem: Memory, g: dict[str, Any]) -> dict[str, Any]:
@@ -63,6 +63,6 @@ def check_one(mem: Memory, g: dict[str, Any]) -> dict[str, Any]:
 def check(mem: Memory) -> dict[str, Any]:
     """``{"passed", "failed", "checks": [{id, query, expect, active_wing, within, ok, rank, stage, why}]}``."""
     runner = storage.with_settings(mem, mem.settings)
-    checks = [check_one(runner, g) for g in storage.golden_list(mem.conn)]
+    checks = [check_one(runner, g) for g in storage.golden_list(mem)]
     failed = sum(1 for c in checks if not c["ok"])
     return {"passed": len(checks) - failed, "failed": failed, "checks": checks}

@@ -28,7 +28,7 @@ def recent_requests(mem: Memory, n: int = RECENT) -> list[dict[str, Any]]:
     """The newest ``n`` distinct logged requests (a query asked many times counts once)."""
     seen: set[str] = set()
     out = []
-    for e in reversed(storage.logged(mem.conn, last=max(n * 4, n))):
+    for e in reversed(storage.logged(mem, last=max(n * 4, n))):
         key = json.dumps(e["request"], sort_keys=True)
         if key not in seen:
             seen.add(key)
@@ -48,7 +48,7 @@ def _as_logged(entry: dict[str, Any], bundle: Any) -> dict[str, Any]:
 def preview(mem: Memory, change: Callable[[Memory], Any], *, recent: int = RECENT) -> dict[str, Any]:
     """``{"change", "golden": [failing checks with "was_ok"], "queries": [changed diffs], "summary"}``."""
     entries = recent_requests(mem, recent)
-    goldens = storage.golden_list(mem.conn)
+    goldens = storage.golden_list(mem)
     with storage.rolled_back(mem) as draft:
         before_golden = {g["id"]: golden.check_one(draft, g)["ok"] for g in goldens}
         baselines = []

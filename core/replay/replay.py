@@ -155,7 +155,7 @@ def diff(entry: dict[str, Any], bundle: Any, mem: Memory) -> dict[str, Any]:
     moved = [{"id": i, "from": old.index(i) + 1, "to": new.index(i) + 1} for i in new
              if i in old and old.index(i) != new.index(i)]
     why: dict[str, str] = {}
-    states = storage.entry_states(mem.conn, left) if left else {}
+    states = storage.entry_states(mem, left) if left else {}
     for i in left:
         why[i] = _left_reason(i, bundle, states)
     results = {r.entry.id: r for r in bundle.results}
@@ -210,7 +210,7 @@ def summarise(queries: list[dict[str, Any]], sets: list[str] | None = None) -> d
 def select(mem: Memory, *, last: int | None = None, since: str | None = None, query: str | None = None) -> list[dict[str, Any]]:
     if last is None and since is None and query is None:
         last = DEFAULT_LAST
-    return storage.logged(mem.conn, last=last, since=parse_since(since) if since else None, query=query)
+    return storage.logged(mem, last=last, since=parse_since(since) if since else None, query=query)
 
 
 def replay(mem: Memory, *, last: int | None = None, since: str | None = None, query: str | None = None,

@@ -13,6 +13,7 @@ from typing import Any
 
 from memlens.models import format_ts, utcnow
 from memlens.store import corruption, retention
+from memlens.store.replay_sql import LOG_INSERT
 from memlens.store.rows import json_object
 from memlens.store.staging import visible
 
@@ -53,19 +54,21 @@ class SqliteAuditLog:
         return {"seq": seq, "ts": ts, "action": action, "entry_id": entry_id, "wing": wing}
 
     def log_retrieval(self, active_wing: str | None, metrics: dict[str, Any], *, max_rows: int,
-                      max_age_days: float, record: Callable[[Any, int], None] | None = None) -> None:
+                      max_age_days: float, record: Callable[[], tuple[Any, ...] | None] | None = None) -> None:
         """One ``retrieval`` audit row; never fails a retrieval (a read-only or busy store skips the row).
 
-        ``record(conn, seq)`` adds what replay needs in the same transaction as the audit row.
+        ``record()``: the ``retrieval_log`` row (request, client, context, hits) of what replay needs, written in the
+        same transaction as the audit row.
         """
         if corruption.seen(self.path):
             return
         conn = self.conn
         own = False
         try:
+            replay_row = record() if record is not None else None
             # a search must never wait for a writer: give up on the log row after 50 ms
             conn.execute("PRAGMA busy_timeout = 50")
-            own = record is not None and not conn.in_transaction  # one transaction for the audit row and the record
+            own = replay_row is not None and not conn.in_transaction  # one transaction: the audit row and the record
             if own:
                 conn.execute("BEGIN")
             cur = conn.execute(
@@ -74,8 +77,8 @@ class SqliteAuditLog:
                 (format_ts(utcnow()), active_wing, json.dumps(metrics, ensure_ascii=False)),
             )
             seq = int(cur.lastrowid)
-            if record is not None:
-                record(conn, seq)
+            if replay_row is not None:
+                conn.execute(LOG_INSERT, (seq, *replay_row))
             if own:
                 conn.execute("COMMIT")
             if retention.due(seq, not self._pruned):

@@ -205,8 +205,9 @@ class Writes(Protocol):
         ...
 
     def log_retrieval(self, active_wing: str | None, metrics: dict[str, Any], *, max_rows: int,
-                      max_age_days: float, record: Callable[[Any, int], None] | None = None) -> None:
-        """Append one retrieval row without waiting for a writer, pruning old ones now and then; never raises."""
+                      max_age_days: float, record: Callable[[], Row | None] | None = None) -> None:
+        """Append one retrieval row without waiting for a writer, pruning old ones now and then; never raises.
+        ``record()`` gives its ``retrieval_log`` row (request, client, context, hits), written in the same transaction."""
         ...
 
     def retrievals(self, limit: int) -> list[AuditRecord]: ...
@@ -259,7 +260,48 @@ class Lookups(Protocol):
     def answer_count(self) -> int: ...
 
 
-class Store(Reads, Writes, Lookups, Protocol):
+class ReplayLog(Protocol):
+    """What ``memlens.replay`` reads and writes: the retrieval log, golden queries, vector freshness, and a copy of
+    the store inside a transaction that is always rolled back (``memlens.store.replay_sql`` on SQLite,
+    ``memlens.store.postgres.replay`` on PostgreSQL). Rows are raw; ``memlens.replay.storage`` decodes them."""
+
+    def logged_rows(self, limit: int, since: str | None = None, query: str | None = None) -> list[Row]:
+        """The newest ``limit`` logged retrievals (since ``since``, of exactly ``query``), newest first:
+        (seq, ts, request, client, context, hits)."""
+        ...
+
+    def access_rows(self, entry_id: str, needle: str, limit: int) -> list[Row]:
+        """Logged retrievals that returned ``entry_id`` (``needle``: its JSON text), newest first:
+        (seq, ts, query, client, rank, score, context)."""
+        ...
+
+    def retrieval_count_rows(self, wing: str | None = None) -> list[Row]:
+        """Each active visible entry: (id, wing, type, title, logged retrievals that searched its wing, returned it)."""
+        ...
+
+    def entry_statuses(self, ids: list[str]) -> dict[str, str]: ...
+    def golden_insert(self, query: str, expect: str, active_wing: str, within: int, created_at: str) -> int: ...
+    def golden_rows(self) -> list[Row]: ...
+    def golden_delete(self, golden_id: int) -> bool: ...
+
+    def vector_stamps(self, ids: list[str]) -> list[Row]:
+        """(id, title, text, content_hash, model) of each of ``ids`` stored."""
+        ...
+
+    def stamp_rows(self, wing: str | None = None) -> list[Row]:
+        """(rowid, id, wing, title, text, content_hash, model) of every visible entry (of ``wing``)."""
+        ...
+
+    def rewrite_vectors(self, rows: list[tuple[int, str]], blobs: list[bytes], hashes: list[str], model: str) -> None:
+        """New vectors of (rowid, wing), with their hashes and model, one audit row and the bumps: one transaction."""
+        ...
+
+    def rolled_back(self) -> AbstractContextManager[Store]:
+        """A copy of this store inside one transaction (holding the write lock) that is rolled back on exit."""
+        ...
+
+
+class Store(Reads, Writes, Lookups, ReplayLog, Protocol):
     """A memlens store: the read half (``Reads``, the retrieval pipeline's reads) and the write half (``Writes``).
 
     ``backend`` names the implementation ("sqlite"), ``lexical_scorer`` the text ranking it uses ("fts5-bm25"),

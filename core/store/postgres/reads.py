@@ -138,6 +138,7 @@ class PgReads:
             if self._hnsw_ready(conn, scope.wings):
                 conn.execute(f"SET LOCAL hnsw.ef_search = {int(self.ef_search)}")
                 conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
+                conn.execute("SET LOCAL enable_indexscan = on")  # inside a preview's transaction an exact scan set it off
                 plan = json.dumps(conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()[0])
                 index = f"pgvector-hnsw(ef_search={self.ef_search})" if "entries_vec_hnsw" in plan else "pgvector-exact"
             else:

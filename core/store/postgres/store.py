@@ -22,6 +22,7 @@ from memlens.store.postgres.answers import PgAnswers
 from memlens.store.postgres.browse import PgBrowse
 from memlens.store.postgres.compat import COLUMNS, from_pg
 from memlens.store.postgres.reads import PgReads, visible
+from memlens.store.postgres.replay import LOG_INSERT, PgReplay
 from memlens.store.postgres.writer import PgTaskRows, PgWriter
 from memlens.store.rows import json_object
 
@@ -41,7 +42,7 @@ def _configure(conn: Any) -> None:
     register_vector(conn)
 
 
-class PgStore(PgReads, PgBrowse, PgAnswers):
+class PgStore(PgReads, PgBrowse, PgAnswers, PgReplay):
     """A memlens store in a PostgreSQL database. ``model`` is called (only when needed) for the embedding
     model (``.model_id``, ``.dim``) that a new store records."""
 
@@ -120,10 +121,6 @@ class PgStore(PgReads, PgBrowse, PgAnswers):
         """Close this thread's connection (a worker thread's, at its end): threads come and go, connections must not pile up."""
         self._conns.close_thread()
 
-    def on_connection(self, conn: Any) -> PgStore:
-        """Refused: a preview on a held transaction runs on a SQLite store only."""
-        raise StoreError(f"store {self.label}: a preview inside a held transaction needs a SQLite store")
-
     # -- meta -----------------------------------------------------------------------------------
 
     def meta(self) -> dict[str, str]:
@@ -166,7 +163,8 @@ class PgStore(PgReads, PgBrowse, PgAnswers):
                 "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
                 "JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relname IN "
-                "('entries', 'entries_vec', 'audit', 'wings', 'tasks', 'blockers', 'imports', 'store_meta')"
+                "('entries', 'entries_vec', 'audit', 'wings', 'tasks', 'blockers', 'imports', 'store_meta',"
+                " 'answers', 'answer_citations', 'retrieval_log', 'golden')"
             ).fetchone()[0])
 
     vindex = None  # no in-process vector index: pgvector answers every KNN (exact, or HNSW on a large store)
@@ -349,12 +347,14 @@ class PgStore(PgReads, PgBrowse, PgAnswers):
         return {"seq": int(seq), "ts": ts, "action": action, "entry_id": entry_id, "wing": wing}
 
     def log_retrieval(self, active_wing: str | None, metrics: dict[str, Any], *, max_rows: int, max_age_days: float,
-                      record: Callable[[Any, int], None] | None = None) -> None:
-        """One ``retrieval`` audit row; never fails or blocks a retrieval (gives up after a short lock timeout)."""
+                      record: Callable[[], tuple[Any, ...] | None] | None = None) -> None:
+        """One ``retrieval`` audit row and, in the same transaction, its ``retrieval_log`` row (``record()``: what replay
+        needs); never fails or blocks a retrieval (gives up after a short lock timeout)."""
         from memlens.store import retention
 
         detail = json.dumps(metrics, ensure_ascii=False)
         try:
+            replay_row = record() if record is not None else None
             with self.connection() as conn, conn.transaction():
                 conn.execute(f"SET LOCAL lock_timeout = '{RETRIEVAL_LOCK_TIMEOUT_MS}ms'")
                 seq = conn.execute(
@@ -362,6 +362,8 @@ class PgStore(PgReads, PgBrowse, PgAnswers):
                     "VALUES (%s, 'retrieval', NULL, %s, NULL, NULL, %s) RETURNING seq",
                     (format_ts(utcnow()), active_wing, detail),
                 ).fetchone()[0]
+                if replay_row is not None:
+                    conn.execute(LOG_INSERT, (seq, *replay_row))
                 if not self._pruned or int(seq) % PRUNE_EVERY == 0:
                     self._pruned = True
                     retention.prune_retrievals(_Qmark(conn), max_rows, max_age_days)
