@@ -298,7 +298,8 @@ def test_the_app_shows_golden_status_access_freshness_and_previews(backend_mem, 
         health = lens.health()
         assert health["golden"]["passed"] == 1 and health["stale"] == 0
         assert [x["query"] for x in lens.entry_access(a.id)] == ["alpha"]
-        assert lens.stale_hits([a.id]) == set()
+        hits = lens.search("alpha").results  # each hit says whether its vector is fresh
+        assert hits and all(r.vector is not None and r.vector["fresh"] for r in hits)
         before = _written(mem)
         preview = lens.preview(a.id, "status", {"status": "deprecated"})
         assert [g["expect"] for g in preview["golden"]] == [a.id] and preview["queries"][0]["left"] == [a.id]
