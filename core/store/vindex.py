@@ -11,6 +11,13 @@ any process, bumps that generation (core/store/writer.py). A stale block is relo
 before it is used, so the index can never answer from old vectors. A
 single-shot process (one CLI search) never pays for loading: the index is used
 only after ``warm_index()`` (the store's, or ``Memory``'s) or with ``search.vector_index = "memory"``.
+
+A search scans its whole scope at once: every wing's block is multiplied into
+its slice of one similarity buffer, rows outside the filters are masked with a
+mask kept per scope (rebuilt when a wing of the scope changes generation), and
+one selection returns the top k of all the wings together. The cost is about
+one pass over the scope's vectors (memory-bound), so an unscoped search costs
+what a flat scan of the whole store does.
 """
 
 from __future__ import annotations
@@ -106,8 +113,9 @@ def _top(sims: np.ndarray, k: int, tie: np.ndarray) -> np.ndarray:
     if k < len(pool):  # keep the rows at or above the k-th best value: all of its ties, then order and cut
         kth = np.partition(sims[pool], len(pool) - k)[len(pool) - k]
         pool = pool[sims[pool] >= kth]
-    top = pool[np.lexsort((tie[pool], -sims[pool]))][:k]
-    return top[sims[top] != -np.inf]
+    top: np.ndarray = pool[np.lexsort((tie[pool], -sims[pool]))][:k]
+    kept: np.ndarray = top[sims[top] != -np.inf]
+    return kept
 
 
 def _read_wing(mem: IndexHost, wing: str) -> tuple[int, list[tuple[Any, ...]], dict[int, np.ndarray]]:
