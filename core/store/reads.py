@@ -51,8 +51,9 @@ class Reads(Protocol):
         ...
 
     def knn(self, qvec: np.ndarray, scope: Scope, n: int) -> Knn:
-        """The ``n`` nearest visible entries per wing of ``scope``, inside its filters (an import in progress
-        never hides a visible row nor shows a staged one)."""
+        """The ``n`` nearest visible entries of ``scope``, inside its filters, best first (an import in progress
+        never hides a visible row nor shows a staged one). A backend may answer up to ``n`` per wing
+        (sqlite-vec), the in-process index ``n`` in all: callers take the first ``n``."""
         ...
 
     def lexical(self, text: str, scope: Scope, n: int, gens: dict[str, int] | None = None) -> list[tuple[int, float]]:

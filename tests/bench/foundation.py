@@ -433,7 +433,7 @@ def search_case(
         return [r[0] for r in rows[:k]]
 
     def mem_knn(q: np.ndarray, k: int) -> list[int]:
-        return [r for r, _ in vindex.knn(mem, q, wings, filters, k)[:k]]  # up to k per wing, merged
+        return [r for r, _ in vindex.knn(mem, q, wings, filters, k)[:k]]  # the top k of the scope, best first
 
     def fa(q: np.ndarray) -> np.ndarray:
         _, ids = faiss_index.search(q[None, :], K, params=params) if params is not None else faiss_index.search(q[None, :], K)

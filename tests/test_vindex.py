@@ -1,0 +1,189 @@
+"""The in-process vector index (memlens.store.vindex): one scan over every wing of the scope, the same rows as
+sqlite-vec's exact KNN, and never an answer from vectors or metadata older than the store."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from memlens.store import vindex
+from memlens.store.scope import Scope
+from memlens.store.vindex import VectorIndex, _top
+
+WINGS = ["w0", "w1", "w2", "w3"]
+ROOMS = ["", "alpha", "beta"]
+TYPES = ["note", "decision", "invariant"]
+STATUSES = ["active", "active", "under_review", "deprecated"]
+N = 1200
+
+
+def _reference(sims: np.ndarray, k: int, tie: np.ndarray) -> np.ndarray:
+    order = np.lexsort((tie, -sims))[:k]
+    return order[sims[order] != -np.inf]
+
+
+@pytest.mark.parametrize("sample", [vindex._SAMPLE, 16])
+def test_top_is_the_exact_top_k_with_ties_and_masked_rows(monkeypatch, sample):
+    """The sampled threshold only narrows the search: the rows returned are exactly a full sort's, ties by the
+    tie key, masked (-inf) rows never, whatever the values' order and distribution."""
+    monkeypatch.setattr(vindex, "_SAMPLE", sample)
+    rng = np.random.default_rng(7)
+    for trial in range(400):
+        n = int(rng.choice([1, 3, 50, 700, 5000, 20000]))
+        kind = trial % 5
+        if kind == 0:
+            sims = rng.standard_normal(n).astype(np.float32)
+        elif kind == 1:  # sorted: a strided sample sees only the low end of each stride
+            sims = np.sort(rng.standard_normal(n).astype(np.float32))
+        elif kind == 2:  # many ties at the k-th value
+            sims = rng.integers(0, 4, n).astype(np.float32)
+        elif kind == 3:  # mostly masked out
+            sims = rng.standard_normal(n).astype(np.float32)
+            sims[rng.random(n) < 0.95] = -np.inf
+        else:  # one outstanding row, the rest equal
+            sims = np.zeros(n, dtype=np.float32)
+            sims[int(rng.integers(0, n))] = 1.0
+        finite = int(np.isfinite(sims).sum())
+        if not finite:
+            continue
+        k = int(rng.integers(1, min(finite, 120) + 1))
+        tie = rng.permutation(n).astype(np.int64)
+        got = _top(sims.copy(), k, tie)
+        assert got.tolist() == _reference(sims, k, tie).tolist(), (n, k, kind)
+
+
+def _unit(rng: np.random.Generator, n: int) -> np.ndarray:
+    v = rng.standard_normal((n, 384)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+@pytest.fixture
+def filled(mem, tmp_path):
+    """1,200 entries with random vectors over 4 wings of different sizes, rooms, types and statuses."""
+    rng = np.random.default_rng(11)
+    vecs = _unit(rng, N)
+    wing_of = rng.choice(len(WINGS), N, p=[0.5, 0.3, 0.15, 0.05])
+    src = tmp_path / "entries.jsonl"
+    with src.open("w", encoding="utf-8") as fh:
+        for i in range(N):
+            fh.write(json.dumps({
+                "id": f"v-{i:05d}", "wing": WINGS[wing_of[i]], "room": ROOMS[i % 3], "type": TYPES[i % 3],
+                "status": STATUSES[i % 4], "text": f"entry number {i}", "model": mem.embedder.model_id,
+                "vector": base64.b64encode(vecs[i].astype("<f4").tobytes()).decode("ascii"),
+            }) + "\n")
+    assert mem.import_jsonl(src)["imported"] == N
+    return mem
+
+
+def _knn(mem, index: str, qvec: np.ndarray, scope: Scope, n: int) -> list[tuple[int, float]]:
+    before = mem.settings.search.vector_index
+    mem.settings.search.vector_index = index
+    try:
+        knn = mem.store.knn(qvec, scope, n)
+        assert knn.index == index
+        return knn.hits[:n]
+    finally:
+        mem.settings.search.vector_index = before
+
+
+SCOPES = [
+    Scope(),
+    Scope(statuses=["active", "under_review"]),
+    Scope(wings=["w1"]),
+    Scope(wings=["w0", "w2"], statuses=["active"]),
+    Scope(wings=["w3", "w1", "w2"], types=["decision", "invariant"]),
+    Scope(rooms=["alpha"], types=["decision", "note"], statuses=["active", "under_review"]),
+    Scope(wings=["w0", "nowhere"], rooms=["beta"]),
+    Scope(statuses=["superseded"]),  # nothing inside
+]
+
+
+@pytest.mark.parametrize("scope", SCOPES, ids=lambda s: repr(s)[6:-1] or "unscoped")
+def test_knn_returns_the_rows_of_sqlite_vecs_exact_knn(filled, monkeypatch, scope):
+    """Unscoped, one wing, several wings, with filters: the same rows in the same order as vec0's exact scan,
+    with the same similarities; also with the sampled threshold in use on these small wings."""
+    monkeypatch.setattr(vindex, "_SAMPLE", 32)
+    rng = np.random.default_rng(3)
+    rowid, wing = filled.conn.execute("SELECT rowid, wing FROM entries WHERE id = 'v-00004'").fetchone()
+    stored = filled.store.vectors({rowid: wing})[rowid]  # a query equal to a stored vector: that row first
+    for qvec in [*_unit(rng, 12), stored]:
+        for n in (1, 10, 60):
+            want = _knn(filled, "sqlite-vec", qvec, scope, n)
+            got = _knn(filled, "memory", qvec, scope, n)
+            assert [r for r, _ in got] == [r for r, _ in want]
+            assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-5)
+    if scope.statuses == ["superseded"]:
+        assert want == []
+    else:
+        assert len(want) == 60
+
+
+def test_knn_answers_the_top_k_of_all_wings_together(filled):
+    """k rows in all, not k per wing, and a wing named twice counts once."""
+    index = VectorIndex()
+    q = _unit(np.random.default_rng(5), 1)[0]
+    hits = index.knn(filled.store, q, None, {}, 7)
+    assert len(hits) == 7 and len({r for r, _ in hits}) == 7
+    assert [s for _, s in hits] == sorted((s for _, s in hits), reverse=True)
+    twice = index.knn(filled.store, q, ["w1", "w1", "w2"], {}, 500)
+    assert len(twice) == len({r for r, _ in twice}) == len(index.knn(filled.store, q, ["w1", "w2"], {}, 500))
+
+
+_WRITER = """
+import sys
+from memlens import Memory
+from memlens.embed import HashEmbedder
+with Memory.open(sys.argv[1], embedder=HashEmbedder()) as m:
+    if sys.argv[2] == "add":
+        print(m.add(sys.argv[3], wing=sys.argv[4]).id)
+    elif sys.argv[2] == "status":
+        m.set_status(sys.argv[3], sys.argv[4])
+    else:
+        m.delete(sys.argv[3])
+"""
+
+
+def _other_process(path, *args: str) -> str:
+    proc = subprocess.run([sys.executable, "-c", _WRITER, str(path), *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_writes_by_another_process_reach_every_scan(filled):
+    """With the index warm and its per-scope rows and masks cached, an entry added by another process is found
+    unscoped and scoped; once it leaves the filters (status) or is deleted, no scan returns it again."""
+    mem = filled
+    assert mem.warm_index() == N
+    index = mem.vector_index
+    text = "zebra crossings need a lollipop man"
+    q = mem.embed([text])[0]
+    active = {"status": ["active"]}
+    scopes = [(None, {}), (None, active), (["w0", "w3"], active), (["w3"], {})]
+    for wings, filters in scopes:  # fill the caches first
+        index.knn(mem.store, q, wings, filters, 5)
+        index.in_scope(mem.store, wings, filters)
+
+    new_id = _other_process(mem.path, "add", text, "w3")
+    rowid = mem.conn.execute("SELECT rowid FROM entries WHERE id = ?", (new_id,)).fetchone()[0]
+    for wings, filters in scopes:
+        hits = index.knn(mem.store, q, wings, filters, 5)
+        assert hits[0][0] == rowid and hits[0][1] == pytest.approx(1.0, abs=1e-5)
+        assert rowid in index.in_scope(mem.store, wings, filters)
+
+    _other_process(mem.path, "status", new_id, "deprecated")
+    for wings, filters in scopes:
+        inside = not filters
+        assert (rowid in [r for r, _ in index.knn(mem.store, q, wings, filters, 5)]) == inside
+        assert (rowid in index.in_scope(mem.store, wings, filters)) == inside
+
+    _other_process(mem.path, "delete", new_id)
+    for _ in range(2):  # and it stays gone once the caches are rebuilt
+        for wings, filters in scopes:
+            assert rowid not in [r for r, _ in index.knn(mem.store, q, wings, filters, 50)]
+            assert rowid not in index.in_scope(mem.store, wings, filters)
+    assert [r for r, _ in index.knn(mem.store, q, None, {}, 20)] == [r for r, _ in _knn(mem, "sqlite-vec", q, Scope(), 20)]
