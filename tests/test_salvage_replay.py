@@ -7,7 +7,7 @@ from tests.conftest import bounded
 
 
 def test_salvage_copies_the_retrieval_log_and_golden_queries_and_skips_damaged_rows(mem, store_path, tmp_path):
-    from memlens.store import db
+    from memlens import Memory
     from memlens.store.check import check_store
     from memlens.store.salvage import salvage
 
@@ -28,7 +28,7 @@ def test_salvage_copies_the_retrieval_log_and_golden_queries_and_skips_damaged_r
                  (seqs[-1] + 1000, '{"query": "orphan"}'))
     gids = [g["id"] for g in golden.listing(mem)]
     conn.execute("UPDATE golden SET within = 0 WHERE id = ?", (gids[1],))
-    kept_log = [e for e in storage.logged(conn) if e["seq"] not in (seqs[1], seqs[2])]
+    kept_log = [e for e in storage.logged(mem) if e["seq"] not in (seqs[1], seqs[2])]
     kept_golden = [g for g in golden.listing(mem) if g["id"] != gids[1]]
     assert [e["seq"] for e in kept_log] == [seqs[0], seqs[3], seqs[4]] and kept_log[-1]["context"] is True
     mem.close()
@@ -38,12 +38,9 @@ def test_salvage_copies_the_retrieval_log_and_golden_queries_and_skips_damaged_r
     assert (out["retrieval_log"], out["retrieval_log_skipped"]) == (3, 3)
     assert (out["golden"], out["golden_skipped"]) == (2, 1)
     assert out["saved"] == 4 and out["lost"] == 0
-    copy = db.connect(new, create=False)
-    try:
+    with Memory.open(new, settings=mem.settings, embedder=mem._embedder, create=False) as copy:
         assert storage.logged(copy) == kept_log  # same seq, time, request, client, context flag and ranked hits
         assert storage.golden_list(copy) == kept_golden
         expected = [e["seq"] for e in kept_log if ids[0] in [h["id"] for h in e["hits"]]][::-1]
         assert expected and [a["seq"] for a in storage.access(copy, ids[0])] == expected  # the access log reads it
-    finally:
-        copy.close()
     assert bounded(lambda: check_store(new))["ok"]
