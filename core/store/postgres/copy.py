@@ -2,8 +2,8 @@
 
 Everything an export would lose is copied too: entries with their rowids and
 vectors, the audit with its sequence numbers, wing generations, completed
-tasks and blockers, the answer log, and the store's meta (model, dimension,
-creation time).
+tasks and blockers, the answer log, the ingestion catalog (sources, their
+entries, the runs) and the store's meta (model, dimension, creation time).
 Rows of an import still in progress are not copied (no reader sees them).
 
 All or nothing: the destination must be a new (or empty) store, and every
@@ -43,6 +43,9 @@ TABLES: list[tuple[str, tuple[str, ...], str]] = [  # (table, columns, order)
     ("blockers", ("id", "task_id", "reason", "blocked_at", "resolved_at", "resolution"), "id"),
     ("answers", ("id", "ts", "question", "model", "complete", "error", "retrieval_seq", "retrieval"), "id"),
     ("answer_citations", ("answer_id", "entry_id", "valid"), "{cite_order}"),  # each backend's insertion order
+    ("sources", ("id", "wing", "path", "kind", "size", "mtime_ns", "sha256", "version", "chunks", "indexed_at"), "id"),
+    ("source_entries", ("source_id", "entry_id"), "source_id, entry_id"),
+    ("ingest_runs", ("id", "mode", "wing", "root", "started_at", "finished_at", "seconds", "status", "summary"), "id"),
 ]
 _VISIBLE = {"entries": "({p}import_id IS NULL OR {p}import_id NOT IN (SELECT id FROM imports))",
             "audit": "({p}import_id IS NULL OR {p}import_id NOT IN (SELECT id FROM imports))"}
@@ -151,7 +154,8 @@ class _Postgres:
         with self.conn.transaction() as tx:
             self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
             yield
-            for table, col in (("entries", "rowid"), ("audit", "seq"), ("blockers", "id"), ("answers", "id")):
+            for table, col in (("entries", "rowid"), ("audit", "seq"), ("blockers", "id"), ("answers", "id"),
+                               ("sources", "id"), ("ingest_runs", "id")):
                 self.conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', '{col}'), "
                                   f"greatest((SELECT max({col}) FROM {table}), 1), (SELECT max({col}) FROM {table}) IS NOT NULL)")
         if tx.status != tx.Status.COMMITTED:
