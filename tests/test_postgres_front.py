@@ -143,10 +143,11 @@ def test_a_store_of_schema_1_gains_the_answer_log(pg_uri, settings, hash_embedde
     with Memory.open(pg_uri, settings=settings, embedder=hash_embedder) as mem:
         e = mem.add("kept across the upgrade", wing="w")
         with mem.store.connection() as conn:  # as a store written before the answer log existed
-            conn.execute("DROP TABLE answers, answer_citations")
+            conn.execute("DROP TABLE answers, answer_citations, sources, source_entries, ingest_runs")
             conn.execute("UPDATE store_meta SET value = '1' WHERE key = 'schema_version'")
     with Memory.open(pg_uri, settings=settings, embedder=hash_embedder, create=False) as mem:
-        assert mem.store.schema_version() == schema.SCHEMA_VERSION == 2 and mem.get(e.id).text == e.text
+        assert mem.store.schema_version() == schema.SCHEMA_VERSION == 3 and mem.get(e.id).text == e.text
+        assert mem.store.all_sources() == [] and mem.store.ingest_runs(None, 10) == []  # the ingestion catalog too
         bundle = mem.search("upgrade", active_wing="w")
         answer_id, why = log.record(mem, question="q", model="m", complete=True, error=None, retrieval_seq=None,
                                     bundle=bundle, cited=[e.id], invented=[])
