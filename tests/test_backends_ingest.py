@@ -248,3 +248,66 @@ def test_cli_ingest_index_and_context_on_postgresql(pg_uri, tmp_path):
     assert st["files"] == added and st["indexes"][0]["workspace"] == str(ws)
     r = run_cli("--store", pg_uri, "ingest", str(docs), "--wing", "docs", "--json", timeout=600)
     assert r.returncode == 0 and json.loads(r.stdout)["unchanged"] == 3
+
+
+KILLED = r"""
+import sys
+from memlens import Memory
+from memlens.embed import HashEmbedder
+from memlens.ingest import ingest, pipeline
+pipeline.BATCH_FILES = 3
+mem = Memory.open(sys.argv[1], embedder=HashEmbedder())  # a file or a postgresql:// URI
+def progress(ev):
+    if ev["stage"] == "written":
+        print("written", flush=True)
+        import time; time.sleep(0.3)
+ingest(mem, [sys.argv[2]], wing="docs", progress=progress)
+print("finished", flush=True)
+"""
+
+
+def test_sigkill_mid_ingest_leaves_whole_sources_and_the_next_run_completes(backend_mem, tmp_path):
+    import shutil
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    mem = backend_mem
+    docs = tmp_path / "docs"
+    for i, name in enumerate(readmes(docs, limit=8)):  # more files: several batches to kill between
+        shutil.copy(docs / name, docs / f"copy{i}-{name}")
+    target = mem.store.uri if mem.store.backend == "postgresql" else str(mem.path)
+    proc = subprocess.Popen([sys.executable, "-c", KILLED, target, str(docs)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "written"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    total = len(list(docs.iterdir()))
+    done = len(storage.all_sources(mem))
+    assert 0 < done < total  # killed part way
+    _catalog_matches_entries(mem)  # each source whole: never half old, half new
+    out = ingest(mem, [docs], wing="docs")
+    assert (out["added"], out["unchanged"]) == (total - done, done)
+    _catalog_matches_entries(mem)
+
+
+def test_watch_reindexes_a_saved_file(backend_mem, tmp_path):
+    from memlens.ingest.watch import Watcher
+
+    mem = backend_mem
+    ws = code_workspace(tmp_path / "ws", ("json",))
+    index(mem, ws, wing="proj")
+    with Watcher(mem, str(ws), "proj", debounce_ms=50):
+        time.sleep(0.5)  # let the watcher start
+        (ws / "json" / "fresh.py").write_text("def zebra_stripes():\n    return 'freshly saved'\n")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any("zebra_stripes" in e.text for e in mem.entries("proj")):
+            time.sleep(0.1)
+    assert any("zebra_stripes" in e.text for e in mem.entries("proj"))
+    _catalog_matches_entries(mem)
