@@ -232,7 +232,8 @@ def test_copy_carries_the_catalog_both_ways(backend_mem, tmp_path, pg_uri):
 
 
 def test_cli_ingest_index_and_context_on_postgresql(pg_uri, tmp_path):
-    """The commands that refused a PostgreSQL store now run on one (real model, in a fresh process)."""
+    """The commands that refused a PostgreSQL store now run on one (real model, in a fresh process): ingest, index,
+    index status, and context with the code it recalls."""
     docs = tmp_path / "docs"
     readmes(docs, limit=3)
     ws = code_workspace(tmp_path / "ws", ("json",))
@@ -248,6 +249,10 @@ def test_cli_ingest_index_and_context_on_postgresql(pg_uri, tmp_path):
     assert st["files"] == added and st["indexes"][0]["workspace"] == str(ws)
     r = run_cli("--store", pg_uri, "ingest", str(docs), "--wing", "docs", "--json", timeout=600)
     assert r.returncode == 0 and json.loads(r.stdout)["unchanged"] == 3
+    r = run_cli("--store", pg_uri, "context", "where is a JSON string with backslash escapes scanned and decoded",
+                "--active-wing", "proj", "--workspace", str(tmp_path), timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "json/decoder.py:" in r.stdout.split("## Relevant code", 1)[1]
 
 
 KILLED = r"""
