@@ -136,7 +136,7 @@ def test_copy_shows_a_progress_bar_on_a_terminal(tmp_path, settings, hash_embedd
     assert steps[-1].startswith("copying entries [" + "#" * 30 + "]") and "copied 5 entries (5 vectors)" in err
 
 
-def test_a_store_of_schema_1_gains_the_answer_log_and_the_replay_tables(pg_uri, settings, hash_embedder):
+def test_a_store_of_schema_1_gains_the_answer_log_the_replay_tables_and_the_catalog(pg_uri, settings, hash_embedder):
     from memlens import Memory
     from memlens.assist import log
     from memlens.replay import golden, storage
@@ -145,11 +145,12 @@ def test_a_store_of_schema_1_gains_the_answer_log_and_the_replay_tables(pg_uri, 
     with Memory.open(pg_uri, settings=settings, embedder=hash_embedder) as mem:
         e = mem.add("kept across the upgrade", wing="w")
         with mem.store.connection() as conn:  # as a store written before the answer log existed
-            conn.execute("DROP TABLE answers, answer_citations, retrieval_log, golden")
+            conn.execute("DROP TABLE answers, answer_citations, retrieval_log, golden, sources, source_entries, ingest_runs")
             conn.execute("UPDATE store_meta SET value = '1' WHERE key = 'schema_version'")
     with Memory.open(pg_uri, settings=settings, embedder=hash_embedder, create=False) as mem:
-        assert mem.store.schema_version() == schema.SCHEMA_VERSION >= 3 and mem.get(e.id).text == e.text
+        assert mem.store.schema_version() == schema.SCHEMA_VERSION == 4 and mem.get(e.id).text == e.text
         assert golden.listing(mem) == [] and len(storage.logged(mem)) == 0
+        assert mem.store.all_sources() == [] and mem.store.ingest_runs(None, 10) == []  # the ingestion catalog too
         bundle = mem.search("upgrade", active_wing="w")
         answer_id, why = log.record(mem, question="q", model="m", complete=True, error=None, retrieval_seq=None,
                                     bundle=bundle, cited=[e.id], invented=[])

@@ -25,7 +25,8 @@ def _members(proto: type) -> dict[str, object]:
     return {n: getattr(proto, n, None) for n in sorted(names)}
 
 
-@pytest.mark.parametrize(("proto", "impl"), [(base.Writes, SqliteStore), (base.Lookups, SqliteStore), (base.Writer, SqliteWriter),
+@pytest.mark.parametrize(("proto", "impl"), [(base.Writes, SqliteStore), (base.Lookups, SqliteStore),
+                                             (base.Catalog, SqliteStore), (base.Writer, SqliteWriter),
                                              (base.TaskRows, SqliteTaskRows)])
 def test_sqlite_classes_implement_the_protocols(proto, impl, tmp_path, hash_embedder):
     instance = None

@@ -21,9 +21,10 @@ BAR = 30
 def register(sub: Any) -> None:
     s = sub.add_parser(
         "copy", help="copy a whole store into a new one (SQLite file or postgresql:// URI), all or nothing",
-        description="Copy every entry with its vector, the audit history, wing generations, tasks, blockers and the "
-                    "answer log from SRC into DST, a new or empty store. All or nothing: one transaction in DST, so a failed or "
-                    "interrupted copy leaves DST as it was (run it again; it does not resume).",
+        description="Copy every entry with its vector, the audit history, wing generations, tasks, blockers, the "
+                    "answer log and the ingestion catalog from SRC into DST, a new or empty store. All or nothing: "
+                    "one transaction in DST, so a failed or interrupted copy leaves DST as it was "
+                    "(run it again; it does not resume).",
     )
     s.add_argument("src", metavar="SRC", help="the store to copy from (a file or a postgresql:// URI; only read)")
     s.add_argument("dst", metavar="DST", help="the new store (a file that does not exist yet, or an empty database)")

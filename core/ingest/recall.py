@@ -83,8 +83,6 @@ def code_section(mem: Memory, bundle: Bundle) -> str:
     Code chunks among the memory results leave them (they are shown here, once, after the gates).
     """
     trace = bundle.trace
-    if mem.store.backend != "sqlite":
-        return ""  # the code index is kept in SQLite stores only (for now)
     every = storage.code_indexes(mem)
     if not every:
         return ""  # this store indexes no code: nothing to say

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from memlens.models import Entry
     from memlens.store.vindex import VectorIndex
 
+from memlens.store.catalog import Catalog
 from memlens.store.reads import Reads
 
 AuditRecord = dict[str, Any]
@@ -64,8 +65,8 @@ class Writer(Protocol):
 
     @property
     def conn(self) -> Any:
-        """This transaction's connection, in the backend's own SQL: for the tables this interface does not cover
-        (the ingest catalog, the reembed rewrite), which only SQLite stores have today."""
+        """This transaction's connection, in the backend's own SQL: for a backend's own tables written in the same
+        transaction (the ingest catalog's, ``memlens.store.catalog``) and the reembed rewrite."""
         ...
 
     @property
@@ -301,7 +302,7 @@ class ReplayLog(Protocol):
         ...
 
 
-class Store(Reads, Writes, Lookups, ReplayLog, Protocol):
+class Store(Reads, Writes, Lookups, ReplayLog, Catalog, Protocol):
     """A memlens store: the read half (``Reads``, the retrieval pipeline's reads) and the write half (``Writes``).
 
     ``backend`` names the implementation ("sqlite"), ``lexical_scorer`` the text ranking it uses ("fts5-bm25"),

@@ -25,6 +25,7 @@ from memlens.store.answers_sql import SqliteAnswers
 from memlens.store.audit_sql import SqliteAuditLog
 from memlens.store.browse_sql import SqliteBrowse
 from memlens.store.distinct import DistinctValues
+from memlens.store.ingest_sql import SqliteIngest
 from memlens.store.replay_sql import SqliteReplay
 from memlens.store.rows import COLUMN_LIST, HINT, select_list
 from memlens.store.sqlite_reads import SqliteReads
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 _GROUP_COLUMNS = frozenset({"wing", "room", "kind", "type", "status"})
 
 
-class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, SqliteReplay):
+class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, SqliteReplay, SqliteIngest):
     """One SQLite store file: the read half (``SqliteReads``) and the write half.
 
     ``model`` is called (lazily, only when needed) for the embedding model (``.model_id``, ``.dim``) that a

@@ -3,7 +3,8 @@
 Everything an export would lose is copied too: entries with their rowids and
 vectors, the audit with its sequence numbers, wing generations, completed
 tasks and blockers, the answer log, the retrieval log that replay reads, the
-golden queries, and the store's meta (model, dimension, creation time).
+golden queries, the ingestion catalog (sources, their entries, the runs) and
+the store's meta (model, dimension, creation time).
 Rows of an import still in progress are not copied (no reader sees them).
 
 All or nothing: the destination must be a new (or empty) store, and every
@@ -45,6 +46,9 @@ TABLES: list[tuple[str, tuple[str, ...], str]] = [  # (table, columns, order)
     ("answer_citations", ("answer_id", "entry_id", "valid"), "{cite_order}"),  # each backend's insertion order
     ("retrieval_log", ("seq", "request", "client", "context", "hits"), "seq"),
     ("golden", ("id", "query", "expect", "active_wing", "within", "created_at"), "id"),
+    ("sources", ("id", "wing", "path", "kind", "size", "mtime_ns", "sha256", "version", "chunks", "indexed_at"), "id"),
+    ("source_entries", ("source_id", "entry_id"), "source_id, entry_id"),
+    ("ingest_runs", ("id", "mode", "wing", "root", "started_at", "finished_at", "seconds", "status", "summary"), "id"),
 ]
 _VISIBLE = {"entries": "({p}import_id IS NULL OR {p}import_id NOT IN (SELECT id FROM imports))",
             "audit": "({p}import_id IS NULL OR {p}import_id NOT IN (SELECT id FROM imports))",
@@ -154,7 +158,8 @@ class _Postgres:
         with self.conn.transaction() as tx:
             self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
             yield
-            for table, col in (("entries", "rowid"), ("audit", "seq"), ("blockers", "id"), ("answers", "id"), ("golden", "id")):
+            for table, col in (("entries", "rowid"), ("audit", "seq"), ("blockers", "id"), ("answers", "id"), ("golden", "id"),
+                               ("sources", "id"), ("ingest_runs", "id")):
                 self.conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', '{col}'), "
                                   f"greatest((SELECT max({col}) FROM {table}), 1), (SELECT max({col}) FROM {table}) IS NOT NULL)")
         if tx.status != tx.Status.COMMITTED:

@@ -21,6 +21,7 @@ from memlens.store.postgres import connect, schema
 from memlens.store.postgres.answers import PgAnswers
 from memlens.store.postgres.browse import PgBrowse
 from memlens.store.postgres.compat import COLUMNS, from_pg
+from memlens.store.postgres.ingest import PgIngest
 from memlens.store.postgres.reads import PgReads, visible
 from memlens.store.postgres.replay import LOG_INSERT, PgReplay
 from memlens.store.postgres.writer import PgTaskRows, PgWriter
@@ -42,7 +43,7 @@ def _configure(conn: Any) -> None:
     register_vector(conn)
 
 
-class PgStore(PgReads, PgBrowse, PgAnswers, PgReplay):
+class PgStore(PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
     """A memlens store in a PostgreSQL database. ``model`` is called (only when needed) for the embedding
     model (``.model_id``, ``.dim``) that a new store records."""
 
