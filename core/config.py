@@ -110,6 +110,9 @@ class SearchConfig(_Section):
     vector_index: Literal["auto", "sqlite-vec", "memory"] = Field(
         "auto", description="'auto': sqlite-vec until Memory.warm_index() loads the in-process index"
     )
+    lexical_alongside_embed: bool = Field(
+        True, description="run the lexical search on a worker thread while the query is embedded"
+    )
 
 
 class StoreConfig(_Section):

@@ -60,6 +60,7 @@ class SqliteReads:
     conn: Any
     vindex: Any
     index_host: Any
+    pinned = False  # True: a copy bound to one connection handed in (``SqliteStore.on_connection``)
 
     def wings(self) -> list[str]:
         raise NotImplementedError
@@ -72,6 +73,12 @@ class SqliteReads:
 
     def vector_index(self) -> str:
         return "memory" if self.vindex is not None else "sqlite-vec"
+
+    def serves_threads(self) -> bool:
+        """Another thread reading this store now sees what this thread would: it reads through its own
+        connection, and this thread's connection is its own (not one handed in) and not inside a transaction
+        (whose uncommitted writes the other connection could not see)."""
+        return not self.pinned and not self.conn.in_transaction
 
     def knn(self, qvec: np.ndarray, scope: Scope, n: int) -> Knn:
         mem = self.index_host
