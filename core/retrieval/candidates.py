@@ -159,13 +159,18 @@ def _similarities(run: Run, pool: dict[int, Candidate]) -> None:
     qvec, sims = run.qvec, run.sims
     assert qvec is not None
     fetch_vectors(run, {r: c.wing for r, c in pool.items() if r not in sims or c.key})
-    unusable = sorted(pool[r].id for r, v in run.vectors.items() if not v.any())
+    rowids = [r for r in run.vectors if r in pool]
+    if not rowids:
+        return
+    mat = np.stack([run.vectors[r] for r in rowids])  # one matrix: the zero test and the products in two numpy calls
+    zero = (~mat.any(axis=1)).tolist()
+    unusable = sorted(pool[r].id for r, z in zip(rowids, zero) if z)
     if unusable:
         run.trace.notes.append(f"no usable vector (all zeros or not finite), similarity counted as 0: {', '.join(unusable[:5])}"
                                + (f" and {len(unusable) - 5} more" if len(unusable) > 5 else ""))
-    unscored = [r for r in run.vectors if r not in sims]
+    unscored = [i for i, r in enumerate(rowids) if r not in sims]
     if unscored:
-        sims.update(zip(unscored, (np.stack([run.vectors[r] for r in unscored]) @ qvec).tolist()))
+        sims.update(zip([rowids[i] for i in unscored], (mat[unscored] @ qvec).tolist()))
 
 
 def load(run: Run) -> None:
