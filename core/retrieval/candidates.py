@@ -163,7 +163,7 @@ def _similarities(run: Run, pool: dict[int, Candidate]) -> None:
     if not rowids:
         return
     mat = np.stack([run.vectors[r] for r in rowids])  # one matrix: the zero test and the products in two numpy calls
-    zero = (~mat.any(axis=1)).tolist()
+    zero: list[bool] = np.logical_not(mat.any(axis=1)).tolist()
     unusable = sorted(pool[r].id for r, z in zip(rowids, zero) if z)
     if unusable:
         run.trace.notes.append(f"no usable vector (all zeros or not finite), similarity counted as 0: {', '.join(unusable[:5])}"
