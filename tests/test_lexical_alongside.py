@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from datetime import datetime, timezone
@@ -203,3 +205,32 @@ def test_term_counts_are_kept_until_the_text_index_changes(mem, monkeypatch):
         assert reads == ["alpha"]  # inside a transaction every count is read
     finally:
         conn.execute("ROLLBACK")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_gets_its_own_workers(filled, store_path, settings, monkeypatch):
+    from memlens import Memory
+    from memlens.embed import HashEmbedder
+
+    assert _search(filled, "parameters declared", True, monkeypatch).trace.concurrent  # the parent's pool is running
+    pid = os.fork()
+    if pid == 0:  # the child: none of the parent's threads; a search must still run its worker and finish
+        code = 1
+        try:
+            with Memory.open(store_path, settings=settings, embedder=HashEmbedder()) as child:
+                b = child.search("parameters declared", use_cache=False, now=NOW)
+                code = 0 if b.results and b.trace.concurrent else 2
+        finally:
+            sys.stdout.flush()
+            os._exit(code)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child's search hung")
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -29,12 +29,11 @@ calling thread waited at the join.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
-
 import numpy as np
 
 from memlens.retrieval.terms import LexicalTerms, drop_common, lexical_terms
@@ -130,6 +129,12 @@ def _executor() -> ThreadPoolExecutor:
         return _pool
 
 
-def pool_threads() -> list[Any]:
-    """The worker threads started so far (for tests)."""
-    return [t for t in threading.enumerate() if t.name.startswith("memlens-lexical")]
+def _after_fork() -> None:
+    """A forked child has none of the parent's threads: it starts its own pool and slots when it needs them."""
+    global _pool, _slots
+    _pool = None
+    _slots = threading.BoundedSemaphore(WORKERS)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
