@@ -34,6 +34,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+
 import numpy as np
 
 from memlens.retrieval.terms import LexicalTerms, drop_common, lexical_terms
