@@ -154,6 +154,7 @@ def test_a_cache_hit_starts_no_worker(filled, monkeypatch):
     again = filled.search("parameters declared", now=NOW)
     assert not first.trace.cache_hit and again.trace.cache_hit
     assert started == ["x"]
+    assert first.trace.concurrent and again.trace.concurrent == {}  # the cached answer ran no stage alongside another
 
 
 def test_no_worker_inside_a_transaction_or_for_a_listing(filled, monkeypatch):

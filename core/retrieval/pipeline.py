@@ -64,7 +64,7 @@ def cache(run: Run) -> None:
         run.gens = {w: g for w, g in store.generations().items() if w != "_tasks"}
     hit, run.cache_info = mem.cache.get(run.cache_key, run.gens, mem.describe_write)
     if hit is not None:
-        trace = hit.trace.model_copy(update={"cache_hit": True, "cache": run.cache_info})
+        trace = hit.trace.model_copy(update={"cache_hit": True, "cache": run.cache_info, "concurrent": {}})  # nothing ran
         trace.latency_ms = {st: 0.0 for st in STAGES}
         run.bundle = Bundle(results=_copies(hit.results), trace=trace, context=hit.context)
         run.cached = True
