@@ -1,6 +1,6 @@
 """The retrieval pipeline: one code path that ranks and records why.
 
-    plan → cache? → gate → [lexical on a worker ⇢] embed → vector → lexical (or: listing) → load
+    plan → cache? → gate → (lexical started on a worker) → embed → vector → lexical (or: listing) → load
     → score → policy → rerank → order → results → workspace fallback? → budget → count
 
 Each stage is a function of the search's state (``memlens.retrieval.run.Run``)
