@@ -111,7 +111,8 @@ class SearchConfig(_Section):
         "auto", description="'auto': sqlite-vec until Memory.warm_index() loads the in-process index"
     )
     lexical_alongside_embed: bool = Field(
-        True, description="run the lexical search on a worker thread while the query is embedded"
+        False, description="run the lexical search on a worker thread while the query is embedded (needs a core "
+        "the model leaves idle: see embedding.threads)"
     )
 
 

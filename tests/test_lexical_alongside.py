@@ -146,7 +146,14 @@ def test_an_error_before_the_join_waits_for_the_worker(filled, monkeypatch):
     assert finished.is_set()  # the search returned only once its worker was done
 
 
+def test_off_by_default():
+    from memlens.config import SearchConfig
+
+    assert SearchConfig().lexical_alongside_embed is False
+
+
 def test_a_cache_hit_starts_no_worker(filled, monkeypatch):
+    monkeypatch.setattr(filled.settings.search, "lexical_alongside_embed", True)
     started: list[str] = []
     real = lexical_job.start
     monkeypatch.setattr(lexical_job, "start", lambda *a: started.append("x") or real(*a))
@@ -218,6 +225,7 @@ def test_a_forked_child_gets_its_own_workers(filled, store_path, settings, monke
     if pid == 0:  # the child: none of the parent's threads; a search must still run its worker and finish
         code = 1
         try:
+            settings.search.lexical_alongside_embed = True  # the child's own copy of the settings
             with Memory.open(store_path, settings=settings, embedder=HashEmbedder()) as child:
                 b = child.search("parameters declared", use_cache=False, now=NOW)
                 code = 0 if b.results and b.trace.concurrent else 2
