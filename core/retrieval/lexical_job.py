@@ -1,19 +1,22 @@
 """The lexical generator's work, run inline or on a worker thread while the query is embedded.
 
 The text search needs the query's words, not its vector. Embedding a query
-costs the model ~7 ms on one core, during which the calling thread waits in
+costs the model ~7 ms, during which the calling thread waits in
 ONNX Runtime with the GIL released; SQLite releases it too. So when a search
 embeds its query, the pipeline hands the lexical work (choosing the terms,
 the FTS5 query, the rows and stored vectors of its hits) to a worker thread
 and joins it after the vector stage: on a machine with a free core, the
-lexical stage costs the search nothing but the join.
+lexical stage costs the search nothing but the join. It is off by default
+(``search.lexical_alongside_embed``): ONNX Runtime embeds on every physical
+core, and on the 2-core benchmark machine the embed slowed by more than the
+worker saved (the figures are in core/README.md).
 
 Rules the worker keeps:
 
 * it reads through its own connection (the store's connections are per
   thread), so it runs only when the calling thread's connection is not inside
   a transaction (a transaction's own writes would be invisible to it) and the
-  store says it can serve another thread (``Reads.serves_threads``);
+  store says it can serve another thread (``serves_threads``: SQLite stores);
 * an error in the worker is raised by the lexical stage, unchanged, exactly
   where the inline stage would raise it; an error before the join (the embed,
   the vector stage) is raised as before, after the worker has finished;
