@@ -13,9 +13,10 @@ from __future__ import annotations
 import numpy as np
 
 from memlens.limits import MAX_QUERY_TERMS, knn_rows
+from memlens.retrieval import lexical_job
 from memlens.retrieval.policy import Candidate
 from memlens.retrieval.run import Run
-from memlens.retrieval.terms import drop_common, lexical_terms
+from memlens.store.scope import StoredRow
 from memlens.store.vectors import clean, degenerate
 
 
@@ -39,6 +40,16 @@ def has_text(run: Run) -> bool:
 
 def is_listing(run: Run) -> bool:
     return run.mode == "listing"
+
+
+def alongside(run: Run) -> bool:
+    """The lexical stage can run on a worker while the query is embedded (``memlens.retrieval.lexical_job``)."""
+    return run.mode == "text" and run.settings.search.lexical_alongside_embed and lexical_job.can_run_alongside(run.store)
+
+
+def start_lexical(run: Run) -> None:
+    """Hand the lexical stage to a worker thread (None when every worker is busy: it runs inline)."""
+    run.lexical_job = lexical_job.start(run.store, run.text, run.plan.search_scope, run.n_cand)
 
 
 def embed(run: Run) -> None:
@@ -68,8 +79,17 @@ def vector(run: Run) -> None:
 
 def lexical(run: Run) -> None:
     """The lexical generator: the best text matches inside the scope, for the query's terms less its common
-    words (``memlens.retrieval.terms``); the trace lists the terms used and the words left out."""
-    sel = drop_common(lexical_terms(run.text), run.store.term_counts)
+    words (``memlens.retrieval.terms``); the trace lists the terms used and the words left out. Joins the
+    worker that ran it alongside the embed, if one did (its error, if any, is raised here)."""
+    job, run.lexical_job = run.lexical_job, None
+    if job is not None:
+        found = job.result()
+        run.alongside["lexical"] = found.ms
+        run.trace.concurrent["lexical"] = {"alongside": ["embed", "vector"]}
+        run.prefetched = found
+    else:
+        found = lexical_job.find(run.store, run.text, run.plan.search_scope, run.n_cand, run.knn_gens, False)
+    sel = found.sel
     run.trace.fusion["lexical_terms"] = sel.terms
     run.trace.fusion["lexical_dropped"] = sel.dropped
     run.trace.fusion["lexical_common"] = sel.common
@@ -77,7 +97,7 @@ def lexical(run: Run) -> None:
         content = sel.distinct - len(sel.dropped)
         run.trace.notes.append(f"the lexical search used the first {MAX_QUERY_TERMS} of the query's {content} distinct terms"
                                + (f" left after its {len(sel.dropped)} common words" if sel.dropped else ""))
-    for i, (rowid, score) in enumerate(run.store.lexical(sel.text, run.plan.search_scope, run.n_cand, run.knn_gens)):
+    for i, (rowid, score) in enumerate(found.hits):
         run.bm25[rowid] = score
         run.bm25_rank[rowid] = i + 1
     run.ordered = list(dict.fromkeys([*run.sims, *run.bm25]))
@@ -88,10 +108,28 @@ def listing(run: Run) -> None:
     run.ordered = run.store.listing(run.plan.search_scope, run.n_cand)
 
 
+def _rows(run: Run, rowids: list[int]) -> list[StoredRow]:
+    """The sound rows of ``rowids``, in that order: those the lexical worker read (once), the rest read here."""
+    pre, have = run.prefetched, {}
+    ask = rowids
+    if pre is not None:
+        run.prefetched = None
+        run.trace.notes.extend(pre.damaged)
+        run.vectors.update(pre.vectors)
+        have = pre.rows
+        hits = {r for r, _ in pre.hits}
+        ask = [r for r in rowids if r not in hits]
+    if ask:
+        got = run.store.rows(ask)
+        run.trace.notes.extend(got.damaged)
+        if not have:
+            return got.rows
+        have.update((r[0], r) for r in got.rows)
+    return [have[r] for r in rowids if r in have]
+
+
 def _load(run: Run, rowids: list[int], pool: dict[int, Candidate]) -> None:
-    got = run.store.rows(rowids)
-    run.trace.notes.extend(got.damaged)
-    for r in got.rows:
+    for r in _rows(run, rowids):
         if r[0] not in pool:
             pool[r[0]] = Candidate(rowid=r[0], row=r[2:], content_hash=r[1])
 
@@ -121,13 +159,18 @@ def _similarities(run: Run, pool: dict[int, Candidate]) -> None:
     qvec, sims = run.qvec, run.sims
     assert qvec is not None
     fetch_vectors(run, {r: c.wing for r, c in pool.items() if r not in sims or c.key})
-    unusable = sorted(pool[r].id for r, v in run.vectors.items() if not v.any())
+    rowids = [r for r in run.vectors if r in pool]
+    if not rowids:
+        return
+    mat = np.stack([run.vectors[r] for r in rowids])  # one matrix: the zero test and the products in two numpy calls
+    zero: list[bool] = np.logical_not(mat.any(axis=1)).tolist()
+    unusable = sorted(pool[r].id for r, z in zip(rowids, zero) if z)
     if unusable:
         run.trace.notes.append(f"no usable vector (all zeros or not finite), similarity counted as 0: {', '.join(unusable[:5])}"
                                + (f" and {len(unusable) - 5} more" if len(unusable) > 5 else ""))
-    unscored = [r for r in run.vectors if r not in sims]
+    unscored = [i for i, r in enumerate(rowids) if r not in sims]
     if unscored:
-        sims.update(zip(unscored, (np.stack([run.vectors[r] for r in unscored]) @ qvec).tolist()))
+        sims.update(zip([rowids[i] for i in unscored], (mat[unscored] @ qvec).tolist()))
 
 
 def load(run: Run) -> None:

@@ -1,6 +1,6 @@
 """The retrieval pipeline: one code path that ranks and records why.
 
-    plan → cache? → gate → embed → vector → lexical (or: listing) → load
+    plan → cache? → gate → (lexical started on a worker) → embed → vector → lexical (or: listing) → load
     → score → policy → rerank → order → results → workspace fallback? → budget → fresh → count
 
 Each stage is a function of the search's state (``memlens.retrieval.run.Run``)
@@ -8,7 +8,10 @@ in its own module: ``candidates`` (gate to load), ``stages`` (score to count).
 What a profile changes it swaps in as hooks (``memlens.retrieval.hooks``).
 The pipeline times each stage into the trace's ``latency_ms`` (the key each
 stage is counted under; some stages are not timed); the stages never time
-themselves. Storage is reached only through ``memlens.store.reads.Reads``.
+themselves, except the lexical stage when it runs on a worker thread alongside the
+embed (``memlens.retrieval.lexical_job``): its entry is the worker's own time,
+and the trace's ``concurrent`` says so. Storage is reached only through
+``memlens.store.reads.Reads``.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ def cache(run: Run) -> None:
         run.gens = {w: g for w, g in store.generations().items() if w != "_tasks"}
     hit, run.cache_info = mem.cache.get(run.cache_key, run.gens, mem.describe_write)
     if hit is not None:
-        trace = hit.trace.model_copy(update={"cache_hit": True, "cache": run.cache_info})
+        trace = hit.trace.model_copy(update={"cache_hit": True, "cache": run.cache_info, "concurrent": {}})  # nothing ran
         trace.latency_ms = {st: 0.0 for st in STAGES}
         run.bundle = Bundle(results=_copies(hit.results), trace=trace, context=hit.context)
         run.cached = True
@@ -89,6 +92,7 @@ PIPELINE: tuple[Stage, ...] = (
     Stage("cache", cache),
     Stage("trace", start_trace),
     Stage("gate", candidates.gate),
+    Stage("lexical_start", candidates.start_lexical, when=candidates.alongside),  # the lexical stage, on a worker
     Stage("embed", candidates.embed, "embed", when=candidates.has_text),
     Stage("vector", candidates.vector, "vector", when=candidates.has_text),
     Stage("listing", candidates.listing, "vector", when=candidates.is_listing),
@@ -127,15 +131,29 @@ def search(
                "weights": weights}
     run = Run(mem=mem, store=reads_of(mem), query=query, options=options, workspace=workspace, use_cache=use_cache,
               now=now)
-    for stage in PIPELINE:
-        if stage.when is None or stage.when(run):
-            t = time.perf_counter()
-            stage.run(run)
-            if stage.latency is not None:
-                run.lat[stage.latency] += (time.perf_counter() - t) * 1000
-        if run.cached:
-            break
+    try:
+        for stage in PIPELINE:
+            if stage.when is None or stage.when(run):
+                t = time.perf_counter()
+                stage.run(run)
+                if stage.latency is not None:
+                    run.lat[stage.latency] += _own_time(run, stage.name, (time.perf_counter() - t) * 1000)
+            if run.cached:
+                break
+    finally:
+        if run.lexical_job is not None:  # the search failed before joining its worker: let the worker finish first
+            run.lexical_job.settle()
     return _finish(run, t_start)
+
+
+def _own_time(run: Run, name: str, elapsed: float) -> float:
+    """A stage's time: ``elapsed`` on this thread, or, for a stage whose work ran on a worker thread alongside
+    others, the worker's own time (``elapsed`` was the wait at the join; the trace's ``concurrent`` keeps it)."""
+    worker = run.alongside.pop(name, None)
+    if worker is None:
+        return elapsed
+    run.trace.concurrent[name]["waited_ms"] = round(elapsed, 3)
+    return worker
 
 
 def _finish(run: Run, t_start: float) -> Bundle:

@@ -41,6 +41,10 @@ class Candidate:
     hides: list[str] = field(default_factory=list)
     source: str = "search"
     _entry: Entry | None = field(default=None, repr=False)
+    id: str = field(init=False)  # the entry's id (``row[0]``): read ~10 times per candidate by policy, so a field
+
+    def __post_init__(self) -> None:
+        self.id = self.row[0]
 
     @property
     def entry(self) -> Entry:
@@ -49,10 +53,6 @@ class Candidate:
 
             self._entry = row_to_entry(self.row)
         return self._entry
-
-    @property
-    def id(self) -> str:
-        return self.row[0]
 
     @property
     def wing(self) -> str:
@@ -252,6 +252,7 @@ def cap(pool: list[Candidate], trace: Trace, limit: int) -> list[Candidate]:
     for c in by_score:
         if c.keep:
             chosen.add(c.id)
+    beyond = f"score rank beyond the cap of {limit}"
     for c in by_score:
         if c.id in chosen:
             continue
@@ -259,7 +260,7 @@ def cap(pool: list[Candidate], trace: Trace, limit: int) -> list[Candidate]:
             chosen.add(c.id)
             n += 1
         else:
-            trace.drop(c, "cap", f"score rank beyond the cap of {limit}", c.score)
+            trace.drop(c, "cap", beyond, c.score)
     return [c for c in pool if c.id in chosen]
 
 

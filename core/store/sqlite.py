@@ -109,6 +109,7 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
         clone = copy.copy(self)
         clone._local = threading.local()
         clone._local.conn = conn
+        clone.pinned = True  # one connection, on this thread: no other thread may read through the clone
         clone._conns = []
         clone._conns_lock = threading.Lock()
         clone._vindex = None

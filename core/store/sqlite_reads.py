@@ -18,6 +18,7 @@ from memlens.store.vectors import from_blob, vec0_knn
 _SELECT = f"SELECT rowid, content_hash, {ENTRY_COLUMNS} FROM entries"
 _staged_indexes: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _staged_lock = threading.Lock()
+TERM_COUNTS_KEPT = 20_000  # terms whose document counts a store keeps (then it starts over)
 
 
 def _sound(rows: list[StoredRow], out: Rows) -> Rows:
@@ -60,6 +61,8 @@ class SqliteReads:
     conn: Any
     vindex: Any
     index_host: Any
+    pinned = False  # True: a copy bound to one connection handed in (``SqliteStore.on_connection``)
+    _term_counts: tuple[tuple[Any, Any], dict[str, int]]  # (the text index's state, term -> documents holding it)
 
     def wings(self) -> list[str]:
         raise NotImplementedError
@@ -72,6 +75,12 @@ class SqliteReads:
 
     def vector_index(self) -> str:
         return "memory" if self.vindex is not None else "sqlite-vec"
+
+    def serves_threads(self) -> bool:
+        """Another thread reading this store now sees what this thread would: it reads through its own
+        connection, and this thread's connection is its own (not one handed in) and not inside a transaction
+        (whose uncommitted writes the other connection could not see)."""
+        return not self.pinned and not self.conn.in_transaction
 
     def knn(self, qvec: np.ndarray, scope: Scope, n: int) -> Knn:
         mem = self.index_host
@@ -150,12 +159,31 @@ class SqliteReads:
     def term_counts(self, terms: Sequence[str]) -> tuple[int, dict[str, int]]:
         """The index's row count from FTS5's own record of it (the first varint of its "averages" row, id 1),
         and each term's document count from its posting list: no table scan, whatever the store's size. Rows of
-        an import in progress count too: the counts only choose which terms to look for, never which rows."""
+        an import in progress count too: the counts only choose which terms to look for, never which rows.
+
+        A term's count is kept until the text index changes: FTS5 rewrites its "averages" record (id 1) and
+        its structure record (id 10) in every transaction that changes the index, so the two as read now
+        name the index's state, and counts read in the same state are reused (common words recur from
+        question to question; each count walks the term's whole posting list). Inside a transaction, whose
+        pending changes those records may not show yet, every count is read.
+        """
         conn = self.conn
-        total = self._fts_rows()
-        counts = {t: conn.execute("SELECT count(*) FROM entries_fts WHERE entries_fts MATCH ?", (f'"{t}"',)).fetchone()[0]
-                  for t in terms}
-        return total, counts
+        blocks = dict(conn.execute("SELECT id, block FROM entries_fts_data WHERE id IN (1, 10)").fetchall())
+        total = _varint(blocks[1]) if blocks.get(1) else 0
+        if conn.in_transaction:
+            return total, {t: self._doc_count(t) for t in terms}
+        state = (blocks.get(1), blocks.get(10))
+        kept = self.__dict__.get("_term_counts")
+        if kept is None or kept[0] != state or len(kept[1]) > TERM_COUNTS_KEPT:
+            kept = self._term_counts = (state, {})
+        counts = kept[1]
+        for t in terms:
+            if t not in counts:
+                counts[t] = self._doc_count(t)
+        return total, {t: counts[t] for t in terms}
+
+    def _doc_count(self, term: str) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM entries_fts WHERE entries_fts MATCH ?", (f'"{term}"',)).fetchone()[0])
 
     def _fts_rows(self) -> int:
         """Rows in the text index: the first varint of FTS5's "averages" record (id 1), no scan."""
@@ -220,6 +248,9 @@ class SqliteReads:
         conn = self.conn
         cols = "rowid, wing, room, kind, type, status"
         out: list[int] = []
+        # most stores hold no override at all: one probe of the partial index on overrides says so
+        if conn.execute("SELECT 1 FROM entries WHERE overrides IS NOT NULL LIMIT 1").fetchone() is None:
+            ids = []
         for i in range(0, len(ids), 400):
             chunk = ids[i : i + 400]
             q = f"SELECT {cols} FROM entries WHERE overrides IN ({','.join('?' * len(chunk))}) AND {staging.visible()}"
