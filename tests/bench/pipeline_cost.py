@@ -340,7 +340,10 @@ def render(res: dict[str, Any]) -> str:
     L.append(f"| Quality (`memlens eval` machinery) | {qual} | | not below the previous run | see below |")
     L.append("")
     side = [lat[p].get("lexical_alongside_embed") for p in ("sqlite-vec", "memory")]
-    if all(x is not None for x in side):
+    if side == [0, 0]:
+        L.append("The lexical stage ran inline in every search (`search.lexical_alongside_embed` is off, the default).")
+        L.append("")
+    elif all(x is not None for x in side):
         L.append(f"The lexical stage ran on a worker thread alongside the embed in {side[0]} and {side[1]} of the "
                  f"{lat['memory']['searches']} searches per path (sqlite-vec, in-process; the trace's `concurrent`): its "
                  "`latency_ms` is then the worker's own time, *pipeline excl. embed* is the search's wall time outside "
