@@ -112,7 +112,7 @@ class SearchConfig(_Section):
     )
     lexical_alongside_embed: bool = Field(
         False, description="run the lexical search on a worker thread while the query is embedded (needs a core "
-        "the model leaves idle: see embedding.threads)"
+        "the model leaves idle: see embedding.threads; SQLite stores)"
     )
 
 

@@ -97,7 +97,8 @@ class Memory:
 
     @property
     def conn(self) -> Any:
-        """This thread's SQLite connection (kept for code not yet on the ``Store`` interface)."""
+        """This thread's SQLite connection, for tools and tests that read SQLite's tables directly (the engine itself
+        goes through ``self.store``)."""
         conn = getattr(self.store, "conn", None)
         if conn is None:
             raise StoreError(f"store {self.path}: this needs a SQLite store; a {self.store.backend} store does not offer it")

@@ -229,6 +229,23 @@ def test_a_preview_runs_the_write_and_rolls_it_back(backend_mem):
     assert _written(mem) != before
 
 
+def test_a_write_that_fails_inside_a_preview_is_undone_on_its_own(backend_mem):
+    """Inside a preview, a failed write leaves nothing behind for the rest of the preview either."""
+    mem = backend_mem
+    _seed(mem, "alpha beta")
+    before = _written(mem)
+    with mem.store.rolled_back() as held:
+        audits = held.audit_count()
+        with pytest.raises(RuntimeError, match="fails after writing"), held.write() as w:
+            w.audit("edit", "no-such-entry", "w", None, {"text": "half done"})
+            raise RuntimeError("the write fails after writing")
+        assert held.audit_count() == audits  # undone at once, not only when the preview ends
+        with held.write() as w:  # a later write of the same preview still works
+            w.audit("edit", "no-such-entry", "w", None, {"text": "whole"})
+        assert held.audit_count() == audits + 1
+    assert _written(mem) == before
+
+
 def test_stale_vectors_after_a_model_change_are_counted_and_reembedded(backend_mem, settings):
     from memlens import Memory
     from memlens.embed import HashEmbedder
@@ -243,7 +260,8 @@ def test_stale_vectors_after_a_model_change_are_counted_and_reembedded(backend_m
         report = freshness.reembed(m)
         assert report == {"stale": 3, "reembedded": 3, "model": "another-model"}
         assert m.model_id == "another-model" and freshness.stale_count(m) == 0
-        assert all(f["fresh"] for f in freshness.hit_freshness(m, ids).values())
+        fresh = freshness.hit_freshness(m, ids)
+        assert set(fresh) == set(ids) and all(f["fresh"] for f in fresh.values())
         assert [a["action"] for a in m.audit(limit=1)] == ["reembed"]
     with Memory.open(_target(mem), settings=settings, embedder=HashEmbedder()) as m:
         assert m.model_id == "another-model"  # recorded in the store

@@ -52,7 +52,8 @@ def test_hits_are_stale_after_the_store_model_changed(store_path, settings, hash
         assert sorted(r.entry.id for r in b.results) == sorted(ids)
         assert [r.vector for r in b.results] == [{"fresh": False, "model": hash_embedder.model_id, "hash_matches": True}] * 2
         freshness.reembed(m)
-        assert all(r.vector["fresh"] for r in m.search("alpha", k=5).results)  # the re-embed invalidated the cached bundle
+        again = m.search("alpha", k=5).results  # the re-embed invalidated the cached bundle
+        assert sorted(r.entry.id for r in again) == sorted(ids) and all(r.vector["fresh"] for r in again)
 
 
 def test_a_cached_bundle_keeps_each_hits_freshness(mem):

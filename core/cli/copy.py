@@ -22,7 +22,8 @@ def register(sub: Any) -> None:
     s = sub.add_parser(
         "copy", help="copy a whole store into a new one (SQLite file or postgresql:// URI), all or nothing",
         description="Copy every entry with its vector, the audit history, wing generations, tasks, blockers, the "
-                    "answer log and the ingestion catalog from SRC into DST, a new or empty store. All or nothing: "
+                    "answer log, the retrieval log that replay reads, the golden queries and the ingestion catalog "
+                    "from SRC into DST, a new or empty store. All or nothing: "
                     "one transaction in DST, so a failed or interrupted copy leaves DST as it was "
                     "(run it again; it does not resume).",
     )

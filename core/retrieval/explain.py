@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memlens.retrieval.terms import drop_common, lexical_terms
-from memlens.store.sqlite_reads import reads_of
 from memlens.store.vectors import clean
 
 if TYPE_CHECKING:
@@ -63,7 +62,7 @@ def _never_a_candidate(mem: Memory, entry: Any, bundle: Any, kwargs: dict[str, A
     vec = clean(mem.vector(entry.id))
     qvec = clean(mem.embed([t.text])[0])
     sim = float(vec @ qvec)
-    store = reads_of(mem)
+    store = mem.reads
     wings = t.wings_searched
     higher = sum(float(v @ qvec) > sim for v in store.scope_vectors(wings, statuses))
     lexical = "does not match any query term"

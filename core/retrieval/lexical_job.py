@@ -22,7 +22,9 @@ Rules the worker keeps:
   the vector stage) is raised as before, after the worker has finished;
 * a search that finds its answer in the result cache, or does not embed,
   never starts one; when every worker is busy the stage runs inline;
-* the work is the same inline and on the worker, so the results are too.
+* the work is the same inline and on the worker, so the results are too; a
+  write that lands during the search may be seen by the worker's reads and
+  not by the vector stage's (newer, never older, than the inline path sees).
 
 The pipeline times stages on the calling thread; a worker's stage is timed
 where it runs (``Lexical.ms``), that time is its ``latency_ms`` entry, and the

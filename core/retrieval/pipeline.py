@@ -29,7 +29,6 @@ from memlens.retrieval.cache import cache_key
 from memlens.retrieval.hooks import hooks_for
 from memlens.retrieval.plan import Plan
 from memlens.retrieval.run import Run
-from memlens.store.sqlite_reads import reads_of
 from memlens.trace import STAGES, Bundle, Result, Trace
 
 FUSION = "minmax-weighted-sum/v1"
@@ -129,7 +128,7 @@ def search(
     t_start = time.perf_counter()
     options = {"active_wing": active_wing, "wings": wings, "k": k, "profile": profile, "budget": budget, "user": user,
                "weights": weights}
-    run = Run(mem=mem, store=reads_of(mem), query=query, options=options, workspace=workspace, use_cache=use_cache,
+    run = Run(mem=mem, store=mem.reads, query=query, options=options, workspace=workspace, use_cache=use_cache,
               now=now)
     try:
         for stage in PIPELINE:

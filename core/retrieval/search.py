@@ -16,7 +16,6 @@ from typing import Any
 from memlens.retrieval.pipeline import FUSION, search
 from memlens.retrieval.plan import Plan, resolve_scope
 from memlens.store.reads import fts_query, query_terms
-from memlens.store.sqlite_reads import reads_of
 from memlens.trace import Bundle, Components, Result, Trace
 
 __all__ = ["search", "check", "Bundle", "Result", "Trace", "Components", "FUSION", "fts_query", "query_terms",
@@ -26,7 +25,7 @@ __all__ = ["search", "check", "Bundle", "Result", "Trace", "Components", "FUSION
 def _Plan(mem: Any, query: str, active_wing: str | None, wings: list[str] | None, k: int | None,  # noqa: N802
           profile: str | None, budget: int | None, user: str | None, weights: dict[str, float] | None) -> Plan:
     """The plan ``search`` makes for these arguments, on ``mem``."""
-    return Plan(mem.settings, mem.profiles, reads_of(mem), query, active_wing, wings, k, profile, budget, user, weights)
+    return Plan(mem.settings, mem.profiles, mem.reads, query, active_wing, wings, k, profile, budget, user, weights)
 
 
 def check(mem: Any, query: str, *, active_wing: str | None = None, wings: list[str] | None = None,
@@ -37,4 +36,4 @@ def check(mem: Any, query: str, *, active_wing: str | None = None, wings: list[s
 
 def lexical(mem: Any, plan: Plan, text: str, n: int, gens: dict[str, int] | None = None) -> list[tuple[int, Any]]:
     """The lexical generator as (rowid, SQLite bm25, lower is better), best first."""
-    return [(r, -s) for r, s in reads_of(mem).lexical(text, plan.search_scope, n, gens)]
+    return [(r, -s) for r, s in mem.reads.lexical(text, plan.search_scope, n, gens)]

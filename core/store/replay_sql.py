@@ -20,7 +20,9 @@ LOG_INSERT = "INSERT INTO retrieval_log(seq, request, client, context, hits) VAL
 
 
 class _HeldConnection:
-    """A connection inside a transaction that only the preview ends: BEGIN and COMMIT of the writes it runs do nothing."""
+    """A connection inside a transaction that only the preview ends: each write's own BEGIN, COMMIT and ROLLBACK
+    become a savepoint, its release and a rollback to it, so a write that fails inside a preview is undone on its
+    own (as PostgreSQL's nested transactions do) and nothing is committed."""
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
@@ -33,8 +35,14 @@ class _HeldConnection:
         return True
 
     def execute(self, sql: str, *args: Any) -> Any:
-        if sql.lstrip()[:8].upper().startswith(("BEGIN", "COMMIT", "END", "ROLLBACK")):
-            return self._conn.execute("SELECT 1")
+        word = sql.lstrip()[:8].upper()
+        if word.startswith("BEGIN"):
+            return self._conn.execute("SAVEPOINT memlens_preview_write")
+        if word.startswith(("COMMIT", "END")):
+            return self._conn.execute("RELEASE memlens_preview_write")
+        if word.startswith("ROLLBACK"):
+            self._conn.execute("ROLLBACK TO memlens_preview_write")
+            return self._conn.execute("RELEASE memlens_preview_write")
         return self._conn.execute(sql, *args)
 
 

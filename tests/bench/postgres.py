@@ -58,19 +58,13 @@ if backend == "postgresql":
             w.bump({e.wing}, w.audit("add", e.id, e.wing, None, e.to_record()) if w.insert(e, v) else 0)
 else:
     from memlens import Memory
-    from memlens.store import db
     class M:
         model_id, dim = json.loads(sys.argv[6]), dim
     mem = Memory.open(target, embedder=M())
-    store = getattr(mem, "store", None)
-    def write(e, v):
-        if store is not None:  # the storage interface: the same write protocol as on PostgreSQL
-            with store.write() as w:
-                w.bump({e.wing}, w.audit("add", e.id, e.wing, None, e.to_record()) if w.insert(e, v) else 0)
-            return
-        with db.transaction(mem.conn, mem.path) as conn:
-            mem._insert(conn, e, v)
-            mem._bump(conn, {e.wing}, mem._audit(conn, "add", e.id, e.wing, None, e.to_record()))
+    store = mem.store
+    def write(e, v):  # the storage interface: the same write protocol as on PostgreSQL
+        with store.write() as w:
+            w.bump({e.wing}, w.audit("add", e.id, e.wing, None, e.to_record()) if w.insert(e, v) else 0)
 start = time.time()
 for e, v in zip(entries, vecs):
     write(e, v)
