@@ -77,6 +77,19 @@ def run_record(row: tuple[Any, ...]) -> dict[str, Any]:
             "seconds": seconds, "status": status, "summary": detail if isinstance(detail, dict) else {}}
 
 
+def recall_records(details: Iterable[Any]) -> list[dict[str, Any]]:
+    """The code-recall log's detail texts, decoded; a value that is not a JSON object (a hand edit) is left out."""
+    out = []
+    for detail in details:
+        try:
+            value = json.loads(detail)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(value, dict):
+            out.append(value)
+    return out
+
+
 class Catalog(Protocol):
     """The ingestion catalog, its runs and the code index's reads, on any backend."""
 

@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memlens.models import format_ts, utcnow
-from memlens.store.catalog import RUN_COLUMNS, SOURCE_COLUMNS, CatalogWrites, Source, SourceWrite, run_record
+from memlens.store.catalog import (
+    RUN_COLUMNS,
+    SOURCE_COLUMNS,
+    CatalogWrites,
+    Source,
+    SourceWrite,
+    recall_records,
+    run_record,
+)
 
 if TYPE_CHECKING:
     from memlens.models import Entry
@@ -162,12 +170,12 @@ class SqliteIngest(CatalogWrites):
             return []
         where = [f"wing IN ({','.join('?' * len(wings))})", "kind = 'code'", "status = 'active'"]
         hits = vec0_knn(self.conn, vec_blob(qvec), n, where, list(wings))[:n]
-        out = []
-        for rowid, sim in hits:
-            row = self.conn.execute(f"SELECT {COLUMN_LIST} FROM entries WHERE rowid = ? AND {visible()}", (rowid,)).fetchone()
-            if row is not None:
-                out.append((row_to_entry(row), sim))
-        return out
+        if not hits:
+            return []
+        found = {int(r[0]): r[1:] for r in self.conn.execute(  # one statement for all hits
+            f"SELECT rowid, {COLUMN_LIST} FROM entries WHERE rowid IN ({','.join('?' * len(hits))}) AND {visible()}",
+            [r for r, _ in hits])}
+        return [(row_to_entry(found[rowid]), sim) for rowid, sim in hits if rowid in found]
 
     def log_code_recall(self, detail: dict[str, Any], keep: int) -> None:
         conn = self.conn
@@ -188,13 +196,5 @@ class SqliteIngest(CatalogWrites):
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
 
     def code_recalls(self, limit: int) -> list[dict[str, Any]]:
-        out = []
-        for (detail,) in self.conn.execute("SELECT detail FROM audit WHERE action = 'code_recall' ORDER BY seq DESC LIMIT ?",
-                                           (limit,)):
-            try:
-                value = json.loads(detail)
-            except (TypeError, ValueError):
-                continue
-            if isinstance(value, dict):
-                out.append(value)
-        return out
+        rows = self.conn.execute("SELECT detail FROM audit WHERE action = 'code_recall' ORDER BY seq DESC LIMIT ?", (limit,))
+        return recall_records(detail for (detail,) in rows)

@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memlens.models import format_ts, utcnow
-from memlens.store.catalog import RUN_COLUMNS, SOURCE_COLUMNS, CatalogWrites, Source, SourceWrite, run_record
+from memlens.store.catalog import (
+    RUN_COLUMNS,
+    SOURCE_COLUMNS,
+    CatalogWrites,
+    Source,
+    SourceWrite,
+    recall_records,
+    run_record,
+)
 from memlens.store.postgres.compat import COLUMNS, from_pg, row_to_entry
 from memlens.store.postgres.reads import visible
 from memlens.store.scope import Knn, Scope
@@ -177,12 +185,4 @@ class PgIngest(CatalogWrites):
         with self.connection() as conn:
             rows = conn.execute("SELECT detail FROM audit WHERE action = 'code_recall' ORDER BY seq DESC LIMIT %s",
                                 (limit,)).fetchall()
-        out = []
-        for (detail,) in rows:
-            try:
-                value = json.loads(detail)
-            except (TypeError, ValueError):
-                continue
-            if isinstance(value, dict):
-                out.append(value)
-        return out
+        return recall_records(detail for (detail,) in rows)
