@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memlens.errors import CorruptRowError
 from memlens.models import KINDS, STATUSES, TYPES, Entry, EntryType, Kind, Status, content_hash, parse_ts
+
+if TYPE_CHECKING:
+    from memlens.store.scope import Rows, StoredRow
 
 COLUMNS = (
     "id", "wing", "room", "kind", "type", "status", "title", "text", "key", "salience", "overrides",
@@ -174,3 +177,14 @@ def _check_positions() -> None:
 
 
 _check_positions()
+
+
+def sound_rows(rows: list[StoredRow], out: Rows) -> Rows:
+    """Keep the rows that decode (into ``out``); a damaged one (a hand edit) is a note, not a crash."""
+    for r in rows:
+        problem = row_problem(r[2:])
+        if problem is None:
+            out.rows.append(r)
+        else:
+            out.damaged.append(damaged_note(r[2], problem))
+    return out

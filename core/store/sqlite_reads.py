@@ -11,25 +11,14 @@ import numpy as np
 
 from memlens.store import staging
 from memlens.store.reads import ENTRY_COLUMNS, Reads, entry_filters, fts_query, sql_filters, sql_in
-from memlens.store.rows import damaged_note, row_problem
-from memlens.store.scope import Knn, Rows, Scope, StoredRow
+from memlens.store.rows import sound_rows
+from memlens.store.scope import Knn, Rows, Scope
 from memlens.store.vectors import from_blob, vec0_knn
 
 _SELECT = f"SELECT rowid, content_hash, {ENTRY_COLUMNS} FROM entries"
 _staged_indexes: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _staged_lock = threading.Lock()
 TERM_COUNTS_KEPT = 20_000  # terms whose document counts a store keeps (then it starts over)
-
-
-def _sound(rows: list[StoredRow], out: Rows) -> Rows:
-    """Keep the rows that decode; a damaged one (a hand edit) is a note, not a crash."""
-    for r in rows:
-        problem = row_problem(r[2:])
-        if problem is None:
-            out.rows.append(r)
-        else:
-            out.damaged.append(damaged_note(r[2], problem))
-    return out
 
 
 def _varint(blob: bytes) -> int:
@@ -204,7 +193,7 @@ class SqliteReads:
             chunk = rowids[i : i + 400]
             found = conn.execute(f"{_SELECT} WHERE rowid IN ({','.join('?' * len(chunk))}) AND {staging.visible()}",
                                  list(chunk)).fetchall()
-            sound = _sound(found, Rows())
+            sound = sound_rows(found, Rows())
             out.damaged += sound.damaged
             by_rowid = {r[0]: r for r in sound.rows}
             out.rows += [by_rowid[r] for r in chunk if r in by_rowid]
@@ -263,7 +252,7 @@ class SqliteReads:
     def latest(self, scope: Scope) -> Rows:
         where, args = entry_filters(scope)
         sql = _SELECT + _where(where) + " ORDER BY created_at DESC, rowid DESC LIMIT 1"
-        return _sound(self.conn.execute(sql, args).fetchmany(1), Rows())
+        return sound_rows(self.conn.execute(sql, args).fetchmany(1), Rows())
 
     def session_turns(self, session: Any, wings: list[str] | None, n: int) -> Rows:
         sql = (f"{_SELECT} WHERE kind = 'turn' AND CASE WHEN json_valid(meta) THEN json_extract(meta, '$.session_id') END = ?"
@@ -274,7 +263,7 @@ class SqliteReads:
             sql += " AND " + c
             args += v
         sql += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
-        return _sound(self.conn.execute(sql, [*args, n]).fetchall(), Rows())
+        return sound_rows(self.conn.execute(sql, [*args, n]).fetchall(), Rows())
 
     def session_vectors(self, session: str) -> list[np.ndarray]:
         rows = self.conn.execute(
@@ -288,7 +277,7 @@ class SqliteReads:
     def top_salient(self, scope: Scope, n: int) -> Rows:
         where, args = entry_filters(scope)
         sql = _SELECT + _where(where) + " ORDER BY salience DESC, updated_at DESC LIMIT ?"
-        return _sound(self.conn.execute(sql, [*args, n]).fetchall(), Rows())
+        return sound_rows(self.conn.execute(sql, [*args, n]).fetchall(), Rows())
 
     def scope_vectors(self, wings: list[str], statuses: list[str]) -> list[np.ndarray]:
         where = f"e.wing IN ({','.join('?' * len(wings))}) AND e.status IN ({','.join('?' * len(statuses))})"

@@ -24,8 +24,8 @@ import numpy as np
 
 from memlens.limits import MAX_QUERY_TERMS
 from memlens.store.postgres.compat import COLUMNS, from_pg
-from memlens.store.rows import damaged_note, row_problem
-from memlens.store.scope import Knn, Rows, Scope, StoredRow, query_terms
+from memlens.store.rows import sound_rows
+from memlens.store.scope import Knn, Rows, Scope, query_terms
 
 VISIBLE = "({p}import_id IS NULL OR NOT EXISTS (SELECT 1 FROM imports i WHERE i.id = {p}import_id))"
 _SELECT = f"SELECT rowid, content_hash, {COLUMNS} FROM entries"
@@ -53,17 +53,6 @@ def ts_query(text: str) -> str | None:
     """Free text → a tsquery OR of its quoted terms (the first ``MAX_QUERY_TERMS``; no tsquery syntax leaks)."""
     terms = query_terms(text)[:MAX_QUERY_TERMS]
     return " | ".join("'" + t.replace("'", "''").replace("\\", "\\\\") + "'" for t in terms) if terms else None
-
-
-def _sound(rows: list[StoredRow], out: Rows) -> Rows:
-    """Keep the rows that decode; a damaged one (a hand edit) is a note, not a crash."""
-    for r in rows:
-        problem = row_problem(r[2:])
-        if problem is None:
-            out.rows.append(r)
-        else:
-            out.damaged.append(damaged_note(r[2], problem))
-    return out
 
 
 def _where(where: list[str]) -> str:
@@ -175,7 +164,7 @@ class PgReads:
         if not rowids:
             return Rows()
         found = self._all(f"{_SELECT} WHERE rowid = ANY(%s) AND {visible()}", [list(rowids)])
-        sound = _sound(found, Rows())
+        sound = sound_rows(found, Rows())
         by_rowid = {r[0]: r for r in sound.rows}
         return Rows([by_rowid[r] for r in rowids if r in by_rowid], sound.damaged)
 
@@ -213,7 +202,7 @@ class PgReads:
     def latest(self, scope: Scope) -> Rows:
         where, args = scope_filters(scope)
         sql = _SELECT + _where([visible(), *where]) + " ORDER BY created_at DESC, rowid DESC LIMIT 1"
-        return _sound(self._all(sql, args), Rows())
+        return sound_rows(self._all(sql, args), Rows())
 
     _SESSION = "kind = 'turn' AND CASE WHEN {p}meta IS JSON OBJECT THEN {p}meta::jsonb ->> 'session_id' END = %s"
 
@@ -224,7 +213,7 @@ class PgReads:
             sql += " AND wing = ANY(%s)"
             args.append(list(wings))
         sql += " ORDER BY created_at DESC, rowid DESC LIMIT %s"
-        return _sound(self._all(sql, [*args, n]), Rows())
+        return sound_rows(self._all(sql, [*args, n]), Rows())
 
     def session_vectors(self, session: str) -> list[np.ndarray]:
         rows = self._all(
@@ -237,7 +226,7 @@ class PgReads:
     def top_salient(self, scope: Scope, n: int) -> Rows:
         where, args = scope_filters(scope)
         sql = _SELECT + _where([visible(), *where]) + " ORDER BY salience DESC, updated_at DESC LIMIT %s"
-        return _sound(self._all(sql, [*args, n]), Rows())
+        return sound_rows(self._all(sql, [*args, n]), Rows())
 
     def scope_vectors(self, wings: list[str], statuses: list[str]) -> list[np.ndarray]:
         rows = self._all(
