@@ -334,13 +334,31 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
     # -- generations ----------------------------------------------------------------------------
 
     def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
-        gens = {w: g for w, g in self.conn.execute("SELECT wing, generation FROM wings").fetchall()}
-        return gens if wings is None else {w: gens.get(w, 0) for w in wings}
+        gens = self._all_generations()
+        return dict(gens) if wings is None else {w: gens.get(w, 0) for w in wings}
 
     def write_stamp(self) -> tuple[int, int]:
         """Changes whenever any process writes an entry: every write bumps a wing generation."""
-        row = self.conn.execute("SELECT coalesce(sum(generation), 0), count(*) FROM wings").fetchone()
-        return int(row[0]), int(row[1])
+        gens = self._all_generations()
+        return sum(gens.values()), len(gens)
+
+    def _all_generations(self) -> dict[str, int]:
+        """Every wing's generation, read again only when the database may have changed since the last read on
+        this connection: SQLite's ``data_version`` moves when another connection (of any process) commits,
+        and the connection's own ``total_changes`` when it writes. A search asks five times or so; this way it
+        reads the table at most once. Inside a transaction (whose writes a rollback may undo) the table is
+        always read and nothing is kept. Not to be mutated: callers get copies."""
+        conn = self.conn
+        if conn.in_transaction:
+            return {w: int(g) for w, g in conn.execute("SELECT wing, generation FROM wings").fetchall()}
+        stamp = (conn.execute("PRAGMA data_version").fetchone()[0], conn.total_changes)
+        kept = getattr(conn, "memlens_generations", None)
+        if kept is not None and kept[0] == stamp:
+            gens: dict[str, int] = kept[1]
+            return gens
+        gens = {w: int(g) for w, g in conn.execute("SELECT wing, generation FROM wings").fetchall()}
+        conn.memlens_generations = (stamp, gens)
+        return gens
 
     # -- working memory -------------------------------------------------------------------------
 

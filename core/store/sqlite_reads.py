@@ -187,6 +187,22 @@ class SqliteReads:
         return [r for (r,) in self.conn.execute(sql, [*args, n])]
 
     def rows(self, rowids: Sequence[int]) -> Rows:
+        vindex = self.vindex
+        if vindex is None or self.conn.in_transaction:
+            return self._read_rows(rowids)
+        # in process: the rows kept beside the vectors, while their wings are at the generation they were read at
+        gens = self.generations()
+        held, missing = vindex.rows.split(rowids, gens)
+        if not missing:
+            return Rows([held[r] for r in rowids])
+        got = self._read_rows(missing)
+        vindex.rows.keep(got.rows, gens)
+        if not held:
+            return got
+        held.update((r[0], r) for r in got.rows)
+        return Rows([held[r] for r in rowids if r in held], got.damaged)
+
+    def _read_rows(self, rowids: Sequence[int]) -> Rows:
         out = Rows()
         conn = self.conn
         for i in range(0, len(rowids), 400):

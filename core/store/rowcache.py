@@ -1,0 +1,54 @@
+"""Entry rows kept in process beside the in-process vector index, checked by wing generation.
+
+A search weighs about a hundred candidates and reads each one's row: one
+statement, then a check that the row decodes. In a long-lived process the same
+rows come back search after search, so once the vector index is in use the
+store keeps the sound rows it has read, each with the generation its wing had
+when it was read. Every write to a wing, by any process, bumps that generation
+(core/store/writer.py), so a kept row is used only while its wing is still at
+that generation; otherwise it is read again. A row read while a write was
+landing is tagged with the generation read before it: at worst it is read
+again on the next search, never served stale. Damaged rows are never kept (each
+search reports them). At most ``ROWS_KEPT`` rows are held; past that the cache
+starts over.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from memlens.store.scope import StoredRow
+
+ROWS_KEPT = 20_000  # about 1-2 KB each with their text: ~30 MB at most
+
+
+class RowCache:
+    def __init__(self) -> None:
+        self._rows: dict[int, tuple[int, StoredRow]] = {}  # rowid -> (its wing's generation when read, the row)
+        self._lock = threading.Lock()
+
+    def split(self, rowids: Sequence[int], gens: dict[str, int]) -> tuple[dict[int, StoredRow], list[int]]:
+        """The kept rows of ``rowids`` still current at ``gens`` (wing -> generation), and the rowids to read."""
+        held, rows = {}, self._rows
+        missing = []
+        for r in rowids:
+            got = rows.get(r)
+            if got is not None and gens.get(got[1][3]) == got[0]:  # (rowid, content_hash, id, wing, ...)
+                held[r] = got[1]
+            else:
+                missing.append(r)
+        return held, missing
+
+    def keep(self, rows: Sequence[StoredRow], gens: dict[str, int]) -> None:
+        """Keep sound ``rows`` read after ``gens`` was read (a wing it does not name is not kept)."""
+        with self._lock:
+            if len(self._rows) + len(rows) > ROWS_KEPT:
+                self._rows = {}
+            for r in rows[:ROWS_KEPT]:
+                g = gens.get(r[3])
+                if g is not None:
+                    self._rows[r[0]] = (g, r)
+
+    def __len__(self) -> int:
+        return len(self._rows)

@@ -1,0 +1,126 @@
+"""Entry rows kept in process beside the warm vector index (memlens.store.rowcache): served only while their wing
+is at the generation they were read at, so a write by this or another process, or a rolled-back one, is never
+hidden; damaged rows are never kept."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from memlens.store import rowcache
+
+
+def _entries_reads(mem) -> list[str]:
+    """Record the statements that read entry rows on this thread's connection."""
+    seen: list[str] = []
+    mem.store.conn.set_trace_callback(lambda s: seen.append(s) if "FROM entries WHERE rowid IN" in s else None)
+    return seen
+
+
+@pytest.fixture
+def warm(mem):
+    for i in range(12):
+        mem.add(f"note {i} about the build cache and its keys", wing="a" if i % 2 else "b", title=f"n{i}")
+    assert mem.warm_index() == 12
+    return mem
+
+
+def _rowids(mem) -> list[int]:
+    return [r for (r,) in mem.conn.execute("SELECT rowid FROM entries ORDER BY rowid")]
+
+
+def test_kept_rows_equal_the_stored_rows_and_are_not_read_again(warm):
+    store = warm.store
+    ids = _rowids(warm)
+    first = store.rows(ids)
+    assert first.rows == store._read_rows(ids).rows and len(first.rows) == 12
+    seen = _entries_reads(warm)
+    again = store.rows(ids[::-1])
+    assert [r[0] for r in again.rows] == ids[::-1] and sorted(again.rows) == sorted(first.rows)
+    assert seen == []  # all twelve came from the cache
+    assert warm.search("build cache keys", k=5, use_cache=False).results  # the pipeline reads through it too
+
+
+def test_a_write_by_this_process_is_read_again(warm):
+    store = warm.store
+    ids = _rowids(warm)
+    store.rows(ids)
+    entry_id = store.rows(ids[:1]).rows[0][2]
+    warm.update(entry_id, title="renamed here")
+    assert store.rows(ids[:1]).rows[0][8] == "renamed here"  # (rowid, content_hash, id, wing, room, kind, type, status, title
+    warm.delete(entry_id)
+    assert store.rows(ids[:1]).rows == []
+
+
+_WRITER = """
+import sys
+from memlens import Memory
+from memlens.embed import HashEmbedder
+with Memory.open(sys.argv[1], embedder=HashEmbedder()) as m:
+    m.update(sys.argv[2], title=sys.argv[3])
+"""
+
+
+def test_a_write_by_another_process_is_read_again(warm):
+    store = warm.store
+    ids = _rowids(warm)
+    store.rows(ids)
+    row = store.rows(ids[3:4]).rows[0]
+    proc = subprocess.run([sys.executable, "-c", _WRITER, str(warm.path), row[2], "renamed elsewhere"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert store.rows(ids[3:4]).rows[0][8] == "renamed elsewhere"
+    others = [r for r in ids if r != ids[3]]
+    assert [r[8] for r in store.rows(others).rows] == [r[8] for r in store._read_rows(others).rows]
+
+
+def test_a_rolled_back_write_is_never_served(warm):
+    store, conn = warm.store, warm.store.conn
+    ids = _rowids(warm)
+    before = store.rows(ids).rows
+    row = before[0]
+    conn.execute("BEGIN")
+    conn.execute("UPDATE entries SET title = 'uncommitted' WHERE rowid = ?", (row[0],))
+    conn.execute("UPDATE wings SET generation = generation + 1 WHERE wing = ?", (row[3],))
+    assert store.rows([row[0]]).rows[0][8] == "uncommitted"  # inside the transaction: read, not kept
+    inside = store.generations()
+    conn.execute("ROLLBACK")
+    assert store.rows([row[0]]).rows[0][8] == row[8]
+    stored = dict(conn.execute("SELECT wing, generation FROM wings").fetchall())
+    assert store.generations() == stored and stored[row[3]] == inside[row[3]] - 1
+    assert store.rows(ids).rows == before
+
+
+def test_damaged_rows_are_reported_every_time_and_never_kept(warm):
+    store, conn = warm.store, warm.store.conn
+    ids = _rowids(warm)
+    conn.execute("UPDATE entries SET kind = 'bogus' WHERE rowid = ?", (ids[5],))
+    conn.execute("UPDATE wings SET generation = generation + 1")
+    for _ in range(2):
+        got = store.rows(ids)
+        assert ids[5] not in [r[0] for r in got.rows] and len(got.rows) == 11
+        assert len(got.damaged) == 1 and "damaged" in got.damaged[0]
+    assert ids[5] not in rowcache_rowids(store)
+
+
+def rowcache_rowids(store) -> set[int]:
+    return set(store.vindex.rows._rows)
+
+
+def test_the_cache_starts_over_past_its_bound(warm, monkeypatch):
+    monkeypatch.setattr(rowcache, "ROWS_KEPT", 5)
+    store = warm.store
+    ids = _rowids(warm)
+    store.rows(ids[:4])
+    assert len(store.vindex.rows) == 4
+    got = store.rows(ids)  # 8 more would pass the bound: it starts over, with as many of them as it holds
+    assert len(got.rows) == 12 and len(store.vindex.rows) == 5
+
+
+def test_a_one_shot_store_keeps_nothing(mem):
+    mem.add("a lone note", wing="a")
+    assert mem.store.vindex is None or len(mem.store.vindex.rows) == 0
+    assert mem.search("lone note", k=3, use_cache=False).results
+    assert mem.store.vindex is None or len(mem.store.vindex.rows) == 0
