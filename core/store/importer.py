@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from memlens.errors import ValidationError
-from memlens.store import staging
+from memlens.store import staging, textindex
 
 if TYPE_CHECKING:
     import numpy as np
@@ -74,6 +74,7 @@ def write(store: _Host, shown: Path, rows: Iterator[tuple[int, int, Entry]], vec
                                               "importing; nothing was written")
             conn.execute("DELETE FROM imports WHERE id = ?", (import_id,))
             w.bump(wings, seq)
+        textindex.tidy(conn, store.path)  # the staged batches left a segment each
     except BaseException:
         try:
             staging.discard(conn, store.path, import_id)

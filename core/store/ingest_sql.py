@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memlens.models import format_ts, utcnow
+from memlens.store import textindex
 from memlens.store.catalog import (
     RUN_COLUMNS,
     SOURCE_COLUMNS,
@@ -141,6 +142,7 @@ class SqliteIngest(CatalogWrites):
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", values)
             run_id = int(cur.lastrowid)
             conn.execute("DELETE FROM ingest_runs WHERE id <= ?", (run_id - keep,))
+        textindex.tidy(self.conn, self.path)  # a run writes its documents in many transactions
         return run_id
 
     def ingest_runs(self, mode: str | None, limit: int) -> list[dict[str, Any]]:

@@ -1,0 +1,47 @@
+"""The text index is merged after bulk writes (memlens.store.textindex): an import written in many short
+transactions leaves FTS5 one segment, not one per transaction, and finds exactly what it found before."""
+
+from __future__ import annotations
+
+import json
+
+from memlens.store import staging, textindex
+
+
+def _jsonl(path, n: int) -> None:
+    with path.open("w", encoding="utf-8") as fh:
+        for i in range(n):
+            fh.write(json.dumps({"id": f"e{i}", "wing": "w", "title": f"topic {i % 41}",
+                                 "text": f"entry {i} about gardens, rivers and word {i % 97}"}) + "\n")
+
+
+def _matches(mem, term: str) -> list[tuple[int, float]]:
+    return mem.conn.execute("SELECT rowid, bm25(entries_fts, 2.0, 1.0) FROM entries_fts WHERE entries_fts MATCH ? "
+                            "ORDER BY 2, rowid", (term,)).fetchall()
+
+
+def test_an_import_in_many_transactions_leaves_one_segment(mem, tmp_path, monkeypatch):
+    monkeypatch.setattr(staging, "BATCH_S", 0.0)  # one 64-row transaction at a time: a segment each
+    monkeypatch.setattr(staging, "pause", lambda: None)
+    monkeypatch.setattr(textindex, "tidy", lambda conn, path: False)
+    _jsonl(tmp_path / "a.jsonl", 1500)
+    mem.import_jsonl(tmp_path / "a.jsonl")
+    before = textindex.segments(mem.conn)
+    assert before > textindex.SEGMENTS_MAX  # what an untidied import leaves
+    found = {t: _matches(mem, t) for t in ("gardens", "word", "topic", "e1499")}
+    monkeypatch.undo()
+    assert textindex.tidy(mem.conn, mem.path) is True
+    assert textindex.segments(mem.conn) == 1
+    assert {t: _matches(mem, t) for t in found} == found
+
+
+def test_import_tidies_and_a_small_index_is_left_alone(mem, tmp_path, monkeypatch):
+    monkeypatch.setattr(staging, "BATCH_S", 0.0)
+    monkeypatch.setattr(staging, "pause", lambda: None)
+    _jsonl(tmp_path / "a.jsonl", 1500)
+    mem.import_jsonl(tmp_path / "a.jsonl")
+    assert textindex.segments(mem.conn) == 1
+    new = mem.add("one more entry about rivers and a heron", wing="w")
+    assert textindex.tidy(mem.conn, mem.path) is False  # few segments: nothing rewritten
+    rowid = mem.conn.execute("SELECT rowid FROM entries WHERE id = ?", (new.id,)).fetchone()[0]
+    assert [r for r, _ in _matches(mem, "heron")] == [rowid]
