@@ -87,6 +87,7 @@ def test_recency_many_matches_recency():
     now = datetime(2026, 11, 22, 12, 0, 0, 250_000, tzinfo=timezone.utc)
     stamps = ["2026-11-22T12:00:00Z", "2026-10-23T11:59:59.999999Z", "2025-01-01T00:00:00Z",
               "2026-11-23T00:00:00Z", "2026-11-01T08:30:00+02:00"]  # fmt: skip
+    stamps += [stamps[2], stamps[0], stamps[2]]  # repeated stamps (entries written together) keep their places
     for half_life in (30.0, 7.5, 0.0):
         expected = [(round(r, 6), round(a, 3)) for r, a in (recency(parse_ts(x), now, half_life) for x in stamps)]
         assert recency_many(stamps, now, half_life) == expected

@@ -60,16 +60,18 @@ def recency_many(stamps: Sequence[str], now: datetime, half_life_days: float) ->
     """
     if not stamps:
         return []
-    if all(len(x) in (20, 27) and x[-1] == "Z" for x in stamps):
-        ts = np.array([x[:-1] for x in stamps], dtype="datetime64[us]")
+    distinct = list(dict.fromkeys(stamps))  # entries written together share a stamp: each is worked out once
+    if all(len(x) in (20, 27) and x[-1] == "Z" for x in distinct):
+        ts = np.array([x[:-1] for x in distinct], dtype="datetime64[us]")
     else:
         from memlens.models import parse_ts
 
-        ts = np.array([parse_ts(x).replace(tzinfo=None) for x in stamps], dtype="datetime64[us]")
+        ts = np.array([parse_ts(x).replace(tzinfo=None) for x in distinct], dtype="datetime64[us]")
     now64 = np.datetime64(now.astimezone(timezone.utc).replace(tzinfo=None), "us")
     ages = np.maximum((now64 - ts).astype(np.float64) / 86_400e6, 0.0)
     scores = np.exp(-math.log(2) * ages / half_life_days) if half_life_days > 0 else np.ones_like(ages)
-    return [(round(r, 6), round(a, 3)) for r, a in zip(scores.tolist(), ages.tolist())]
+    each = dict(zip(distinct, [(round(r, 6), round(a, 3)) for r, a in zip(scores.tolist(), ages.tolist())]))
+    return [each[x] for x in stamps]
 
 
 def minmax(values: dict[Any, float], *, floor_single: bool = True) -> tuple[dict[Any, float], list[float] | None]:
