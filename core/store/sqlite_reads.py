@@ -9,10 +9,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from memlens.limits import MAX_QUERY_TERMS
 from memlens.store import staging
+from memlens.store.lexindex import LexIndex
 from memlens.store.reads import ENTRY_COLUMNS, Reads, entry_filters, fts_query, sql_filters, sql_in
 from memlens.store.rows import sound_rows
-from memlens.store.scope import Knn, Rows, Scope
+from memlens.store.scope import Knn, Rows, Scope, query_terms
 from memlens.store.vectors import from_blob, vec0_knn
 
 _SELECT = f"SELECT rowid, content_hash, {ENTRY_COLUMNS} FROM entries"
@@ -51,6 +53,7 @@ class SqliteReads:
     vindex: Any
     index_host: Any
     pinned = False  # True: a copy bound to one connection handed in (``SqliteStore.on_connection``)
+    _lex: LexIndex
     _term_counts: tuple[tuple[Any, Any], dict[str, int]]  # (the text index's state, term -> documents holding it)
 
     def wings(self) -> list[str]:
@@ -125,7 +128,12 @@ class SqliteReads:
         vindex = self.vindex
         if vindex is not None:
             allowed = vindex.in_scope(self.index_host, scope.wings, scope.index_filters(), gens)
-            if len(allowed) == self._fts_rows() and not staging.staged(conn, None):
+            full = len(allowed) == self._fts_rows() and not staging.staged(conn, None)
+            if not self.pinned and not conn.in_transaction:
+                hits = self._lexindex().search(conn, query_terms(text)[:MAX_QUERY_TERMS], None if full else allowed, n)
+                if hits is not None:
+                    return hits
+            if full:
                 # the scope holds every row of the text index (a subset of the same size), none of an import:
                 # nothing to test per match (an unscoped search pays one Python call per match otherwise)
                 sql = ("SELECT rowid, bm25(entries_fts, 2.0, 1.0) AS s FROM entries_fts "
@@ -144,6 +152,16 @@ class SqliteReads:
             sql += "".join(" AND " + w for w in ewhere) + " ORDER BY s, e.rowid LIMIT ?"
             rows = conn.execute(sql, [fq, *eargs, n]).fetchall()
         return [(r, -float(s)) for r, s in rows]  # SQLite's bm25 is "lower is better"; flip it
+
+    def _lexindex(self) -> LexIndex:
+        """This store's in-process postings (one per store, shared by its threads; ``memlens.store.lexindex``)."""
+        lex = self.__dict__.get("_lex")
+        if lex is None:
+            with _staged_lock:
+                lex = self.__dict__.get("_lex")
+                if lex is None:
+                    lex = self._lex = LexIndex()
+        return lex
 
     def term_counts(self, terms: Sequence[str]) -> tuple[int, dict[str, int]]:
         """The index's row count from FTS5's own record of it (the first varint of its "averages" row, id 1),
