@@ -64,6 +64,16 @@ def varints(blob: bytes) -> list[int]:
     return out
 
 
+def _blocks(conn: Any) -> dict[int, bytes]:
+    """FTS5's "averages" record (id 1) and structure record (id 10): rewritten by every change to the index."""
+    return dict(conn.execute("SELECT id, block FROM entries_fts_data WHERE id IN (1, 10)").fetchall())
+
+
+def _state(conn: Any) -> tuple[Any, Any]:
+    blocks = _blocks(conn)
+    return blocks.get(1), blocks.get(10)
+
+
 class _Inexact(Exception):
     """This index cannot answer exactly as FTS5 would: the caller runs the SQL."""
 
@@ -78,7 +88,8 @@ class _Snapshot:
         self.nrow = nrow
         self.ids = ids  # rowids of the index, ascending
         self.norm = norm  # per row: k1 * (1 - b + b * D / avgdl), as FTS5 computes it
-        self.postings: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # token -> (positions in ids, weighted freq)
+        # token -> (positions in ids of the rows holding it, ascending; its bm25 term in each of them)
+        self.postings: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.masks: list[tuple[frozenset[int], np.ndarray]] = []  # (scope set, positions inside it)
 
 
@@ -105,41 +116,42 @@ class LexIndex:
         tokens = self._tokens(conn, terms)
         if tokens is None:
             return None
-        conn.execute("BEGIN")  # one read snapshot for the state, the sizes and the postings
-        try:
-            snap = self._snapshot(conn)
-            lists = [self._postings(conn, snap, t) for t in tokens]
-        finally:
-            conn.execute("COMMIT")
+        snap = self._snap
+        if snap is None or snap.state != _state(conn) or any(t not in snap.postings for t in tokens):
+            conn.execute("BEGIN")  # one read snapshot for the state, the sizes and the postings
+            try:
+                snap = self._snapshot(conn)
+                for t in tokens:
+                    self._postings(conn, snap, t)
+            finally:
+                conn.execute("COMMIT")
         if snap.nrow <= 0 or n <= 0:
             return []
-        pos = np.unique(np.concatenate([p[0] for p in lists])) if lists else np.empty(0, np.int64)
-        if allowed is not None and len(pos):
-            pos = pos[self._mask(snap, allowed)[pos]]
-        if not len(pos):
-            return []
-        norm = snap.norm[pos]
-        score = np.zeros(len(pos), np.float64)
-        for rows, freq in lists:
-            hits = len(rows)
-            idf = math.log((snap.nrow - hits + 0.5) / (hits + 0.5))
-            if idf <= 0.0:
-                idf = 1e-6
-            f = np.zeros(len(pos), np.float64)
-            at = np.searchsorted(pos, rows)
-            inside = at < len(pos)
-            inside[inside] = pos[at[inside]] == rows[inside]
-            f[at[inside]] = freq[inside]
-            score += idf * ((f * (K1 + 1.0)) / (f + norm))
-        order = np.lexsort((pos, -score))[:n]
+        # Phrase after phrase, in the query's order: a row a phrase misses gains idf * 0 / (...) = +0.0 in
+        # FTS5, which leaves its sum as it was, so adding the contributions of the rows holding it is the same sum.
+        score = np.zeros(len(snap.ids), np.float64)
+        postings = snap.postings
+        for t in tokens:
+            rows, contrib = postings[t]
+            score[rows] += contrib
+        hit = score > 0.0  # every contribution is > 0 (idf >= 1e-6, f >= 1): a row scores iff a phrase matches
+        if allowed is not None:
+            hit &= self._mask(snap, allowed)
+        cand = np.flatnonzero(hit)
+        s = score[cand]
+        if len(cand) > n:  # keep the n best and every row tied with the n-th
+            kth = np.partition(-s, n - 1)[n - 1]
+            keep = -s <= kth
+            cand, s = cand[keep], s[keep]
+        order = np.lexsort((cand, -s))[:n]  # positions ascend with rowids: ties by rowid
         ids = snap.ids
         self.served += 1
-        return [(int(ids[pos[i]]), float(score[i])) for i in order.tolist()]
+        return [(int(ids[cand[i]]), float(s[i])) for i in order.tolist()]
 
     # --- the data, per state of the text index
 
     def _snapshot(self, conn: Any) -> _Snapshot:
-        blocks = dict(conn.execute("SELECT id, block FROM entries_fts_data WHERE id IN (1, 10)").fetchall())
+        blocks = _blocks(conn)
         state = (blocks.get(1), blocks.get(10))
         snap = self._snap
         if snap is not None and snap.state == state:
@@ -173,7 +185,13 @@ class LexIndex:
         if len(docs) and (at.max() >= len(snap.ids) or not np.array_equal(snap.ids[at], docs)):
             raise _Inexact("a posting without a size row")
         order = np.argsort(at, kind="stable")
-        entry = (at[order].astype(np.int64), np.fromiter(freq.values(), np.float64, len(freq))[order])
+        rows_at = at[order].astype(np.int64)
+        f = np.fromiter(freq.values(), np.float64, len(freq))[order]
+        hits = len(rows_at)  # rows of the whole index holding the token, inside any scope or not
+        idf = math.log((snap.nrow - hits + 0.5) / (hits + 0.5))
+        if idf <= 0.0:
+            idf = 1e-6
+        entry = (rows_at, idf * ((f * (K1 + 1.0)) / (f + snap.norm[rows_at])))
         with self._lock:
             if len(snap.postings) >= TERMS_KEPT:
                 snap.postings.clear()

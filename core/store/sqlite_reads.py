@@ -128,12 +128,11 @@ class SqliteReads:
         vindex = self.vindex
         if vindex is not None:
             allowed = vindex.in_scope(self.index_host, scope.wings, scope.index_filters(), gens)
-            full = len(allowed) == self._fts_rows() and not staging.staged(conn, None)
-            if not self.pinned and not conn.in_transaction:
-                hits = self._lexindex().search(conn, query_terms(text)[:MAX_QUERY_TERMS], None if full else allowed, n)
+            if not self.pinned and not conn.in_transaction:  # FTS5's ranking from postings held in process
+                hits = self._lexindex().search(conn, query_terms(text)[:MAX_QUERY_TERMS], allowed, n)
                 if hits is not None:
                     return hits
-            if full:
+            if len(allowed) == self._fts_rows() and not staging.staged(conn, None):
                 # the scope holds every row of the text index (a subset of the same size), none of an import:
                 # nothing to test per match (an unscoped search pays one Python call per match otherwise)
                 sql = ("SELECT rowid, bm25(entries_fts, 2.0, 1.0) AS s FROM entries_fts "
