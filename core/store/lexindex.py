@@ -90,7 +90,7 @@ class _Snapshot:
         self.norm = norm  # per row: k1 * (1 - b + b * D / avgdl), as FTS5 computes it
         # token -> (positions in ids of the rows holding it, ascending; its bm25 term in each of them)
         self.postings: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self.masks: list[tuple[frozenset[int], np.ndarray]] = []  # (scope set, positions inside it)
+        self.masks: list[tuple[frozenset[int], np.ndarray | None]] = []  # (scope set, rows inside it; None: all)
 
 
 class LexIndex:
@@ -136,7 +136,9 @@ class LexIndex:
             score[rows] += contrib
         hit = score > 0.0  # every contribution is > 0 (idf >= 1e-6, f >= 1): a row scores iff a phrase matches
         if allowed is not None:
-            hit &= self._mask(snap, allowed)
+            mask = self._mask(snap, allowed)
+            if mask is not None:
+                hit &= mask
         cand = np.flatnonzero(hit)
         s = score[cand]
         if len(cand) > n:  # keep the n best and every row tied with the n-th
@@ -144,9 +146,8 @@ class LexIndex:
             keep = -s <= kth
             cand, s = cand[keep], s[keep]
         order = np.lexsort((cand, -s))[:n]  # positions ascend with rowids: ties by rowid
-        ids = snap.ids
         self.served += 1
-        return [(int(ids[cand[i]]), float(s[i])) for i in order.tolist()]
+        return list(zip(snap.ids[cand[order]].tolist(), s[order].tolist(), strict=True))
 
     # --- the data, per state of the text index
 
@@ -198,7 +199,8 @@ class LexIndex:
             snap.postings[token] = entry
         return entry
 
-    def _mask(self, snap: _Snapshot, allowed: frozenset[int]) -> np.ndarray:
+    def _mask(self, snap: _Snapshot, allowed: frozenset[int]) -> np.ndarray | None:
+        """Which rows of the index are in ``allowed`` (None: all of them)."""
         for held, mask in snap.masks:
             if held is allowed:
                 return mask
@@ -206,8 +208,11 @@ class LexIndex:
         at = np.searchsorted(snap.ids, want)
         ok = at < len(snap.ids)
         ok[ok] = snap.ids[at[ok]] == want[ok]
-        mask = np.zeros(len(snap.ids), bool)
+        mask: np.ndarray | None = np.zeros(len(snap.ids), bool)
+        assert mask is not None
         mask[at[ok]] = True
+        if mask.all():
+            mask = None
         with self._lock:
             snap.masks = [(allowed, mask), *snap.masks[:3]]
         return mask
