@@ -187,12 +187,12 @@ class LexIndex:
             raise _Inexact("a posting without a size row")
         order = np.argsort(at, kind="stable")
         rows_at = at[order].astype(np.int64)
-        f = np.fromiter(freq.values(), np.float64, len(freq))[order]
+        fs = np.fromiter(freq.values(), np.float64, len(freq))[order]
         hits = len(rows_at)  # rows of the whole index holding the token, inside any scope or not
         idf = math.log((snap.nrow - hits + 0.5) / (hits + 0.5))
         if idf <= 0.0:
             idf = 1e-6
-        entry = (rows_at, idf * ((f * (K1 + 1.0)) / (f + snap.norm[rows_at])))
+        entry = (rows_at, idf * ((fs * (K1 + 1.0)) / (fs + snap.norm[rows_at])))
         with self._lock:
             if len(snap.postings) >= TERMS_KEPT:
                 snap.postings.clear()
@@ -201,18 +201,16 @@ class LexIndex:
 
     def _mask(self, snap: _Snapshot, allowed: frozenset[int]) -> np.ndarray | None:
         """Which rows of the index are in ``allowed`` (None: all of them)."""
-        for held, mask in snap.masks:
+        for held, kept in snap.masks:
             if held is allowed:
-                return mask
+                return kept
         want = np.fromiter(allowed, np.int64, len(allowed))
         at = np.searchsorted(snap.ids, want)
         ok = at < len(snap.ids)
         ok[ok] = snap.ids[at[ok]] == want[ok]
-        mask: np.ndarray | None = np.zeros(len(snap.ids), bool)
-        assert mask is not None
-        mask[at[ok]] = True
-        if mask.all():
-            mask = None
+        inside = np.zeros(len(snap.ids), bool)
+        inside[at[ok]] = True
+        mask = None if inside.all() else inside
         with self._lock:
             snap.masks = [(allowed, mask), *snap.masks[:3]]
         return mask
