@@ -52,6 +52,7 @@ class SqliteReads:
     conn: Any
     vindex: Any
     index_host: Any
+    lexical_in_process = True  # rank text matches from postings held in process when the vector index is too
     pinned = False  # True: a copy bound to one connection handed in (``SqliteStore.on_connection``)
     _lex: LexIndex
     _term_counts: tuple[tuple[Any, Any], dict[str, int]]  # (the text index's state, term -> documents holding it)
@@ -128,7 +129,7 @@ class SqliteReads:
         vindex = self.vindex
         if vindex is not None:
             allowed = vindex.in_scope(self.index_host, scope.wings, scope.index_filters(), gens)
-            if not self.pinned and not conn.in_transaction:  # FTS5's ranking from postings held in process
+            if self.lexical_in_process and not self.pinned and not conn.in_transaction:  # FTS5's bm25, in process
                 hits = self._lexindex().search(conn, query_terms(text)[:MAX_QUERY_TERMS], allowed, n)
                 if hits is not None:
                     return hits
