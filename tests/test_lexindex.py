@@ -106,6 +106,13 @@ def served(mem) -> int:
     return mem.store._lexindex().served
 
 
+def hold(mem) -> None:
+    """Searches until the index holds the text index's present state (the first search in a new state runs
+    FTS5's SQL; the next one reads the sizes and postings), so that the next search is answered in process."""
+    for _ in range(2):
+        mem.store.lexical("buffer", Scope(), 1)
+
+
 def questions() -> list[str]:
     return [q["text"] for q in load_queries(DATA / "queries.jsonl")]
 
@@ -121,6 +128,7 @@ def test_questions_rank_as_fts5_in_every_scope(docs_mem):
     qs = questions()
     assert len(qs) >= 100
     texts = qs + [drop_common(lexical_terms(q), store.term_counts).text for q in qs]
+    hold(docs_mem)
     before = served(docs_mem)
     asked = 0
     for text in texts:
@@ -143,6 +151,7 @@ def test_ties_and_limits(docs_mem):
 
 def test_words_with_punctuation_diacritics_case_and_absent_terms(docs_mem):
     store, conn = docs_mem.store, docs_mem.conn
+    hold(docs_mem)
     before = served(docs_mem)
     for text in ("Buffer.from() ENCODING's", "naïve Café résumé utf-8", "zzqqxxv nonexistentterm buffer",
                  "ÉVÉNEMENTS Streams", "zzqqxxv"):
@@ -154,6 +163,7 @@ def test_terms_of_zero_or_several_tokens_fall_back_to_fts5(docs_mem):
     """A word FTS5 splits into several tokens (``child_process``) is a phrase query, and one with no token
     (``__``) an empty phrase: those run FTS5's SQL; the answer is FTS5's either way."""
     store, conn = docs_mem.store, docs_mem.conn
+    hold(docs_mem)
     for text in ("child_process spawn", "__ buffer", "node_modules"):
         before = served(docs_mem)
         got = store.lexical(text, Scope(), N)
@@ -191,7 +201,9 @@ def test_writes_through_this_memory_reach_the_next_search(copy_mem):
     active = Scope(statuses=["active"])
 
     def check() -> list[tuple[int, float]]:
-        before = served(mem)
+        before = served(mem)  # the first search after a write: FTS5's SQL; the next ones: the held postings
+        same(store.lexical(text, Scope(), N), fts5(conn, text, Scope(), N))
+        assert served(mem) == before
         for scope in (Scope(), active, Scope(wings=["w3"])):
             same(store.lexical(text, scope, N), fts5(conn, text, scope, N))
         assert served(mem) - before == 3
@@ -207,8 +219,8 @@ def test_writes_through_this_memory_reach_the_next_search(copy_mem):
     mem.update(e.id, text="quokkaword again", title="quokkaword quokkaword")
     assert rowid in [r for r, _ in check()]
     mem.set_status(e.id, "deprecated")
-    assert rowid not in [r for r, _ in store.lexical(text, active, N)]
     check()
+    assert rowid not in [r for r, _ in store.lexical(text, active, N)]
     mem.delete(e.id)
     assert rowid not in [r for r, _ in check()]
 
@@ -238,15 +250,19 @@ def test_writes_by_another_process_reach_the_next_search(copy_mem):
     same(store.lexical(text, Scope(), N), fts5(conn, text, Scope(), N))
     new_id = _other_process(mem.path, "add", "wombatword wombatword readable", "w2")
     rowid = conn.execute("SELECT rowid FROM entries WHERE id = ?", (new_id,)).fetchone()[0]
+    same(store.lexical(text, Scope(), N), fts5(conn, text, Scope(), N))  # the first in the new state: SQL
     before = served(mem)
     for scope in (Scope(), Scope(wings=["w2"]), Scope(wings=["w1"])):
         same(store.lexical(text, scope, N), fts5(conn, text, scope, N))
     assert served(mem) - before == 3
     assert store.lexical(text, Scope(), N)[0][0] == rowid
     _other_process(mem.path, "delete", new_id)
-    got = store.lexical(text, Scope(), N)
-    same(got, fts5(conn, text, Scope(), N))
-    assert rowid not in [r for r, _ in got]
+    before = served(mem)
+    for _ in range(2):
+        got = store.lexical(text, Scope(), N)
+        same(got, fts5(conn, text, Scope(), N))
+        assert rowid not in [r for r, _ in got]
+    assert served(mem) - before == 1
 
 
 def test_a_worker_thread_searches_through_its_own_connection(docs_mem):
@@ -263,6 +279,7 @@ def test_a_worker_thread_searches_through_its_own_connection(docs_mem):
         except BaseException as exc:  # noqa: BLE001 - handed to the test
             out["error"] = exc
 
+    hold(docs_mem)
     before = served(docs_mem)
     threads = [threading.Thread(target=work, daemon=True) for _ in range(2)]
     for t in threads:
@@ -290,9 +307,23 @@ def test_the_store_file_is_not_written(docs_store, tmp_path):
         mem.warm_index()
         for q in questions()[:10]:
             mem.store.lexical(q, Scope(), N)
-        assert mem.store._lexindex().served == 10
+        assert mem.store._lexindex().served == 9  # the first in a state runs the SQL
         assert mem.conn.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE 'memlens_lex%'").fetchone()[0] == 0
     assert path.read_bytes() == data
+
+
+def test_a_store_written_between_searches_never_reads_postings(copy_mem):
+    """Write, search, write, search: each search is the first in its state, so FTS5's SQL answers it and no
+    sizes or postings are read; two searches in one state and the second is answered in process."""
+    mem = copy_mem
+    store, conn = mem.store, mem.conn
+    lex = store._lexindex()
+    for i in range(3):
+        mem.add(f"platypusword note {i}", wing="w1")
+        same(store.lexical("platypusword buffer", Scope(), N), fts5(conn, "platypusword buffer", Scope(), N))
+        assert lex.served == 0 and lex._snap is None
+    same(store.lexical("platypusword buffer", Scope(), N), fts5(conn, "platypusword buffer", Scope(), N))
+    assert lex.served == 1
 
 
 def test_varints_and_a_search_before_any_row():
