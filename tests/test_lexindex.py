@@ -326,6 +326,21 @@ def test_a_store_written_between_searches_never_reads_postings(copy_mem):
     assert lex.served == 1
 
 
+def test_a_read_only_connection_runs_the_sql(copy_mem):
+    """A store opened read-only (``PRAGMA query_only``, as the store does in a read-only place) may not even
+    make temp tables: FTS5's SQL answers, and nothing is written."""
+    mem = copy_mem
+    store, conn = mem.store, mem.conn
+    conn.execute("PRAGMA query_only = ON")
+    try:
+        for _ in range(3):
+            for text in ("readable stream", "Buffer alloc"):
+                same(store.lexical(text, Scope(wings=["w2", "w3"]), N), fts5(conn, text, Scope(wings=["w2", "w3"]), N))
+        assert served(mem) == 0
+    finally:
+        conn.execute("PRAGMA query_only = OFF")
+
+
 def test_varints_and_a_search_before_any_row():
     assert varints(bytes([0x05, 0x81, 0x00, 0x7F])) == [5, 128, 127]
     assert LexIndex().search(_NoRows(), ["x"], None, 5) is None
