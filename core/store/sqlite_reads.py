@@ -120,19 +120,24 @@ class SqliteReads:
         test the scope was most of the statement's time; with the in-process
         index warm, the test is a lookup in the set of in-scope rowids the index
         holds, and bm25 is computed for the rows inside only. Same rows, same
-        order, in about 60% of the time.
+        order, in about 60% of the time. Better still, outside a transaction the
+        ranking comes from postings held in process (``memlens.store.lexindex``):
+        FTS5's bm25 without its per-match reads; this SQL runs when that cannot
+        answer exactly (a word of several tokens, a read-only connection, the
+        first search after a write).
         """
-        fq = fts_query(text)
-        if not fq:
+        terms = query_terms(text)[:MAX_QUERY_TERMS]  # the phrases of fts_query(text), in its order
+        if not terms:
             return []
         conn = self.conn
         vindex = self.vindex
         if vindex is not None:
             allowed = vindex.in_scope(self.index_host, scope.wings, scope.index_filters(), gens)
             if self.lexical_in_process and not self.pinned and not conn.in_transaction:  # FTS5's bm25, in process
-                hits = self._lexindex().search(conn, query_terms(text)[:MAX_QUERY_TERMS], allowed, n)
+                hits = self._lexindex().search(conn, terms, allowed, n)
                 if hits is not None:
                     return hits
+            fq = fts_query(text)
             if len(allowed) == self._fts_rows() and not staging.staged(conn, None):
                 # the scope holds every row of the text index (a subset of the same size), none of an import:
                 # nothing to test per match (an unscoped search pays one Python call per match otherwise)
@@ -144,6 +149,7 @@ class SqliteReads:
                    "WHERE entries_fts MATCH ? AND memlens_in_scope(rowid) ORDER BY s, rowid LIMIT ?")
             rows = conn.execute(sql, [fq, n]).fetchall()
         else:
+            fq = fts_query(text)
             ewhere, eargs = entry_filters(scope, "e.")
             sql = (
                 "SELECT e.rowid, bm25(entries_fts, 2.0, 1.0) AS s FROM entries_fts "
