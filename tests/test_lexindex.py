@@ -81,13 +81,16 @@ def copy_mem(docs_store, tmp_path):
         yield mem
 
 
-def fts5(conn, text: str, scope: Scope, n: int) -> list[tuple[int, float]]:
-    """FTS5's answer: bm25 with title 2, text 1, the scope joined on entries, ties by rowid; negated."""
+def fts5(conn, text: str, scope: Scope, n: int, visible: bool = False) -> list[tuple[int, float]]:
+    """FTS5's answer: bm25 with title 2, text 1, the scope joined on entries, ties by rowid; negated.
+    ``visible``: rows of an import in progress left out."""
     fq = fts_query(text)
     if not fq:
         return []
     sql = ("SELECT e.rowid, bm25(entries_fts, 2.0, 1.0) AS s FROM entries_fts JOIN entries e ON e.rowid = entries_fts.rowid "
            "WHERE entries_fts MATCH ?")
+    if visible:
+        sql += " AND (e.import_id IS NULL OR e.import_id NOT IN (SELECT id FROM imports))"
     args: list = [fq]
     for col, values in scope.columns():
         if values is not None:
@@ -324,6 +327,44 @@ def test_a_store_written_between_searches_never_reads_postings(copy_mem):
         assert lex.served == 0 and lex._snap is None
     same(store.lexical("platypusword buffer", Scope(), N), fts5(conn, "platypusword buffer", Scope(), N))
     assert lex.served == 1
+
+
+def test_rows_of_an_import_in_progress_are_left_out_but_counted(copy_mem, tmp_path, monkeypatch):
+    """Between two staging transactions of an import, the staged rows are in FTS5's index (they count in its
+    row count and IDF) but no search returns them: the held postings give FTS5's answer without them."""
+    from memlens import Memory
+    from memlens.embed import HashEmbedder
+    from memlens.store import staging
+
+    monkeypatch.setattr(staging, "BATCH_S", 0.0)
+    seen: list[int] = []
+    text = "echidnaword readable stream"
+    with Memory.open(copy_mem.path, embedder=HashEmbedder()) as other:
+        other.warm_index()
+        store, conn = other.store, other.conn
+
+        def look() -> None:
+            staged = conn.execute("SELECT count(*) FROM entries WHERE import_id IS NOT NULL").fetchone()[0]
+            if not staged:
+                return
+            before = served(other)
+            for scope in (Scope(), Scope(wings=["w3"]), Scope(wings=["w1", "w2"])):
+                want = fts5(conn, text, scope, N, visible=True)
+                assert want != fts5(conn, text, scope, N) or scope.wings == ["w1", "w2"]  # staged rows do match
+                for _ in range(2):
+                    same(store.lexical(text, scope, N), want)
+            assert served(other) - before == 5  # the first search in this state runs the SQL, the rest are held
+            seen.append(staged)
+
+        monkeypatch.setattr(staging, "pause", look)
+        src = tmp_path / "imp.jsonl"
+        src.write_text("".join(json.dumps({"id": f"imp-{i}", "wing": "w3", "title": "echidnaword",
+                                           "text": f"echidnaword readable stream number {i}"}) + "\n"
+                               for i in range(300)), encoding="utf-8")
+        assert copy_mem.import_jsonl(src)["imported"] == 300
+        assert seen, "the import should have paused with rows staged"
+        for _ in range(2):
+            same(store.lexical(text, Scope(), N), fts5(conn, text, Scope(), N))
 
 
 def test_a_read_only_connection_runs_the_sql(copy_mem):
