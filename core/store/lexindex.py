@@ -153,7 +153,7 @@ class LexIndex:
                 hit &= mask
         cand = np.flatnonzero(hit)
         s = score[cand]
-        if len(cand) > n:  # keep the n best and every row tied with the n-th
+        if len(cand) > 4 * n:  # many: keep the n best and every row tied with the n-th, then sort those
             kth = np.partition(-s, n - 1)[n - 1]
             keep = -s <= kth
             cand, s = cand[keep], s[keep]
