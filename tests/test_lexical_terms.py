@@ -126,8 +126,11 @@ def _lexical_sql(mem, scope):
     return rows, [s for s in seen if "MATCH" in s and "bm25" in s]
 
 
-def test_an_unscoped_search_skips_the_per_match_scope_test_with_the_same_rows(mem):
+def test_an_unscoped_search_skips_the_per_match_scope_test_with_the_same_rows(mem, monkeypatch):
     from memlens.store.reads import Scope
+    from memlens.store.sqlite_reads import SqliteReads
+
+    monkeypatch.setattr(SqliteReads, "lexical_in_process", False)  # the SQL path (tests/test_lexindex.py: the other)
 
     for i in range(6):
         mem.add(f"zebra {'stripes ' * i}note {i}", wing=f"w{i % 3}")

@@ -1,0 +1,283 @@
+"""FTS5's bm25 ranking computed in process from postings read once per state of the text index.
+
+FTS5 answers an OR-query by walking every term's segments and, for each matching row,
+reading that row's size from ``entries_fts_docsize``: hundreds of statements a search.
+This index keeps what that work reads, per state of the text index: every row's size
+(all columns), the "averages" record (row count, tokens per column) and, per token, the
+rows holding it with their column-weighted frequency. A search then scores the matching
+rows with FTS5's own formula, in the same float64 operations in the same order, so the
+hits, their order and their scores are those of ``bm25(entries_fts, 2.0, 1.0)``.
+
+The formula (FTS5's ``fts5Bm25Function``): ``avgdl`` = tokens of all columns / rows;
+per phrase ``idf = log((rows - hits + 0.5) / (hits + 0.5))`` (1e-6 when <= 0), with
+``hits`` the rows of the whole index holding it; per row, ``f`` = the phrase's instances
+weighted by column, ``D`` = the row's tokens, and
+``score += idf * (f * (k1 + 1) / (f + k1 * (1 - b + b * D / avgdl)))`` phrase after
+phrase, k1 = 1.2, b = 0.75. Ties go by rowid, as ``ORDER BY bm25, rowid`` does.
+
+Any change to the text index (FTS5 rewrites its records 1 and 10 in every transaction that changes
+it) discards what is held. The first search in a new state runs FTS5's SQL; the second reads the
+sizes (~4 ms at 2,800 rows) and then each token's postings once (~2 µs per instance). So a store
+written between every two searches never pays that, and a store searched more than written pays it once.
+
+Words are turned into tokens by SQLite itself (a temp FTS5 table with the index's own
+tokenizer), never by a Python stemmer. A quoted word that becomes zero or several tokens
+is a phrase query in FTS5 (adjacent tokens); such queries are not served here: the caller
+runs the SQL. Everything lives in the connection's temp schema; the store file is never
+written. ``search`` returns None whenever it cannot answer exactly (the caller then runs
+the SQL): inside a transaction, on a read-only connection, on any SQLite error.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from typing import Any
+
+import numpy as np
+
+from memlens.store import db
+
+K1 = 1.2
+B = 0.75
+WEIGHTS = {"title": 2.0, "text": 1.0}  # the column weights the lexical stage passes to bm25
+TERMS_KEPT = 20_000  # tokens whose postings a snapshot keeps (then it starts over)
+WORDS_KEPT = 50_000  # word -> tokens kept (the tokenizer never changes, so neither does the answer)
+
+_VOCAB = "memlens_lex_vocab"  # fts5vocab(instance) over the store's entries_fts
+_TOK = "memlens_lex_tok"  # a scratch FTS5 table with the index's tokenizer
+_TOKV = "memlens_lex_tokv"  # fts5vocab(instance) over the scratch table
+
+
+def varints(blob: bytes) -> list[int]:
+    """Every SQLite varint of ``blob`` in order (big-endian, 7 bits a byte, the ninth byte whole)."""
+    out: list[int] = []
+    i, n = 0, len(blob)
+    while i < n:
+        v = 0
+        for j in range(9):
+            b = blob[i]
+            i += 1
+            if j == 8:
+                v = (v << 8) | b
+                break
+            v = (v << 7) | (b & 0x7F)
+            if not b & 0x80 or i >= n:
+                break
+        out.append(v)
+    return out
+
+
+def _blocks(conn: Any) -> dict[int, bytes]:
+    """FTS5's "averages" record (id 1) and structure record (id 10): rewritten by every change to the index."""
+    return dict(conn.execute("SELECT id, block FROM entries_fts_data WHERE id IN (1, 10)").fetchall())
+
+
+def _state(conn: Any) -> tuple[Any, Any]:
+    blocks = _blocks(conn)
+    return blocks.get(1), blocks.get(10)
+
+
+class _Inexact(Exception):
+    """This index cannot answer exactly as FTS5 would: the caller runs the SQL."""
+
+
+class _Snapshot:
+    """What one state of the text index holds: row sizes, averages, postings read so far."""
+
+    __slots__ = ("state", "nrow", "ids", "norm", "postings", "masks")
+
+    def __init__(self, state: tuple[Any, Any], nrow: int, ids: np.ndarray, norm: np.ndarray) -> None:
+        self.state = state
+        self.nrow = nrow
+        self.ids = ids  # rowids of the index, ascending
+        self.norm = norm  # per row: k1 * (1 - b + b * D / avgdl), as FTS5 computes it
+        # token -> (positions in ids of the rows holding it, ascending; its bm25 term in each of them)
+        self.postings: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.masks: list[tuple[frozenset[int], np.ndarray | None]] = []  # (scope set, rows inside it; None: all)
+
+
+class LexIndex:
+    """One store's in-process postings; thread-safe (a lock around every change, snapshots read whole)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._snap: _Snapshot | None = None
+        self._pending: tuple[Any, Any] | None = None  # a state seen once, not yet held
+        self._words: dict[str, tuple[str, ...]] = {}
+        self.served = 0  # searches answered here (the rest ran FTS5's SQL)
+
+    def search(self, conn: Any, terms: list[str], allowed: frozenset[int] | None, n: int) -> list[tuple[int, float]] | None:
+        """The ``n`` best rows for the OR of ``terms`` (each a quoted FTS5 phrase), inside ``allowed`` (None:
+        every row), as (rowid, bm25 negated); None when this index cannot answer exactly."""
+        if conn.in_transaction or not terms:
+            return None
+        try:
+            return self._search(conn, terms, allowed, n)
+        except (db.driver().Error, _Inexact, KeyError):  # any doubt: the caller runs FTS5's SQL
+            return None
+
+    def _search(self, conn: Any, terms: list[str], allowed: frozenset[int] | None, n: int) -> list[tuple[int, float]] | None:
+        tokens = self._tokens(conn, terms)
+        if tokens is None:
+            return None
+        snap = self._snap
+        state = _state(conn)
+        if snap is None or snap.state != state:
+            with self._lock:
+                first, self._pending = self._pending != state, state
+            if first:  # the first search in a new state: FTS5's SQL answers (a store written between searches
+                return None  # never pays for reading sizes and postings it would use once)
+        if snap is None or snap.state != state or any(t not in snap.postings for t in tokens):
+            conn.execute("BEGIN")  # one read snapshot for the state, the sizes and the postings
+            try:
+                snap = self._snapshot(conn)
+                for t in tokens:
+                    self._postings(conn, snap, t)
+            finally:
+                conn.execute("COMMIT")
+        if snap.nrow <= 0 or n <= 0:
+            return []
+        # Phrase after phrase, in the query's order: a row a phrase misses gains idf * 0 / (...) = +0.0 in
+        # FTS5, which leaves its sum as it was, so adding the contributions of the rows holding it is the same sum.
+        score = np.zeros(len(snap.ids), np.float64)
+        postings = snap.postings
+        for t in tokens:
+            rows, contrib = postings[t]
+            score[rows] += contrib
+        hit = score > 0.0  # every contribution is > 0 (idf >= 1e-6, f >= 1): a row scores iff a phrase matches
+        if allowed is not None:
+            mask = self._mask(snap, allowed)
+            if mask is not None:
+                hit &= mask
+        cand = np.flatnonzero(hit)
+        s = score[cand]
+        if len(cand) > 4 * n:  # many: keep the n best and every row tied with the n-th, then sort those
+            kth = np.partition(-s, n - 1)[n - 1]
+            keep = -s <= kth
+            cand, s = cand[keep], s[keep]
+        order = np.lexsort((cand, -s))[:n]  # positions ascend with rowids: ties by rowid
+        self.served += 1
+        return list(zip(snap.ids[cand[order]].tolist(), s[order].tolist(), strict=True))
+
+    # --- the data, per state of the text index
+
+    def _snapshot(self, conn: Any) -> _Snapshot:
+        blocks = _blocks(conn)
+        state = (blocks.get(1), blocks.get(10))
+        snap = self._snap
+        if snap is not None and snap.state == state:
+            return snap
+        avg = varints(blocks[1]) if blocks.get(1) else [0]
+        nrow, total = avg[0], sum(avg[1:])
+        rows = conn.execute("SELECT id, sz FROM entries_fts_docsize ORDER BY id").fetchall()
+        ids = np.fromiter((r for r, _ in rows), np.int64, len(rows))
+        sizes = np.fromiter((sum(varints(sz)) if sz else 0 for _, sz in rows), np.float64, len(rows))
+        avgdl = float(total) / float(nrow) if nrow else 1.0
+        norm = K1 * ((1 - B) + (B * sizes) / avgdl)
+        snap = _Snapshot(state, nrow, ids, norm)
+        with self._lock:
+            self._snap = snap
+        return snap
+
+    def _postings(self, conn: Any, snap: _Snapshot, token: str) -> tuple[np.ndarray, np.ndarray]:
+        hit = snap.postings.get(token)
+        if hit is not None:
+            return hit
+        rows = self._vocab(conn, f"SELECT doc, col, count(*) FROM temp.{_VOCAB} WHERE term = ? GROUP BY doc, col", token)
+        freq: dict[int, float] = {}
+        for doc, col, count in rows:
+            w = WEIGHTS[col]
+            f = freq.get(doc, 0.0)
+            for _ in range(count):  # FTS5 adds the column's weight once per instance
+                f += w
+            freq[doc] = f
+        docs = np.fromiter(freq, np.int64, len(freq))
+        at = np.searchsorted(snap.ids, docs)
+        if len(docs) and (at.max() >= len(snap.ids) or not np.array_equal(snap.ids[at], docs)):
+            raise _Inexact("a posting without a size row")
+        order = np.argsort(at, kind="stable")
+        rows_at = at[order].astype(np.int64)
+        fs = np.fromiter(freq.values(), np.float64, len(freq))[order]
+        hits = len(rows_at)  # rows of the whole index holding the token, inside any scope or not
+        idf = math.log((snap.nrow - hits + 0.5) / (hits + 0.5))
+        if idf <= 0.0:
+            idf = 1e-6
+        entry = (rows_at, idf * ((fs * (K1 + 1.0)) / (fs + snap.norm[rows_at])))
+        with self._lock:
+            if len(snap.postings) >= TERMS_KEPT:
+                snap.postings.clear()
+            snap.postings[token] = entry
+        return entry
+
+    def _mask(self, snap: _Snapshot, allowed: frozenset[int]) -> np.ndarray | None:
+        """Which rows of the index are in ``allowed`` (None: all of them)."""
+        for held, kept in snap.masks:
+            if held is allowed:
+                return kept
+        want = np.fromiter(allowed, np.int64, len(allowed))
+        at = np.searchsorted(snap.ids, want)
+        ok = at < len(snap.ids)
+        ok[ok] = snap.ids[at[ok]] == want[ok]
+        inside = np.zeros(len(snap.ids), bool)
+        inside[at[ok]] = True
+        mask = None if inside.all() else inside
+        with self._lock:
+            snap.masks = [(allowed, mask), *snap.masks[:3]]
+        return mask
+
+    # --- SQLite's own tokenizer, through temp tables on this connection
+
+    def _tokens(self, conn: Any, terms: list[str]) -> list[str] | None:
+        """Each term's single token; None when a term is not exactly one token (a phrase in FTS5)."""
+        words = self._words
+        unknown = [t for t in dict.fromkeys(terms) if t not in words]
+        if unknown:
+            found = self._tokenize(conn, unknown)
+            with self._lock:
+                if len(self._words) + len(found) > WORDS_KEPT:
+                    self._words = {}
+                self._words.update(found)
+                words = {**self._words, **found}
+        out = []
+        for t in terms:
+            toks = words[t]
+            if len(toks) != 1:
+                return None
+            out.append(toks[0])
+        return out
+
+    def _tokenize(self, conn: Any, words: list[str]) -> dict[str, tuple[str, ...]]:
+        self._ensure(conn)
+        conn.execute(f"DELETE FROM temp.{_TOK}")
+        try:
+            conn.executemany(f"INSERT INTO temp.{_TOK}(rowid, w) VALUES (?, ?)", list(enumerate(words, 1)))
+            got: dict[int, list[tuple[int, str]]] = {}
+            for doc, off, term in conn.execute(f"SELECT doc, offset, term FROM temp.{_TOKV}"):
+                got.setdefault(doc, []).append((off, term))
+        finally:
+            conn.execute(f"DELETE FROM temp.{_TOK}")
+        return {w: tuple(t for _, t in sorted(got.get(i, []))) for i, w in enumerate(words, 1)}
+
+    def _vocab(self, conn: Any, sql: str, *args: Any) -> list[Any]:
+        try:
+            return list(conn.execute(sql, args).fetchall())
+        except Exception as exc:  # the temp tables are per connection: made on first use
+            if "no such table" not in str(exc):
+                raise
+        self._ensure(conn)
+        return list(conn.execute(sql, args).fetchall())
+
+    @staticmethod
+    def _ensure(conn: Any) -> None:
+        sql = conn.execute("SELECT sql FROM main.sqlite_master WHERE name = 'entries_fts'").fetchone()
+        m = re.search(r"tokenize\s*=\s*'([^']*)'", sql[0] if sql else "")
+        if m is None:
+            raise _Inexact("entries_fts tokenizer unknown")
+        conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_VOCAB} USING fts5vocab(main, entries_fts, instance)")
+        conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_TOK} USING fts5(w, tokenize='{m.group(1)}')")
+        conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_TOKV} USING fts5vocab(temp, {_TOK}, instance)")
+
+
+__all__ = ["LexIndex", "varints"]

@@ -1,0 +1,396 @@
+"""The in-process lexical index (memlens.store.lexindex) against FTS5's own bm25, on real text.
+
+Every comparison runs the SQL by hand here (``bm25(entries_fts, 2.0, 1.0)``, the scope as a join on
+entries) and asks the store's lexical generator with the in-process vector index warm; the two must give
+the same rowids in the same order with the same scores. ``LexIndex.served`` says which path answered.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from memlens.retrieval.evaluate import load_queries
+from memlens.retrieval.terms import drop_common, lexical_terms
+from memlens.store.lexindex import LexIndex, varints
+from memlens.store.reads import fts_query
+from memlens.store.scope import Scope
+
+DATA = Path(__file__).resolve().parent / "data" / "docs_qa"
+NODE_DOCS = Path("/usr/share/doc/nodejs/api")
+N = 40
+
+pytestmark = pytest.mark.skipif(not NODE_DOCS.is_dir(), reason="the Node.js API docs are not installed")
+
+
+def _wing(room: str) -> str:
+    return "w1" if room < "f" else "w2" if room < "p" else "w3"
+
+
+@pytest.fixture(scope="module")
+def docs_store(tmp_path_factory) -> Path:
+    """The Node.js API reference, one entry per section, in three wings (deterministic embedder: only the
+    text index matters here); built once, copied by tests that write."""
+    from memlens import Memory
+    from memlens.embed import HashEmbedder
+
+    sys.path.insert(0, str(DATA))
+    try:
+        import build_corpus  # type: ignore[import-not-found]
+    finally:
+        sys.path.pop(0)
+    root = tmp_path_factory.mktemp("lexindex")
+    jsonl = root / "corpus.jsonl"
+    with jsonl.open("w", encoding="utf-8") as fh:
+        for d in build_corpus.build(NODE_DOCS):
+            room = d["_id"].split(":", 1)[0]
+            rec = {"id": d["_id"], "wing": _wing(room), "room": room, "kind": "document", "type": "note",
+                   "title": d["title"][:500], "text": d["text"], "created_at": "2026-01-01T00:00:00Z"}
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    path = root / "docs.db"
+    with Memory.open(path, embedder=HashEmbedder()) as mem:
+        assert mem.import_jsonl(jsonl)["imported"] > 1000
+    return path
+
+
+@pytest.fixture(scope="module")
+def docs_mem(docs_store):
+    from memlens import Memory
+    from memlens.embed import HashEmbedder
+
+    with Memory.open(docs_store, embedder=HashEmbedder()) as mem:
+        mem.warm_index()
+        yield mem
+
+
+@pytest.fixture
+def copy_mem(docs_store, tmp_path):
+    from memlens import Memory
+    from memlens.embed import HashEmbedder
+
+    path = tmp_path / "copy.db"
+    shutil.copy(docs_store, path)
+    with Memory.open(path, embedder=HashEmbedder()) as mem:
+        mem.warm_index()
+        yield mem
+
+
+def fts5(conn, text: str, scope: Scope, n: int, visible: bool = False) -> list[tuple[int, float]]:
+    """FTS5's answer: bm25 with title 2, text 1, the scope joined on entries, ties by rowid; negated.
+    ``visible``: rows of an import in progress left out."""
+    fq = fts_query(text)
+    if not fq:
+        return []
+    sql = ("SELECT e.rowid, bm25(entries_fts, 2.0, 1.0) AS s FROM entries_fts JOIN entries e ON e.rowid = entries_fts.rowid "
+           "WHERE entries_fts MATCH ?")
+    if visible:
+        sql += " AND (e.import_id IS NULL OR e.import_id NOT IN (SELECT id FROM imports))"
+    args: list = [fq]
+    for col, values in scope.columns():
+        if values is not None:
+            sql += f" AND e.{col} IN ({','.join('?' * len(values))})"
+            args += values
+    sql += " ORDER BY s, e.rowid LIMIT ?"
+    return [(r, -s) for r, s in conn.execute(sql, [*args, n]).fetchall()]
+
+
+def same(got: list[tuple[int, float]], want: list[tuple[int, float]]) -> None:
+    assert [r for r, _ in got] == [r for r, _ in want]
+    assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-12, abs=0)
+
+
+def served(mem) -> int:
+    return mem.store._lexindex().served
+
+
+def hold(mem) -> None:
+    """Searches until the index holds the text index's present state (the first search in a new state runs
+    FTS5's SQL; the next one reads the sizes and postings), so that the next search is answered in process."""
+    for _ in range(2):
+        mem.store.lexical("buffer", Scope(), 1)
+
+
+def questions() -> list[str]:
+    return [q["text"] for q in load_queries(DATA / "queries.jsonl")]
+
+
+SCOPES = [Scope(), Scope(rooms=["fs"]), Scope(kinds=["document"]), Scope(wings=["w1", "w3"]),
+          Scope(wings=["w2"], rooms=["http", "https", "net"])]
+
+
+def test_questions_rank_as_fts5_in_every_scope(docs_mem):
+    """The 138 questions, as typed and as the pipeline sends them (stop words and common words dropped):
+    the same rows, order and scores as FTS5, each answered in process."""
+    store, conn = docs_mem.store, docs_mem.conn
+    qs = questions()
+    assert len(qs) >= 100
+    texts = qs + [drop_common(lexical_terms(q), store.term_counts).text for q in qs]
+    hold(docs_mem)
+    before = served(docs_mem)
+    asked = 0
+    for text in texts:
+        for scope in SCOPES:
+            want = fts5(conn, text, scope, N)
+            same(store.lexical(text, scope, N), want)
+            asked += 1 if fts_query(text) else 0
+    nonempty = sum(1 for text in texts for _ in SCOPES if fts_query(text))
+    assert served(docs_mem) - before == nonempty == asked  # none fell back to the SQL
+
+
+def test_ties_and_limits(docs_mem):
+    """Small limits cut through ties the way ORDER BY bm25, rowid does; a scope with no rows finds nothing."""
+    store, conn = docs_mem.store, docs_mem.conn
+    for text in ("callback", "buffer stream", "the", "deprecated since"):
+        for n in (1, 3, 10, 500):
+            same(store.lexical(text, Scope(), n), fts5(conn, text, Scope(), n))
+    assert store.lexical("buffer", Scope(rooms=["no-such-room"]), 10) == []
+
+
+def test_words_with_punctuation_diacritics_case_and_absent_terms(docs_mem):
+    store, conn = docs_mem.store, docs_mem.conn
+    hold(docs_mem)
+    before = served(docs_mem)
+    for text in ("Buffer.from() ENCODING's", "naïve Café résumé utf-8", "zzqqxxv nonexistentterm buffer",
+                 "ÉVÉNEMENTS Streams", "zzqqxxv"):
+        same(store.lexical(text, Scope(), N), fts5(conn, text, Scope(), N))
+    assert served(docs_mem) - before == 5
+
+
+def test_terms_of_zero_or_several_tokens_fall_back_to_fts5(docs_mem):
+    """A word FTS5 splits into several tokens (``child_process``) is a phrase query, and one with no token
+    (``__``) an empty phrase: those run FTS5's SQL; the answer is FTS5's either way."""
+    store, conn = docs_mem.store, docs_mem.conn
+    hold(docs_mem)
+    for text in ("child_process spawn", "__ buffer", "node_modules"):
+        before = served(docs_mem)
+        got = store.lexical(text, Scope(), N)
+        assert served(docs_mem) == before
+        same(got, fts5(conn, text, Scope(), N))
+    assert store.lexical("child_process spawn", Scope(), N)  # sanity: the fallback finds rows
+
+
+def test_inside_a_transaction_the_sql_answers(copy_mem):
+    """Inside a transaction (whose pending writes the held postings cannot show) FTS5's SQL answers, and sees
+    the transaction's own write."""
+    mem = copy_mem
+    store, conn = mem.store, mem.conn
+    store.lexical("buffer", Scope(), N)
+    conn.execute("BEGIN")
+    try:
+        conn.execute("UPDATE entries SET title = 'quokkaword buffer' WHERE rowid = (SELECT min(rowid) FROM entries)")
+        before = served(mem)
+        got = store.lexical("quokkaword buffer", Scope(), N)
+        assert served(mem) == before
+        same(got, fts5(conn, "quokkaword buffer", Scope(), N))
+        assert got[0][0] == conn.execute("SELECT min(rowid) FROM entries").fetchone()[0]
+    finally:
+        conn.execute("ROLLBACK")
+    same(store.lexical("quokkaword buffer", Scope(), N), fts5(conn, "quokkaword buffer", Scope(), N))
+    assert not store.lexical("quokkaword", Scope(), N)
+
+
+def test_writes_through_this_memory_reach_the_next_search(copy_mem):
+    """Add, update, deprecate, delete: each changes the text index's state, and the next search ranks the new
+    state (IDF, lengths and averages included) exactly as FTS5 does."""
+    mem = copy_mem
+    store, conn = mem.store, mem.conn
+    text = "quokkaword buffer stream callback"
+    active = Scope(statuses=["active"])
+
+    def check() -> list[tuple[int, float]]:
+        before = served(mem)  # the first search after a write: FTS5's SQL; the next ones: the held postings
+        same(store.lexical(text, Scope(), N), fts5(conn, text, Scope(), N))
+        assert served(mem) == before
+        for scope in (Scope(), active, Scope(wings=["w3"])):
+            same(store.lexical(text, scope, N), fts5(conn, text, scope, N))
+        assert served(mem) - before == 3
+        return store.lexical(text, Scope(), N)
+
+    first = check()
+    e = mem.add("the quokkaword marsupial writes to a buffer", wing="w3", title="quokkaword notes")
+    rowid = conn.execute("SELECT rowid FROM entries WHERE id = ?", (e.id,)).fetchone()[0]
+    hits = check()
+    assert rowid in [r for r, _ in hits] and hits != first
+    mem.update(e.id, text="nothing about that word any more", title="plain")
+    assert rowid not in [r for r, _ in check()]
+    mem.update(e.id, text="quokkaword again", title="quokkaword quokkaword")
+    assert rowid in [r for r, _ in check()]
+    mem.set_status(e.id, "deprecated")
+    check()
+    assert rowid not in [r for r, _ in store.lexical(text, active, N)]
+    mem.delete(e.id)
+    assert rowid not in [r for r, _ in check()]
+
+
+_WRITER = """
+import sys
+from memlens import Memory
+from memlens.embed import HashEmbedder
+with Memory.open(sys.argv[1], embedder=HashEmbedder()) as m:
+    if sys.argv[2] == "add":
+        print(m.add(sys.argv[3], wing=sys.argv[4]).id)
+    else:
+        m.delete(sys.argv[3])
+"""
+
+
+def _other_process(path, *args: str) -> str:
+    proc = subprocess.run([sys.executable, "-c", _WRITER, str(path), *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_writes_by_another_process_reach_the_next_search(copy_mem):
+    mem = copy_mem
+    store, conn = mem.store, mem.conn
+    text = "wombatword readable stream"
+    same(store.lexical(text, Scope(), N), fts5(conn, text, Scope(), N))
+    new_id = _other_process(mem.path, "add", "wombatword wombatword readable", "w2")
+    rowid = conn.execute("SELECT rowid FROM entries WHERE id = ?", (new_id,)).fetchone()[0]
+    same(store.lexical(text, Scope(), N), fts5(conn, text, Scope(), N))  # the first in the new state: SQL
+    before = served(mem)
+    for scope in (Scope(), Scope(wings=["w2"]), Scope(wings=["w1"])):
+        same(store.lexical(text, scope, N), fts5(conn, text, scope, N))
+    assert served(mem) - before == 3
+    assert store.lexical(text, Scope(), N)[0][0] == rowid
+    _other_process(mem.path, "delete", new_id)
+    before = served(mem)
+    for _ in range(2):
+        got = store.lexical(text, Scope(), N)
+        same(got, fts5(conn, text, Scope(), N))
+        assert rowid not in [r for r, _ in got]
+    assert served(mem) - before == 1
+
+
+def test_a_worker_thread_searches_through_its_own_connection(docs_mem):
+    """The lexical stage may run on a worker thread: its connection gets its own temp tables; the held
+    postings are shared; the answer is FTS5's."""
+    store, conn = docs_mem.store, docs_mem.conn
+    texts = questions()[:20]
+    want = [fts5(conn, t, Scope(wings=["w2", "w3"]), N) for t in texts]
+    out: dict = {}
+
+    def work() -> None:
+        try:
+            out["got"] = [store.lexical(t, Scope(wings=["w2", "w3"]), N) for t in texts]
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            out["error"] = exc
+
+    hold(docs_mem)
+    before = served(docs_mem)
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+        assert not t.is_alive()
+    assert "error" not in out, out.get("error")
+    for got, w in zip(out["got"], want, strict=True):
+        same(got, w)
+    assert served(docs_mem) - before == 2 * len(texts)
+
+
+def test_the_store_file_is_not_written(docs_store, tmp_path):
+    """The index lives in the connection's temp schema: searching leaves the file's bytes as they were."""
+    from memlens import Memory
+    from memlens.embed import HashEmbedder
+
+    path = tmp_path / "ro.db"
+    shutil.copy(docs_store, path)
+    with Memory.open(path, embedder=HashEmbedder()) as mem:  # a first open may migrate or checkpoint: let it
+        pass
+    data = path.read_bytes()
+    with Memory.open(path, embedder=HashEmbedder()) as mem:
+        mem.warm_index()
+        for q in questions()[:10]:
+            mem.store.lexical(q, Scope(), N)
+        assert mem.store._lexindex().served == 9  # the first in a state runs the SQL
+        assert mem.conn.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE 'memlens_lex%'").fetchone()[0] == 0
+    assert path.read_bytes() == data
+
+
+def test_a_store_written_between_searches_never_reads_postings(copy_mem):
+    """Write, search, write, search: each search is the first in its state, so FTS5's SQL answers it and no
+    sizes or postings are read; two searches in one state and the second is answered in process."""
+    mem = copy_mem
+    store, conn = mem.store, mem.conn
+    lex = store._lexindex()
+    for i in range(3):
+        mem.add(f"platypusword note {i}", wing="w1")
+        same(store.lexical("platypusword buffer", Scope(), N), fts5(conn, "platypusword buffer", Scope(), N))
+        assert lex.served == 0 and lex._snap is None
+    same(store.lexical("platypusword buffer", Scope(), N), fts5(conn, "platypusword buffer", Scope(), N))
+    assert lex.served == 1
+
+
+def test_rows_of_an_import_in_progress_are_left_out_but_counted(copy_mem, tmp_path, monkeypatch):
+    """Between two staging transactions of an import, the staged rows are in FTS5's index (they count in its
+    row count and IDF) but no search returns them: the held postings give FTS5's answer without them."""
+    from memlens import Memory
+    from memlens.embed import HashEmbedder
+    from memlens.store import staging
+
+    monkeypatch.setattr(staging, "BATCH_S", 0.0)
+    seen: list[int] = []
+    text = "echidnaword readable stream"
+    with Memory.open(copy_mem.path, embedder=HashEmbedder()) as other:
+        other.warm_index()
+        store, conn = other.store, other.conn
+
+        def look() -> None:
+            staged = conn.execute("SELECT count(*) FROM entries WHERE import_id IS NOT NULL").fetchone()[0]
+            if not staged:
+                return
+            before = served(other)
+            for scope in (Scope(), Scope(wings=["w3"]), Scope(wings=["w1", "w2"])):
+                want = fts5(conn, text, scope, N, visible=True)
+                assert want != fts5(conn, text, scope, N) or scope.wings == ["w1", "w2"]  # staged rows do match
+                for _ in range(2):
+                    same(store.lexical(text, scope, N), want)
+            assert served(other) - before == 5  # the first search in this state runs the SQL, the rest are held
+            seen.append(staged)
+
+        monkeypatch.setattr(staging, "pause", look)
+        src = tmp_path / "imp.jsonl"
+        src.write_text("".join(json.dumps({"id": f"imp-{i}", "wing": "w3", "title": "echidnaword",
+                                           "text": f"echidnaword readable stream number {i}"}) + "\n"
+                               for i in range(300)), encoding="utf-8")
+        assert copy_mem.import_jsonl(src)["imported"] == 300
+        assert seen, "the import should have paused with rows staged"
+        for _ in range(2):
+            same(store.lexical(text, Scope(), N), fts5(conn, text, Scope(), N))
+
+
+def test_a_read_only_connection_runs_the_sql(copy_mem):
+    """A store opened read-only (``PRAGMA query_only``, as the store does in a read-only place) may not even
+    make temp tables: FTS5's SQL answers, and nothing is written."""
+    mem = copy_mem
+    store, conn = mem.store, mem.conn
+    conn.execute("PRAGMA query_only = ON")
+    try:
+        for _ in range(3):
+            for text in ("readable stream", "Buffer alloc"):
+                same(store.lexical(text, Scope(wings=["w2", "w3"]), N), fts5(conn, text, Scope(wings=["w2", "w3"]), N))
+        assert served(mem) == 0
+    finally:
+        conn.execute("PRAGMA query_only = OFF")
+
+
+def test_varints_and_a_search_before_any_row():
+    assert varints(bytes([0x05, 0x81, 0x00, 0x7F])) == [5, 128, 127]
+    assert LexIndex().search(_NoRows(), ["x"], None, 5) is None
+
+
+class _NoRows:
+    in_transaction = False
+
+    def execute(self, *a):
+        from memlens.store import db
+
+        raise db.driver().OperationalError("no such table: entries_fts_data")
