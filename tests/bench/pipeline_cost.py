@@ -203,6 +203,7 @@ def real_corpus(quick: bool, res: dict[str, Any]) -> None:
         walls: dict[str, list[float]] = {"sqlite-vec": [], "memory": [], "chromadb": []}
         cpus: dict[str, list[float]] = {"sqlite-vec": [], "memory": []}
         lat: dict[str, list[dict[str, float]]] = {"sqlite-vec": [], "memory": []}
+        first: list[float] = []  # in-process, the first time each question is asked: pipeline excl. embed (ms)
         alongside = {"sqlite-vec": 0, "memory": 0}  # searches whose lexical stage ran on a worker beside the embed
         notes: dict[str, int] = {}
         ranked_chroma: dict[str, list[str]] = {}
@@ -234,6 +235,8 @@ def real_corpus(quick: bool, res: dict[str, Any]) -> None:
                         cpus[path_name].append(time.thread_time() - c0 - embed_cpu[0])
                     assert b.trace.fusion.get("vector_index") == path_name, b.trace.fusion
                     lat[path_name].append(dict(b.trace.latency_ms))
+                    if path_name == "memory" and p == 0:
+                        first.append(b.trace.latency_ms["total"] - b.trace.latency_ms.get("embed", 0.0))
                     alongside[path_name] += "lexical" in b.trace.concurrent
                     if path_name == "sqlite-vec" and p == 0:
                         for n in b.trace.notes:
@@ -249,6 +252,7 @@ def real_corpus(quick: bool, res: dict[str, Any]) -> None:
                                      "pipeline_excl_embed": summary([x / 1000 for x in excl]),
                                      "cpu_excl_embed": summary(cpus[path_name]),
                                      "lexical_alongside_embed": alongside[path_name], "searches": len(per)}
+    res["latency"]["memory"]["pipeline_excl_embed_first_pass"] = summary([x / 1000 for x in first])
     if chroma is not None:
         res["latency"]["chromadb"] = {"wall": summary(walls["chromadb"])}
         res["quality"]["chromadb"] = _metrics(ranked_chroma, qrels)
@@ -303,7 +307,10 @@ def render(res: dict[str, Any]) -> str:
              f"corpus {'matches' if c['matches_question_set'] else 'DOES NOT match'} the question set's digest). "
              f"Real model (warm), k=10, `use_cache=False`, profile `memory`, one BLAS thread; every question "
              f"{PASSES} times, the paths interleaved per question. *Pipeline excl. embed* is the trace's total "
-             "minus its embed stage. chromadb holds the same sections with the same vectors (cosine, default HNSW) "
+             "minus its embed stage. The in-process path keeps what it reads across searches, as a long-lived "
+             "process does: the vectors, the entry rows and the text index's postings (each checked against the "
+             "store on every search); the *first pass only* row shows the questions asked for the first time. "
+             "chromadb holds the same sections with the same vectors (cosine, default HNSW) "
              "and embeds the question with the same embedder.")
     L.append("")
     L.append("| What | p50 | p95 | Target | Result |")
@@ -316,6 +323,10 @@ def render(res: dict[str, Any]) -> str:
         ok = pe["p50_ms"] <= TARGET_PIPELINE_MS
         L.append(f"| Pipeline excl. embed, {label} | {_v(pe['p50_ms'])} ms | {_v(pe['p95_ms'])} ms | "
                  f"≤ {TARGET_PIPELINE_MS:g} ms | {'met' if ok else '**missed**'} |")
+    fp = lat["memory"].get("pipeline_excl_embed_first_pass")
+    if fp:
+        L.append(f"| Pipeline excl. embed, in-process index, first pass only (each question asked once) | "
+                 f"{_v(fp['p50_ms'])} ms | {_v(fp['p95_ms'])} ms | — | — |")
     for path_name, label in (("sqlite-vec", "sqlite-vec path"), ("memory", "in-process index")):
         cpu = lat[path_name].get("cpu_excl_embed")
         if cpu:
