@@ -111,7 +111,7 @@ def served(mem) -> int:
 
 def hold(mem) -> None:
     """Searches until the index holds the text index's present state (the first search in a new state runs
-    FTS5's SQL; the next one reads the sizes and postings), so that the next search is answered in process."""
+    FTS5's SQL; the next one reads the sizes and the postings of its word, asked for the second time)."""
     for _ in range(2):
         mem.store.lexical("buffer", Scope(), 1)
 
@@ -132,6 +132,8 @@ def test_questions_rank_as_fts5_in_every_scope(docs_mem):
     assert len(qs) >= 100
     texts = qs + [drop_common(lexical_terms(q), store.term_counts).text for q in qs]
     hold(docs_mem)
+    for text in texts:  # each word asked once: FTS5's SQL answers, and the next search reads its postings
+        same(store.lexical(text, Scope(), N), fts5(conn, text, Scope(), N))
     before = served(docs_mem)
     asked = 0
     for text in texts:
@@ -155,9 +157,12 @@ def test_ties_and_limits(docs_mem):
 def test_words_with_punctuation_diacritics_case_and_absent_terms(docs_mem):
     store, conn = docs_mem.store, docs_mem.conn
     hold(docs_mem)
+    texts = ("Buffer.from() ENCODING's", "naïve Café résumé utf-8", "zzqqxxv nonexistentterm buffer",
+             "ÉVÉNEMENTS Streams", "zzqqxxv")
+    for text in texts:  # asked once: the words are known from now on
+        same(store.lexical(text, Scope(), N), fts5(conn, text, Scope(), N))
     before = served(docs_mem)
-    for text in ("Buffer.from() ENCODING's", "naïve Café résumé utf-8", "zzqqxxv nonexistentterm buffer",
-                 "ÉVÉNEMENTS Streams", "zzqqxxv"):
+    for text in texts:
         same(store.lexical(text, Scope(), N), fts5(conn, text, Scope(), N))
     assert served(docs_mem) - before == 5
 
@@ -308,9 +313,9 @@ def test_the_store_file_is_not_written(docs_store, tmp_path):
     data = path.read_bytes()
     with Memory.open(path, embedder=HashEmbedder()) as mem:
         mem.warm_index()
-        for q in questions()[:10]:
+        for q in questions()[:10] * 2:
             mem.store.lexical(q, Scope(), N)
-        assert mem.store._lexindex().served == 9  # the first in a state runs the SQL
+        assert mem.store._lexindex().served >= 10  # asked again, each question is answered in process
         assert mem.conn.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE 'memlens_lex%'").fetchone()[0] == 0
     assert path.read_bytes() == data
 
@@ -394,3 +399,16 @@ class _NoRows:
         from memlens.store import db
 
         raise db.driver().OperationalError("no such table: entries_fts_data")
+
+
+def test_a_word_asked_for_the_first_time_runs_the_sql_and_the_second_time_in_process(docs_mem):
+    """Reading a word's postings costs more than ranking it once: the first search asking for a word runs FTS5's
+    SQL, the next one asking for it reads its postings and answers in process; both answers are FTS5's."""
+    store, conn = docs_mem.store, docs_mem.conn
+    hold(docs_mem)
+    for text in ("buffer qzxvnever1", "buffer qzxvnever1 qzxvnever2"):  # words no other test asks for
+        before = served(docs_mem)
+        same(store.lexical(text, Scope(), N), fts5(conn, text, Scope(), N))
+        assert served(docs_mem) == before  # a word not asked for before: the SQL answered
+        same(store.lexical(text, Scope(), N), fts5(conn, text, Scope(), N))
+        assert served(docs_mem) == before + 1

@@ -17,8 +17,11 @@ phrase, k1 = 1.2, b = 0.75. Ties go by rowid, as ``ORDER BY bm25, rowid`` does.
 
 Any change to the text index (FTS5 rewrites its records 1 and 10 in every transaction that changes
 it) discards what is held. The first search in a new state runs FTS5's SQL; the second reads the
-sizes (~4 ms at 2,800 rows) and then each token's postings once (~2 µs per instance). So a store
-written between every two searches never pays that, and a store searched more than written pays it once.
+sizes (~4 ms at 2,800 rows). A token's postings (~2 µs per instance) are read the second time a
+search in that state asks for it; a search with a token asked for the first time runs FTS5's SQL.
+So a store written between every two searches never pays for reading, a word asked once costs what
+it always did (reading its postings costs more than ranking it once), and words asked again are
+ranked here.
 
 Words are turned into tokens by SQLite itself (a temp FTS5 table with the index's own
 tokenizer), never by a Python stemmer. A quoted word that becomes zero or several tokens
@@ -105,6 +108,8 @@ class LexIndex:
         self._lock = threading.Lock()
         self._snap: _Snapshot | None = None
         self._pending: tuple[Any, Any] | None = None  # a state seen once, not yet held
+        self._seen: set[str] = set()  # tokens searches asked for in ``_seen_state``
+        self._seen_state: tuple[Any, Any] | None = None
         self._words: dict[str, tuple[str, ...]] = {}
         self.served = 0  # searches answered here (the rest ran FTS5's SQL)
 
@@ -124,12 +129,21 @@ class LexIndex:
             return None
         snap = self._snap
         state = _state(conn)
+        held = snap.postings if snap is not None and snap.state == state else {}
+        missing = [t for t in dict.fromkeys(tokens) if t not in held]
+        with self._lock:  # which tokens searches in this state have asked for before
+            if self._seen_state != state or len(self._seen) + len(missing) > TERMS_KEPT:
+                self._seen, self._seen_state = set(), state
+            new = [t for t in missing if t not in self._seen]
+            self._seen.update(missing)
         if snap is None or snap.state != state:
             with self._lock:
                 first, self._pending = self._pending != state, state
             if first:  # the first search in a new state: FTS5's SQL answers (a store written between searches
                 return None  # never pays for reading sizes and postings it would use once)
-        if snap is None or snap.state != state or any(t not in snap.postings for t in tokens):
+        if new:  # a token asked for the first time in this state: FTS5's SQL answers, and its postings are read
+            return None  # the next time (a word asked once costs what it always did; reading it costs more)
+        if snap is None or snap.state != state or missing:
             conn.execute("BEGIN")  # one read snapshot for the state, the sizes and the postings
             try:
                 snap = self._snapshot(conn)
