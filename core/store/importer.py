@@ -74,13 +74,13 @@ def write(store: _Host, shown: Path, rows: Iterator[tuple[int, int, Entry]], vec
                                               "importing; nothing was written")
             conn.execute("DELETE FROM imports WHERE id = ?", (import_id,))
             w.bump(wings, seq)
-        textindex.tidy(conn, store.path)  # the staged batches left a segment each
     except BaseException:
         try:
             staging.discard(conn, store.path, import_id)
         except BaseException:  # interrupted again, or the store is gone: the next import removes the rows
             pass
         raise
+    textindex.tidy(conn, store.path)  # published; the staged batches left a segment each
 
 
 def _stage(w: SqliteWriter, shown: Path, import_id: int, batch: list[tuple[int, int, Entry]], vecs: np.ndarray,
