@@ -124,3 +124,15 @@ def test_a_one_shot_store_keeps_nothing(mem):
     assert mem.store.vindex is None or len(mem.store.vindex.rows) == 0
     assert mem.search("lone note", k=3, use_cache=False).results
     assert mem.store.vindex is None or len(mem.store.vindex.rows) == 0
+
+
+def test_the_cache_starts_over_past_its_byte_budget(warm, monkeypatch):
+    store = warm.store
+    ids = _rowids(warm)
+    one = sum(len(r[8]) + len(r[9]) for r in store._read_rows(ids[:1]).rows)
+    monkeypatch.setattr(rowcache, "BYTES_KEPT", one * 5)
+    store.rows(ids[:4])
+    assert len(store.vindex.rows) == 4
+    store.rows(ids[4:8])  # 4 more would pass the budget: it starts over with them
+    assert len(store.vindex.rows) == 4
+    assert len(store.rows(ids).rows) == 12  # whatever it holds, every row is returned

@@ -28,7 +28,7 @@ def test_an_import_in_many_transactions_leaves_one_segment(mem, tmp_path, monkey
     mem.import_jsonl(tmp_path / "a.jsonl")
     before = textindex.segments(mem.conn)
     assert before > textindex.SEGMENTS_MAX  # what an untidied import leaves
-    found = {t: _matches(mem, t) for t in ("gardens", "word", "topic", "e1499")}
+    found = {t: _matches(mem, t) for t in ("gardens", "word", "topic", "entry")}
     monkeypatch.undo()
     assert textindex.tidy(mem.conn, mem.path) is True
     assert textindex.segments(mem.conn) == 1
@@ -45,3 +45,15 @@ def test_import_tidies_and_a_small_index_is_left_alone(mem, tmp_path, monkeypatc
     assert textindex.tidy(mem.conn, mem.path) is False  # few segments: nothing rewritten
     rowid = mem.conn.execute("SELECT rowid FROM entries WHERE id = ?", (new.id,)).fetchone()[0]
     assert [r for r, _ in _matches(mem, "heron")] == [rowid]
+
+
+def test_a_large_index_keeps_its_segments(mem, tmp_path, monkeypatch):
+    """Rewriting a large index would hold the write lock for seconds: above ROWS_MAX rows nothing is merged."""
+    monkeypatch.setattr(staging, "BATCH_S", 0.0)
+    monkeypatch.setattr(staging, "pause", lambda: None)
+    monkeypatch.setattr(textindex, "ROWS_MAX", 1000)
+    _jsonl(tmp_path / "a.jsonl", 1500)
+    mem.import_jsonl(tmp_path / "a.jsonl")
+    assert textindex.rows(mem.conn) == 1500
+    assert textindex.segments(mem.conn) > textindex.SEGMENTS_MAX
+    assert textindex.tidy(mem.conn, mem.path) is False

@@ -120,7 +120,7 @@ class LexIndex:
             return None
         try:
             return self._search(conn, terms, allowed, n)
-        except (db.driver().Error, _Inexact, KeyError):  # any doubt: the caller runs FTS5's SQL
+        except (db.driver().Error, _Inexact, KeyError, ValueError):  # any doubt (a damaged index): FTS5's SQL answers
             return None
 
     def _search(self, conn: Any, terms: list[str], allowed: frozenset[int] | None, n: int) -> list[tuple[int, float]] | None:
@@ -172,7 +172,8 @@ class LexIndex:
             keep = -s <= kth
             cand, s = cand[keep], s[keep]
         order = np.lexsort((cand, -s))[:n]  # positions ascend with rowids: ties by rowid
-        self.served += 1
+        with self._lock:
+            self.served += 1
         return list(zip(snap.ids[cand[order]].tolist(), s[order].tolist(), strict=True))
 
     # --- the data, per state of the text index

@@ -9,8 +9,8 @@ when it was read. Every write to a wing, by any process, bumps that generation
 that generation; otherwise it is read again. A row read while a write was
 landing is tagged with the generation read before it: at worst it is read
 again on the next search, never served stale. Damaged rows are never kept (each
-search reports them). At most ``ROWS_KEPT`` rows are held; past that the cache
-starts over.
+search reports them). At most ``ROWS_KEPT`` rows and ``BYTES_KEPT`` characters of
+title and text are held; past either, the cache starts over.
 """
 
 from __future__ import annotations
@@ -20,13 +20,15 @@ from collections.abc import Sequence
 
 from memlens.store.scope import StoredRow
 
-ROWS_KEPT = 20_000  # about 1-2 KB each with their text: ~30 MB at most
+ROWS_KEPT = 20_000
+BYTES_KEPT = 32_000_000  # characters of title and text (an entry may hold up to 100,000)
 
 
 class RowCache:
     def __init__(self) -> None:
         self._rows: dict[int, tuple[int, StoredRow]] = {}  # rowid -> (its wing's generation when read, the row)
         self._lock = threading.Lock()
+        self._size = 0  # characters of title and text held
 
     def split(self, rowids: Sequence[int], gens: dict[str, int]) -> tuple[dict[int, StoredRow], list[int]]:
         """The kept rows of ``rowids`` still current at ``gens`` (wing -> generation), and the rowids to read."""
@@ -42,13 +44,17 @@ class RowCache:
 
     def keep(self, rows: Sequence[StoredRow], gens: dict[str, int]) -> None:
         """Keep sound ``rows`` read after ``gens`` was read (a wing it does not name is not kept)."""
+        size = sum(len(r[8] or "") + len(r[9] or "") for r in rows)  # (rowid, hash, id, wing, ..., title, text, ...)
         with self._lock:
-            if len(self._rows) + len(rows) > ROWS_KEPT:
-                self._rows = {}
+            if len(self._rows) + len(rows) > ROWS_KEPT or self._size + size > BYTES_KEPT:
+                self._rows, self._size = {}, 0
+            if size > BYTES_KEPT:
+                return
             for r in rows[:ROWS_KEPT]:
                 g = gens.get(r[3])
                 if g is not None:
                     self._rows[r[0]] = (g, r)
+            self._size += size
 
     def __len__(self) -> int:
         return len(self._rows)
