@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -21,6 +20,7 @@ from memlens.retrieval.terms import drop_common, lexical_terms
 from memlens.store.lexindex import LexIndex, varints
 from memlens.store.reads import fts_query
 from memlens.store.scope import Scope
+from tests.other_process import write
 
 DATA = Path(__file__).resolve().parent / "data" / "docs_qa"
 NODE_DOCS = Path("/usr/share/doc/nodejs/api")
@@ -233,30 +233,12 @@ def test_writes_through_this_memory_reach_the_next_search(copy_mem):
     assert rowid not in [r for r, _ in check()]
 
 
-_WRITER = """
-import sys
-from memlens import Memory
-from memlens.embed import HashEmbedder
-with Memory.open(sys.argv[1], embedder=HashEmbedder()) as m:
-    if sys.argv[2] == "add":
-        print(m.add(sys.argv[3], wing=sys.argv[4]).id)
-    else:
-        m.delete(sys.argv[3])
-"""
-
-
-def _other_process(path, *args: str) -> str:
-    proc = subprocess.run([sys.executable, "-c", _WRITER, str(path), *args], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip()
-
-
 def test_writes_by_another_process_reach_the_next_search(copy_mem):
     mem = copy_mem
     store, conn = mem.store, mem.conn
     text = "wombatword readable stream"
     same(store.lexical(text, Scope(), N), fts5(conn, text, Scope(), N))
-    new_id = _other_process(mem.path, "add", "wombatword wombatword readable", "w2")
+    new_id = write(mem.path, "add", "wombatword wombatword readable", "w2")
     rowid = conn.execute("SELECT rowid FROM entries WHERE id = ?", (new_id,)).fetchone()[0]
     same(store.lexical(text, Scope(), N), fts5(conn, text, Scope(), N))  # the first in the new state: SQL
     before = served(mem)
@@ -264,7 +246,7 @@ def test_writes_by_another_process_reach_the_next_search(copy_mem):
         same(store.lexical(text, scope, N), fts5(conn, text, scope, N))
     assert served(mem) - before == 3
     assert store.lexical(text, Scope(), N)[0][0] == rowid
-    _other_process(mem.path, "delete", new_id)
+    write(mem.path, "delete", new_id)
     before = served(mem)
     for _ in range(2):
         got = store.lexical(text, Scope(), N)

@@ -4,12 +4,10 @@ hidden; damaged rows are never kept."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from memlens.store import rowcache
+from tests.other_process import write
 
 
 def _entries_reads(mem) -> list[str]:
@@ -54,23 +52,12 @@ def test_a_write_by_this_process_is_read_again(warm):
     assert store.rows(ids[:1]).rows == []
 
 
-_WRITER = """
-import sys
-from memlens import Memory
-from memlens.embed import HashEmbedder
-with Memory.open(sys.argv[1], embedder=HashEmbedder()) as m:
-    m.update(sys.argv[2], title=sys.argv[3])
-"""
-
-
 def test_a_write_by_another_process_is_read_again(warm):
     store = warm.store
     ids = _rowids(warm)
     store.rows(ids)
     row = store.rows(ids[3:4]).rows[0]
-    proc = subprocess.run([sys.executable, "-c", _WRITER, str(warm.path), row[2], "renamed elsewhere"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    write(warm.path, "title", row[2], "renamed elsewhere")
     assert store.rows(ids[3:4]).rows[0][8] == "renamed elsewhere"
     others = [r for r in ids if r != ids[3]]
     assert [r[8] for r in store.rows(others).rows] == [r[8] for r in store._read_rows(others).rows]

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,6 +12,7 @@ import pytest
 from memlens.store import vindex
 from memlens.store.scope import Scope
 from memlens.store.vindex import VectorIndex, _top
+from tests.other_process import write
 
 WINGS = ["w0", "w1", "w2", "w3"]
 ROOMS = ["", "alpha", "beta"]
@@ -134,26 +133,6 @@ def test_knn_answers_the_top_k_of_all_wings_together(filled):
     assert len(twice) == len({r for r, _ in twice}) == len(index.knn(filled.store, q, ["w1", "w2"], {}, 500))
 
 
-_WRITER = """
-import sys
-from memlens import Memory
-from memlens.embed import HashEmbedder
-with Memory.open(sys.argv[1], embedder=HashEmbedder()) as m:
-    if sys.argv[2] == "add":
-        print(m.add(sys.argv[3], wing=sys.argv[4]).id)
-    elif sys.argv[2] == "status":
-        m.set_status(sys.argv[3], sys.argv[4])
-    else:
-        m.delete(sys.argv[3])
-"""
-
-
-def _other_process(path, *args: str) -> str:
-    proc = subprocess.run([sys.executable, "-c", _WRITER, str(path), *args], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip()
-
-
 def test_writes_by_another_process_reach_every_scan(filled):
     """With the index warm and its per-scope rows and masks cached, an entry added by another process is found
     unscoped and scoped; once it leaves the filters (status) or is deleted, no scan returns it again."""
@@ -168,20 +147,20 @@ def test_writes_by_another_process_reach_every_scan(filled):
         index.knn(mem.store, q, wings, filters, 5)
         index.in_scope(mem.store, wings, filters)
 
-    new_id = _other_process(mem.path, "add", text, "w3")
+    new_id = write(mem.path, "add", text, "w3")
     rowid = mem.conn.execute("SELECT rowid FROM entries WHERE id = ?", (new_id,)).fetchone()[0]
     for wings, filters in scopes:
         hits = index.knn(mem.store, q, wings, filters, 5)
         assert hits[0][0] == rowid and hits[0][1] == pytest.approx(1.0, abs=1e-5)
         assert rowid in index.in_scope(mem.store, wings, filters)
 
-    _other_process(mem.path, "status", new_id, "deprecated")
+    write(mem.path, "status", new_id, "deprecated")
     for wings, filters in scopes:
         inside = not filters
         assert (rowid in [r for r, _ in index.knn(mem.store, q, wings, filters, 5)]) == inside
         assert (rowid in index.in_scope(mem.store, wings, filters)) == inside
 
-    _other_process(mem.path, "delete", new_id)
+    write(mem.path, "delete", new_id)
     for _ in range(2):  # and it stays gone once the caches are rebuilt
         for wings, filters in scopes:
             assert rowid not in [r for r, _ in index.knn(mem.store, q, wings, filters, 50)]
