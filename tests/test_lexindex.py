@@ -3,6 +3,9 @@
 Every comparison runs the SQL by hand here (``bm25(entries_fts, 2.0, 1.0)``, the scope as a join on
 entries) and asks the store's lexical generator with the in-process vector index warm; the two must give
 the same rowids in the same order with the same scores. ``LexIndex.served`` says which path answered.
+
+Most tests warm the store without reading the whole text index (``lazy_warm``), so that postings are read
+word by word as searches ask; the tests at the end cover a store whose warm-up read every word's postings.
 """
 
 from __future__ import annotations
@@ -59,13 +62,23 @@ def docs_store(tmp_path_factory) -> Path:
     return path
 
 
+def lazy_warm(mem) -> None:
+    """Warm the vector index only: the text index's postings are then read as searches ask for words."""
+    import memlens.store.sqlite as sqlite_store
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sqlite_store, "WARM_INSTANCES", 0)
+        mem.warm_index()
+    assert mem.store._lexindex()._snap is None
+
+
 @pytest.fixture(scope="module")
 def docs_mem(docs_store):
     from memlens import Memory
     from memlens.embed import HashEmbedder
 
     with Memory.open(docs_store, embedder=HashEmbedder()) as mem:
-        mem.warm_index()
+        lazy_warm(mem)
         yield mem
 
 
@@ -77,7 +90,7 @@ def copy_mem(docs_store, tmp_path):
     path = tmp_path / "copy.db"
     shutil.copy(docs_store, path)
     with Memory.open(path, embedder=HashEmbedder()) as mem:
-        mem.warm_index()
+        lazy_warm(mem)
         yield mem
 
 
@@ -270,6 +283,9 @@ def test_a_worker_thread_searches_through_its_own_connection(docs_mem):
             out["error"] = exc
 
     hold(docs_mem)
+    for t in texts:  # each word asked twice here: its postings are held (whichever tests ran before)
+        for _ in range(2):
+            store.lexical(t, Scope(), N)
     before = served(docs_mem)
     threads = [threading.Thread(target=work, daemon=True) for _ in range(2)]
     for t in threads:
@@ -327,7 +343,7 @@ def test_rows_of_an_import_in_progress_are_left_out_but_counted(copy_mem, tmp_pa
     seen: list[int] = []
     text = "echidnaword readable stream"
     with Memory.open(copy_mem.path, embedder=HashEmbedder()) as other:
-        other.warm_index()
+        lazy_warm(other)
         store, conn = other.store, other.conn
 
         def look() -> None:
@@ -394,3 +410,93 @@ def test_a_word_asked_for_the_first_time_runs_the_sql_and_the_second_time_in_pro
         assert served(docs_mem) == before  # a word not asked for before: the SQL answered
         same(store.lexical(text, Scope(), N), fts5(conn, text, Scope(), N))
         assert served(docs_mem) == before + 1
+
+
+# --- a store whose warm-up read the whole text index
+
+
+@pytest.fixture
+def whole_mem(docs_store, tmp_path):
+    from memlens import Memory
+    from memlens.embed import HashEmbedder
+
+    path = tmp_path / "whole.db"
+    shutil.copy(docs_store, path)
+    with Memory.open(path, embedder=HashEmbedder()) as mem:
+        mem.warm_index()
+        snap = mem.store._lexindex()._snap
+        assert snap is not None and snap.complete and len(snap.postings) > 5000
+        yield mem
+
+
+def test_a_store_warmed_whole_ranks_every_question_in_process_from_the_first_ask(whole_mem):
+    """Every word's postings were read at warm-up: each question is answered in process the first time it is
+    asked, in every scope, with FTS5's rows, order and scores; words the index does not hold match nothing."""
+    mem = whole_mem
+    store, conn = mem.store, mem.conn
+    qs = questions()
+    texts = qs + [drop_common(lexical_terms(q), store.term_counts).text for q in qs]
+    texts += ["zzqqxxv nonexistentterm buffer", "naïve Café résumé utf-8", "Buffer.from() ENCODING's", "the"]
+    before = served(mem)
+    asked = 0
+    for text in texts:
+        for scope in SCOPES:
+            same(store.lexical(text, scope, N), fts5(conn, text, scope, N))
+            asked += 1 if fts_query(text) else 0
+    assert served(mem) - before == asked
+    assert store.lexical("zzqqxxv", Scope(), N) == [] and served(mem) - before == asked + 1
+    for n in (1, 3, 500):  # limits cut through ties as ORDER BY bm25, rowid does
+        same(store.lexical("deprecated since", Scope(), n), fts5(conn, "deprecated since", Scope(), n))
+    before = served(mem)
+    same(store.lexical("child_process spawn", Scope(), N), fts5(conn, "child_process spawn", Scope(), N))
+    assert served(mem) == before  # a word of several tokens is a phrase: FTS5's SQL answers it
+
+
+def test_a_store_warmed_whole_counts_words_without_fts5(whole_mem, monkeypatch):
+    """The pipeline drops a question's common words by their row counts; with the whole index held those
+    come from its postings, equal to FTS5's count of matching rows (a word of several tokens is counted by
+    FTS5)."""
+    store = whole_mem.store
+    words = sorted({t for q in questions() for t in lexical_terms(q).terms} | {"zzqqxxv", "child_process", "Café"})
+    want = {w: store._doc_count(w) for w in words}
+    asked: list[str] = []
+    real = store._doc_count
+    monkeypatch.setattr(store, "_doc_count", lambda w: asked.append(w) or real(w))
+    total, got = store.term_counts(words)
+    assert got == want and total == store._fts_rows()
+    assert asked == ["child_process"]
+    assert sum(1 for c in want.values() if c) > 100
+
+
+def test_a_write_ends_the_whole_index_and_searches_see_it(whole_mem):
+    """After a write the index read at warm-up is not used: the search runs FTS5's SQL and finds the new row;
+    from then on words are read as they are asked again."""
+    mem = whole_mem
+    store, conn = mem.store, mem.conn
+    text = "quokkaword buffer stream"
+    before = served(mem)
+    same(store.lexical(text, Scope(), N), fts5(conn, text, Scope(), N))
+    assert served(mem) == before + 1
+    e = mem.add("the quokkaword marsupial writes to a buffer", wing="w3", title="quokkaword notes")
+    rowid = conn.execute("SELECT rowid FROM entries WHERE id = ?", (e.id,)).fetchone()[0]
+    for _ in range(3):
+        got = store.lexical(text, Scope(), N)
+        same(got, fts5(conn, text, Scope(), N))
+        assert got[0][0] == rowid
+    assert served(mem) == before + 3  # the first search in the new state runs the SQL, the next ones read and hold
+    assert not store._lexindex()._snap.complete
+
+
+def test_a_text_index_above_the_bound_is_not_read_whole(docs_store, tmp_path, monkeypatch):
+    import memlens.store.sqlite as sqlite_store
+    from memlens import Memory
+    from memlens.embed import HashEmbedder
+
+    monkeypatch.setattr(sqlite_store, "WARM_INSTANCES", 10_000)
+    path = tmp_path / "big.db"
+    shutil.copy(docs_store, path)
+    with Memory.open(path, embedder=HashEmbedder()) as mem:
+        mem.warm_index()
+        assert mem.store._lexindex()._snap is None
+        same(mem.store.lexical("readable stream", Scope(), N), fts5(mem.conn, "readable stream", Scope(), N))
+        assert served(mem) == 0

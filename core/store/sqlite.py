@@ -26,6 +26,7 @@ from memlens.store.audit_sql import SqliteAuditLog
 from memlens.store.browse_sql import SqliteBrowse
 from memlens.store.distinct import DistinctValues
 from memlens.store.ingest_sql import SqliteIngest
+from memlens.store.lexindex import WARM_INSTANCES
 from memlens.store.replay_sql import SqliteReplay
 from memlens.store.rows import COLUMN_LIST, HINT, select_list
 from memlens.store.sqlite_reads import SqliteReads
@@ -329,7 +330,10 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
             return 0
         if self._vindex is None:
             self._vindex = VectorIndex()
-        return self._vindex.warm(self)
+        held = self._vindex.warm(self)
+        if self.lexical_in_process and not self.pinned:  # and every word's postings, when the text index is small
+            self._lexindex().load_all(self.conn, WARM_INSTANCES)
+        return held
 
     # -- generations ----------------------------------------------------------------------------
 

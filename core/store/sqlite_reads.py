@@ -190,6 +190,9 @@ class SqliteReads:
         if kept is None or kept[0] != state or len(kept[1]) > TERM_COUNTS_KEPT:
             kept = self._term_counts = (state, {})
         counts = kept[1]
+        missing = [t for t in terms if t not in counts]
+        if missing and self.vindex is not None and self.lexical_in_process and not self.pinned:
+            counts.update(self._lexindex().doc_counts(conn, missing, state))  # the whole index held: no FTS5 walk
         for t in terms:
             if t not in counts:
                 counts[t] = self._doc_count(t)
