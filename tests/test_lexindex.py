@@ -63,12 +63,9 @@ def docs_store(tmp_path_factory) -> Path:
 
 
 def lazy_warm(mem) -> None:
-    """Warm the vector index only: the text index's postings are then read as searches ask for words."""
-    import memlens.store.sqlite as sqlite_store
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sqlite_store, "WARM_INSTANCES", 0)
-        mem.warm_index()
+    """Warm the vector index only (as ``search --queries`` does): the text index's postings are then read as
+    searches ask for words."""
+    mem.warm_index()
     assert mem.store._lexindex()._snap is None
 
 
@@ -423,7 +420,7 @@ def whole_mem(docs_store, tmp_path):
     path = tmp_path / "whole.db"
     shutil.copy(docs_store, path)
     with Memory.open(path, embedder=HashEmbedder()) as mem:
-        mem.warm_index()
+        mem.warm_index(text=True)
         snap = mem.store._lexindex()._snap
         assert snap is not None and snap.complete and len(snap.postings) > 5000
         yield mem
@@ -496,7 +493,7 @@ def test_a_text_index_above_the_bound_is_not_read_whole(docs_store, tmp_path, mo
     path = tmp_path / "big.db"
     shutil.copy(docs_store, path)
     with Memory.open(path, embedder=HashEmbedder()) as mem:
-        mem.warm_index()
+        mem.warm_index(text=True)
         assert mem.store._lexindex()._snap is None
         same(mem.store.lexical("readable stream", Scope(), N), fts5(mem.conn, "readable stream", Scope(), N))
         assert served(mem) == 0

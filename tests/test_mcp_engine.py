@@ -128,3 +128,23 @@ def test_a_read_only_engine_creates_no_store(tmp_path):
     finally:
         assert engine.close()
     assert not (tmp_path / "sub").exists()
+
+
+def test_the_engine_warms_the_vector_and_the_text_index_on_its_loader_thread(mem, monkeypatch):
+    """A server is long-lived: its loader thread reads the vectors and the text index's postings, so that
+    even the first questions are ranked in process (the requests never wait for it)."""
+    from memlens.mcp.tools import Engine
+
+    monkeypatch.setattr(mem.embedder, "load", lambda: None, raising=False)  # the hashing embedder has nothing to load
+
+    for i in range(5):
+        mem.add(f"decision {i}: the scheduler runs nodes on a single-threaded executor", wing="proj")
+    engine = Engine(memory=mem)
+    engine.start(warm=True)
+    assert engine._thread is not None
+    engine._thread.join(60)
+    snap = mem.store._lexindex()._snap
+    assert mem.vector_index is not None and snap is not None and snap.complete and "executor" in snap.postings
+    before = mem.store._lexindex().served
+    assert [r.entry.text for r in mem.search("executor scheduler", use_cache=False).results]
+    assert mem.store._lexindex().served == before + 1

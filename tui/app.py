@@ -117,7 +117,7 @@ class MemlensApp(App[None]):
             self.post_message(ModelFailed(str(exc)))
             return
         try:
-            self.lens.warm_index()
+            self.lens.warm_index(text=True)  # on a worker thread: the app is usable meanwhile
         except MemlensError:
             pass  # searches fall back to sqlite-vec; nothing is lost
         if self._running:

@@ -110,9 +110,10 @@ class Lens:
 
         return self.call(load)
 
-    def warm_index(self) -> int:
-        """Load the in-process vector index (the app is long-lived: every search after this is faster)."""
-        return self.call(self.mem.warm_index)
+    def warm_index(self, *, text: bool = False) -> int:
+        """Load the in-process vector index (the app is long-lived: every search after this is faster); ``text``:
+        the text index's postings too (``Memory.warm_index``)."""
+        return self.call(self.mem.warm_index, text=text)
 
     # reads ------------------------------------------------------------------------------------
 

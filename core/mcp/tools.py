@@ -93,7 +93,7 @@ class Engine:
             self.model_ready.set()
         if warm and not self._closing.is_set():
             try:
-                self._mem.warm_index()
+                self._mem.warm_index(text=True)  # on the loader thread: no request waits for it
             except Exception as exc:  # searches fall back to sqlite-vec
                 print(f"memlens mcp: warning: in-process vector index not loaded: {exc}", file=sys.stderr, flush=True)
 

@@ -318,8 +318,9 @@ class Store(Reads, Writes, Lookups, ReplayLog, Catalog, Protocol):
         """The in-process vector index when in use (``memlens.store.vindex``), else None."""
         ...
 
-    def warm_index(self) -> int:
-        """Load the in-process vector index now (long-lived processes); returns vectors held."""
+    def warm_index(self, *, text: bool = False) -> int:
+        """Load the in-process vector index now (long-lived processes); returns vectors held. ``text``: also
+        what ranks text matches in process, where the backend has that (``Memory.warm_index``)."""
         ...
 
     def on_connection(self, conn: Any) -> Store:

@@ -324,14 +324,15 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
         """What the in-process index reads through: this store."""
         return self
 
-    def warm_index(self) -> int:
-        """Load the in-process vector index now (long-lived processes); returns vectors held."""
+    def warm_index(self, *, text: bool = False) -> int:
+        """Load the in-process vector index now (long-lived processes); returns vectors held. ``text``: and every
+        word's postings (``LexIndex.load_all``), when the text index holds at most ``WARM_INSTANCES`` tokens."""
         if self._vector_index_mode() == "sqlite-vec":
             return 0
         if self._vindex is None:
             self._vindex = VectorIndex()
         held = self._vindex.warm(self)
-        if self.lexical_in_process and not self.pinned:  # and every word's postings, when the text index is small
+        if text and self.lexical_in_process and not self.pinned:
             self._lexindex().load_all(self.conn, WARM_INSTANCES)
         return held
 

@@ -170,7 +170,7 @@ class PgStore(PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
 
     vindex = None  # no in-process vector index: pgvector answers every KNN (exact, or HNSW on a large store)
 
-    def warm_index(self) -> int:
+    def warm_index(self, *, text: bool = False) -> int:
         """Nothing to warm: the server holds the vectors (its shared buffers); returns 0 vectors held here."""
         return 0
 
