@@ -46,9 +46,9 @@ K1 = 1.2
 B = 0.75
 WEIGHTS = {"title": 2.0, "text": 1.0}  # the column weights the lexical stage passes to bm25
 TERMS_KEPT = 20_000  # tokens whose postings a snapshot keeps (then it starts over)
-WARM_INSTANCES = 2_000_000  # a text index up to this many token instances is read whole when the store warms
-# with text=True: ~0.5 s at 400k instances (2,800 documentation sections), ~4 s at 1.4M (100k short entries),
-# on the warming thread; ~16 bytes per (token, row) pair held
+WARM_INSTANCES = 4_000_000  # a text index up to this many token instances is read whole when the store warms
+# with text=True: ~0.5 s at 400k instances (2,800 documentation sections), ~4.5 s for 100k short entries of
+# 8-16 words, on the warming thread; ~16 bytes held per (token, row) pair
 WORDS_KEPT = 50_000  # word -> tokens kept (the tokenizer never changes, so neither does the answer)
 
 _VOCAB = "memlens_lex_vocab"  # fts5vocab(instance) over the store's entries_fts
