@@ -497,3 +497,30 @@ def test_a_text_index_above_the_bound_is_not_read_whole(docs_store, tmp_path, mo
         assert mem.store._lexindex()._snap is None
         same(mem.store.lexical("readable stream", Scope(), N), fts5(mem.conn, "readable stream", Scope(), N))
         assert served(mem) == 0
+
+
+def test_a_snapshot_built_by_another_search_during_the_warm_up_gets_the_postings(docs_store, tmp_path, monkeypatch):
+    """A search on another thread may build its own snapshot of the same state while the warm-up reads the
+    postings: the snapshot held at the end gets them all (nothing read is thrown away)."""
+    from memlens import Memory
+    from memlens.embed import HashEmbedder
+    from memlens.store import lexindex
+
+    path = tmp_path / "race.db"
+    shutil.copy(docs_store, path)
+    with Memory.open(path, embedder=HashEmbedder()) as mem:
+        mem.warm_index()
+        lex = mem.store._lexindex()
+        real = lexindex.LexIndex._all_postings
+
+        def meanwhile(self, snap, rows):
+            self._snap = None  # another search's snapshot of the same state replaces the warm-up's
+            other = self._snapshot(mem.conn)
+            assert other is not snap and other.state == snap.state
+            return real(self, snap, rows)
+
+        monkeypatch.setattr(lexindex.LexIndex, "_all_postings", meanwhile)
+        assert lex.load_all(mem.conn, 10**9) > 5000
+        assert lex._snap.complete
+        same(mem.store.lexical("readable stream", Scope(), N), fts5(mem.conn, "readable stream", Scope(), N))
+        assert served(mem) == 1

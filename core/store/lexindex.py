@@ -224,9 +224,11 @@ class LexIndex:
             postings = self._all_postings(snap, rows)
         except (db.driver().Error, _Inexact, KeyError, ValueError):
             return 0
-        with self._lock:
-            if self._snap is snap:
-                snap.postings, snap.complete = postings, True
+        with self._lock:  # the snapshot held now, if of the same state (a search on another thread may have
+            cur = self._snap  # built its own meanwhile: same rows, same positions), gets every posting
+            if cur is None or cur.state != snap.state:
+                return 0  # the index changed while it was read: searches read it word by word
+            cur.postings, cur.complete = postings, True
         return len(postings)
 
     def _all_postings(self, snap: _Snapshot, rows: list[Any]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
