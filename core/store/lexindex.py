@@ -106,6 +106,16 @@ class _Snapshot:
         self.complete = False  # every token of the index is in ``postings`` (a token missing there is in no row)
 
 
+def _entry(snap: _Snapshot, rows_at: np.ndarray, fs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A token's postings as held: the positions of the rows holding it and its bm25 term in each, from its
+    column-weighted frequency ``fs`` in each (``hits``: the rows of the whole index holding it, in any scope)."""
+    hits = len(rows_at)
+    idf = math.log((snap.nrow - hits + 0.5) / (hits + 0.5))
+    if idf <= 0.0:
+        idf = 1e-6
+    return rows_at, idf * ((fs * (K1 + 1.0)) / (fs + snap.norm[rows_at]))
+
+
 class LexIndex:
     """One store's in-process postings; thread-safe (a lock around every change, snapshots read whole)."""
 
@@ -253,12 +263,7 @@ class LexIndex:
             raise _Inexact("a posting without a size row")
         bounds = [0, *(i for i in range(1, len(pair_terms)) if pair_terms[i] != pair_terms[i - 1]), len(pair_terms)]
         for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-            rows_at, fs = at[a:b], f[a:b]
-            hits = b - a
-            idf = math.log((snap.nrow - hits + 0.5) / (hits + 0.5))
-            if idf <= 0.0:
-                idf = 1e-6
-            out[pair_terms[a]] = (rows_at, idf * ((fs * (K1 + 1.0)) / (fs + snap.norm[rows_at])))
+            out[pair_terms[a]] = _entry(snap, at[a:b], f[a:b])
         return out
 
     # --- the data, per state of the text index
@@ -300,11 +305,7 @@ class LexIndex:
         order = np.argsort(at, kind="stable")
         rows_at = at[order].astype(np.int64)
         fs = np.fromiter(freq.values(), np.float64, len(freq))[order]
-        hits = len(rows_at)  # rows of the whole index holding the token, inside any scope or not
-        idf = math.log((snap.nrow - hits + 0.5) / (hits + 0.5))
-        if idf <= 0.0:
-            idf = 1e-6
-        entry = (rows_at, idf * ((fs * (K1 + 1.0)) / (fs + snap.norm[rows_at])))
+        entry = _entry(snap, rows_at, fs)
         with self._lock:
             if len(snap.postings) >= TERMS_KEPT:
                 snap.postings.clear()

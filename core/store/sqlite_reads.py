@@ -10,8 +10,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from memlens.limits import MAX_QUERY_TERMS
-from memlens.store import staging
-from memlens.store.lexindex import LexIndex
+from memlens.store import staging, textindex
+from memlens.store.lexindex import LexIndex, varints
 from memlens.store.reads import ENTRY_COLUMNS, Reads, entry_filters, fts_query, sql_filters, sql_in
 from memlens.store.rows import sound_rows
 from memlens.store.scope import Knn, Rows, Scope, query_terms
@@ -21,18 +21,6 @@ _SELECT = f"SELECT rowid, content_hash, {ENTRY_COLUMNS} FROM entries"
 _staged_indexes: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _staged_lock = threading.Lock()
 TERM_COUNTS_KEPT = 20_000  # terms whose document counts a store keeps (then it starts over)
-
-
-def _varint(blob: bytes) -> int:
-    """SQLite's varint (big-endian, 7 bits a byte, the ninth byte whole) at the start of ``blob``."""
-    v = 0
-    for i, b in enumerate(blob[:9]):
-        if i == 8:
-            return (v << 8) | b
-        v = (v << 7) | (b & 0x7F)
-        if not b & 0x80:
-            break
-    return v
 
 
 def _where(where: list[str]) -> str:
@@ -182,7 +170,7 @@ class SqliteReads:
         """
         conn = self.conn
         blocks = dict(conn.execute("SELECT id, block FROM entries_fts_data WHERE id IN (1, 10)").fetchall())
-        total = _varint(blocks[1]) if blocks.get(1) else 0
+        total = varints(blocks[1])[0] if blocks.get(1) else 0
         if conn.in_transaction:
             return total, {t: self._doc_count(t) for t in terms}
         state = (blocks.get(1), blocks.get(10))
@@ -203,8 +191,7 @@ class SqliteReads:
 
     def _fts_rows(self) -> int:
         """Rows in the text index: the first varint of FTS5's "averages" record (id 1), no scan."""
-        row = self.conn.execute("SELECT block FROM entries_fts_data WHERE id = 1").fetchone()
-        return _varint(row[0]) if row and row[0] else 0
+        return textindex.rows(self.conn)
 
     def listing(self, scope: Scope, n: int) -> list[int]:
         where, args = entry_filters(scope)

@@ -18,6 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from memlens.store.lexindex import varints
+
 SEGMENTS_MAX = 8
 ROWS_MAX = 200_000  # larger indexes keep FTS5's own merging: one rewrite would hold the write lock for seconds
 
@@ -28,8 +30,6 @@ def segments(conn: Any) -> int:
 
 def rows(conn: Any) -> int:
     """Rows in the text index: the first varint of FTS5's "averages" record (id 1), no scan."""
-    from memlens.store.lexindex import varints
-
     row = conn.execute("SELECT block FROM entries_fts_data WHERE id = 1").fetchone()
     return varints(row[0])[0] if row and row[0] else 0
 
