@@ -102,11 +102,13 @@ SCOPES = [
 ]
 
 
+@pytest.mark.parametrize("kernel", sorted(vindex.KERNELS))
 @pytest.mark.parametrize("scope", SCOPES, ids=lambda s: repr(s)[6:-1] or "unscoped")
-def test_knn_returns_the_rows_of_sqlite_vecs_exact_knn(filled, monkeypatch, scope):
+def test_knn_returns_the_rows_of_sqlite_vecs_exact_knn(filled, monkeypatch, scope, kernel):
     """Unscoped, one wing, several wings, with filters: the same rows in the same order as vec0's exact scan,
-    with the same similarities; also with the sampled threshold in use on these small wings."""
+    with the same similarities, with either product; also with the sampled threshold in use on these small wings."""
     monkeypatch.setattr(vindex, "_SAMPLE", 32)
+    monkeypatch.setattr(vindex, "_kernel", kernel)
     rng = np.random.default_rng(3)
     rowid, wing = filled.conn.execute("SELECT rowid, wing FROM entries WHERE id = 'v-00004'").fetchone()
     stored = filled.store.vectors({rowid: wing})[rowid]  # a query equal to a stored vector: that row first
@@ -120,6 +122,16 @@ def test_knn_returns_the_rows_of_sqlite_vecs_exact_knn(filled, monkeypatch, scop
         assert want == []
     else:
         assert len(want) == 60
+
+
+def test_the_first_scan_chooses_the_product_for_the_process(filled, monkeypatch):
+    """The kernels are timed once, before the first scan; every later scan, of any index, keeps that choice."""
+    monkeypatch.setattr(vindex, "_kernel", None)
+    q = _unit(np.random.default_rng(9), 1)[0]
+    first = VectorIndex().knn(filled.store, q, None, {}, 5)
+    chosen = vindex.kernel()
+    assert chosen in vindex.KERNELS
+    assert VectorIndex().knn(filled.store, q, None, {}, 5) == first and vindex.kernel() == chosen
 
 
 def test_knn_answers_the_top_k_of_all_wings_together(filled):
