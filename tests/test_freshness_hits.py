@@ -39,7 +39,9 @@ def test_a_hit_is_stale_after_its_text_changed_without_re_embedding(mem):
     assert again[edited] == {"fresh": True, "model": mem.model_id, "hash_matches": True}
 
 
-def test_hits_are_stale_after_the_store_model_changed(store_path, settings, hash_embedder):
+@pytest.mark.parametrize("warm", [False, True], ids=["one-shot", "in-process"])
+def test_hits_are_stale_after_the_store_model_changed(store_path, settings, hash_embedder, warm):
+    """Also in a long-lived process, which keeps the models it read beside its rows: the re-embed's write is seen."""
     from memlens import Memory
 
     with Memory.open(store_path, settings=settings, embedder=hash_embedder) as m:
@@ -48,12 +50,16 @@ def test_hits_are_stale_after_the_store_model_changed(store_path, settings, hash
     other = HashEmbedder()
     other.model_id = "another-model"
     with Memory.open(store_path, settings=settings, embedder=other) as m:
+        if warm:
+            m.warm_index()
         b = m.search("alpha", k=5)
+        assert b.trace.fusion["vector_index"] == ("memory" if warm else "sqlite-vec")
         assert sorted(r.entry.id for r in b.results) == sorted(ids)
         assert [r.vector for r in b.results] == [{"fresh": False, "model": hash_embedder.model_id, "hash_matches": True}] * 2
         freshness.reembed(m)
         again = m.search("alpha", k=5).results  # the re-embed invalidated the cached bundle
         assert sorted(r.entry.id for r in again) == sorted(ids) and all(r.vector["fresh"] for r in again)
+        assert {r.vector["model"] for r in again} == {"another-model"}
 
 
 def test_a_cached_bundle_keeps_each_hits_freshness(mem):

@@ -29,6 +29,7 @@ class RowCache:
         self._rows: dict[int, tuple[int, StoredRow]] = {}  # rowid -> (its wing's generation when read, the row)
         self._lock = threading.Lock()
         self._size = 0  # characters of title and text held
+        self._models: dict[int, tuple[int, str, str]] = {}  # rowid -> (generation when read, wing, model of its vector)
 
     def split(self, rowids: Sequence[int], gens: dict[str, int]) -> tuple[dict[int, StoredRow], list[int]]:
         """The kept rows of ``rowids`` still current at ``gens`` (wing -> generation), and the rowids to read."""
@@ -55,6 +56,28 @@ class RowCache:
                 if g is not None:
                     self._rows[r[0]] = (g, r)
             self._size += size
+
+    def split_models(self, rowids: Sequence[int], gens: dict[str, int]) -> tuple[dict[int, str], list[int]]:
+        """The kept vector models of ``rowids`` still current at ``gens``, and the rowids to read (a re-embedding
+        bumps the wings it rewrites, like any write)."""
+        held, missing, models = {}, [], self._models
+        for r in rowids:
+            got = models.get(r)
+            if got is not None and gens.get(got[1]) == got[0]:
+                held[r] = got[2]
+            else:
+                missing.append(r)
+        return held, missing
+
+    def keep_models(self, found: Sequence[tuple[int, str, str]], gens: dict[str, int]) -> None:
+        """Keep (rowid, model, wing) read after ``gens`` was read."""
+        with self._lock:
+            if len(self._models) + len(found) > ROWS_KEPT:
+                self._models = {}
+            for rowid, model, wing in found[:ROWS_KEPT]:
+                g = gens.get(wing)
+                if g is not None:
+                    self._models[rowid] = (g, wing, model)
 
     def __len__(self) -> int:
         return len(self._rows)

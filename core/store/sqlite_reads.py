@@ -230,11 +230,23 @@ class SqliteReads:
         return out
 
     def vector_models(self, rowids: Sequence[int]) -> dict[int, str]:
-        out: dict[int, str] = {}
+        vindex = self.vindex
+        if vindex is None or self.conn.in_transaction:
+            return {r: m for r, m, _ in self._read_models(rowids)}
+        gens = self.generations()  # in process: kept beside the rows, under the same generation check
+        held, missing = vindex.rows.split_models(rowids, gens)
+        if missing:
+            got = self._read_models(missing)
+            vindex.rows.keep_models(got, gens)
+            held.update((r, m) for r, m, _ in got)
+        return held
+
+    def _read_models(self, rowids: Sequence[int]) -> list[tuple[int, str, str]]:
+        out: list[tuple[int, str, str]] = []
         for i in range(0, len(rowids), 400):
             chunk = list(rowids[i : i + 400])
-            out.update(self.conn.execute(f"SELECT rowid, model FROM entries WHERE rowid IN ({','.join('?' * len(chunk))})",
-                                         chunk).fetchall())
+            out += self.conn.execute(f"SELECT rowid, model, wing FROM entries WHERE rowid IN ({','.join('?' * len(chunk))})",
+                                     chunk).fetchall()
         return out
 
     def vectors(self, need: dict[int, str]) -> dict[int, np.ndarray]:
