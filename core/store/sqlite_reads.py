@@ -234,7 +234,8 @@ class SqliteReads:
         if vindex is None or self.conn.in_transaction:
             return {r: m for r, m, _ in self._read_models(rowids)}
         gens = self.generations()  # in process: kept beside the rows, under the same generation check
-        held, missing = vindex.rows.split_models(rowids, gens)
+        split: tuple[dict[int, str], list[int]] = vindex.rows.split_models(rowids, gens)
+        held, missing = split
         if missing:
             got = self._read_models(missing)
             vindex.rows.keep_models(got, gens)
