@@ -9,7 +9,26 @@ document (the fallback) has no stored vector: its ``vector`` stays None.
 from __future__ import annotations
 
 from memlens.models import content_hash
+from memlens.retrieval.policy import Candidate
 from memlens.retrieval.run import Run
+
+VERDICTS_KEPT = 20_000
+# (rowid, stored content hash, hash of the stored title, hash of the stored text) -> do they agree? Hashing a
+# long text costs ~8 µs a hit; a long-lived process meets the same rows (the same string objects, whose hashes
+# Python keeps) search after search. Keyed by the values' hashes, so nothing here keeps a text alive.
+_verdicts: dict[tuple[int, str, int, int], bool] = {}
+
+
+def _same_text(c: Candidate) -> bool:
+    """Does the stored content hash match the entry's text as it is now?"""
+    key = (c.rowid, c.content_hash, hash(c.row[6]), hash(c.row[7]))  # (..., title, text, ...)
+    got = _verdicts.get(key)
+    if got is None:
+        got = c.content_hash == content_hash(c.entry.embed_text)
+        if len(_verdicts) >= VERDICTS_KEPT:
+            _verdicts.clear()
+        _verdicts[key] = got
+    return got
 
 
 def mark(run: Run) -> None:
@@ -23,5 +42,5 @@ def mark(run: Run) -> None:
     current = run.mem.model_id
     for r, c in hits:
         made_by = models.get(c.rowid)
-        same_text = c.content_hash == content_hash(r.entry.embed_text)
+        same_text = _same_text(c)
         r.vector = {"fresh": made_by == current and same_text, "model": made_by, "hash_matches": same_text}
