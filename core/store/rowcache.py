@@ -10,7 +10,9 @@ that generation; otherwise it is read again. A row read while a write was
 landing is tagged with the generation read before it: at worst it is read
 again on the next search, never served stale. Damaged rows are never kept (each
 search reports them). At most ``ROWS_KEPT`` rows and ``BYTES_KEPT`` characters of
-title and text are held; past either, the cache starts over.
+title and text are held; past either, the cache starts over. The model that
+made each hit's vector (what a search's freshness step asks) is kept the same
+way, under the same check: a re-embedding bumps every wing it rewrites.
 """
 
 from __future__ import annotations
