@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -29,8 +29,10 @@ class RetrievalWeights:
         """A copy with ``other``'s values on top (a dict may set only some weights)."""
         if other is None:
             return self
-        data = asdict(other) if isinstance(other, RetrievalWeights) else dict(other)
-        known = {f.name for f in fields(self)}
+        data = other.to_dict() if isinstance(other, RetrievalWeights) else dict(other)
+        if not data:  # every search merges the settings' weights and the profile's, mostly none
+            return self
+        known = _WEIGHT_NAMES
         unknown = set(data) - known
         if unknown:
             raise ValidationError(f"unknown retrieval weight {sorted(unknown)[0]!r} (weights: {', '.join(sorted(known))})")
@@ -40,7 +42,11 @@ class RetrievalWeights:
         return replace(self, **{k: float(v) for k, v in data.items()})
 
     def to_dict(self) -> dict[str, float]:
-        return asdict(self)
+        return {"relevance": self.relevance, "recency": self.recency, "salience": self.salience}
+
+
+_WEIGHT_NAMES = frozenset(f.name for f in fields(RetrievalWeights))
+assert set(RetrievalWeights().to_dict()) == _WEIGHT_NAMES, "RetrievalWeights.to_dict is out of date"
 
 
 def recency(updated_at: datetime, now: datetime, half_life_days: float) -> tuple[float, float]:
