@@ -165,6 +165,9 @@ def test_in_process_index_returns_what_sqlite_vec_returns(demo_mem, query, kw):
     for a, b in zip(warm.results, plain.results):
         assert a.components.similarity == pytest.approx(b.components.similarity, abs=1e-5)
         assert a.components.vector_rank == b.components.vector_rank
+    # every candidate weighed alike too (the in-process scan's own similarities for text-only matches)
+    assert [(d.id, d.stage) for d in warm.trace.dropped] == [(d.id, d.stage) for d in plain.trace.dropped]
+    assert [d.score for d in warm.trace.dropped] == pytest.approx([d.score for d in plain.trace.dropped], abs=1e-5)
 
 
 def test_in_process_index_sees_writes_from_any_process(demo_mem):

@@ -134,6 +134,26 @@ def test_the_first_scan_chooses_the_product_for_the_process(filled, monkeypatch)
     assert VectorIndex().knn(filled.store, q, None, {}, 5) == first and vindex.kernel() == chosen
 
 
+def test_scanned_gives_the_similarity_of_every_ranked_row_until_the_next_scan(filled):
+    """Beyond its hits, a scan knows the similarity of every row it ranked: those inside its wings and filters.
+    Rows outside them are left out, and so is everything once the thread has scanned again."""
+    index = VectorIndex()
+    q, q2 = _unit(np.random.default_rng(6), 2)
+    wing_of = dict(filled.conn.execute("SELECT rowid, wing FROM entries"))
+    hits = index.knn(filled.store, q, ["w0", "w1"], {"type": ["decision"]}, 5)
+    token = index.last_scan()
+    got = index.scanned(wing_of, token)
+    inside = {r for r, w, t in filled.conn.execute("SELECT rowid, wing, type FROM entries")
+              if w in ("w0", "w1") and t == "decision"}
+    assert set(got) == inside and len(inside) > 100
+    vectors = filled.store.vectors({r: wing_of[r] for r in inside})
+    for r in inside:
+        assert got[r] == pytest.approx(float(vectors[r] @ q), abs=1e-5)
+    assert [(r, got[r]) for r, _ in hits] == hits  # the hits' own similarities, to the bit
+    index.knn(filled.store, q2, None, {}, 5)
+    assert index.scanned(wing_of, token) == {}
+
+
 def test_knn_answers_the_top_k_of_all_wings_together(filled):
     """k rows in all, not k per wing, and a wing named twice counts once."""
     index = VectorIndex()

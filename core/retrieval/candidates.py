@@ -67,7 +67,7 @@ def vector(run: Run) -> None:
         index = store.vector_index()
     else:
         knn = store.knn(qvec, run.plan.search_scope, run.n_cand)
-        hits, index, run.knn_gens = knn.hits, knn.index, knn.gens
+        hits, index, run.knn_gens, run.scanned = knn.hits, knn.index, knn.gens, knn.scanned
         if knn.note:
             trace.notes.append(knn.note)
     trace.fusion["vector_index"] = index
@@ -155,9 +155,12 @@ def fetch_vectors(run: Run, need: dict[int, str]) -> None:
 
 
 def _similarities(run: Run, pool: dict[int, Candidate]) -> None:
-    """Vectors for the candidates the KNN did not score and for the key groups dedup compares."""
+    """Vectors for the candidates the KNN did not score and for the key groups dedup compares. A KNN that scanned
+    the whole scope computed most of those similarities already (the in-process index): they are read from it."""
     qvec, sims = run.qvec, run.sims
     assert qvec is not None
+    if run.scanned is not None:
+        sims.update(run.scanned({r: c.wing for r, c in pool.items() if r not in sims}))
     fetch_vectors(run, {r: c.wing for r, c in pool.items() if r not in sims or c.key})
     rowids = [r for r in run.vectors if r in pool]
     if not rowids:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,7 @@ class Run:
     n_cand: int = 0
     qvec: np.ndarray | None = None
     knn_gens: dict[str, int] | None = None  # the generations the KNN read, reused by the lexical generator
+    scanned: Callable[[dict[int, str]], dict[int, float]] | None = None  # the KNN's other similarities (store.Knn)
     sims: dict[int, float] = field(default_factory=dict)
     vec_rank: dict[int, int] = field(default_factory=dict)
     bm25: dict[int, float] = field(default_factory=dict)

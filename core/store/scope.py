@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,9 @@ class Knn:
     index: str
     gens: dict[str, int] | None = None
     note: str | None = None
+    # the similarities the scan computed beyond its hits (rowid -> wing asked; only rows it ranked), when the
+    # index scanned every row of the scope (the in-process index); valid on this thread until its next KNN
+    scanned: Callable[[dict[int, str]], dict[int, float]] | None = None
 
 
 def query_terms(text: str) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
@@ -68,7 +69,8 @@ class SqliteReads:
         vindex = self.vindex
         if vindex is not None:
             gens = self.generations()  # one read for both generators: the blocks and the scope set they check
-            return Knn(vindex.knn(mem, qvec, scope.wings, scope.index_filters(), n, gens), "memory", gens)
+            hits = vindex.knn(mem, qvec, scope.wings, scope.index_filters(), n, gens)
+            return Knn(hits, "memory", gens, scanned=functools.partial(vindex.scanned, token=vindex.last_scan()))
         hits = self._vec0(qvec.astype("<f4").tobytes(), scope, n)
         if hits is None:  # an import in progress has rows in the scope: rank the visible vectors in process
             with _staged_lock:

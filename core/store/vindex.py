@@ -264,13 +264,39 @@ class VectorIndex:
         q = np.asarray(qvec, dtype=np.float32)
         product = KERNELS[_kernel or _calibrate(q.shape[0])]
         at = 0
+        starts = {}
         for b in blocks:
             product(b.matrix, q, sims[at : at + len(b.rowids)])
+            starts[b.wing] = (b, at)
             at += len(b.rowids)
         if span.drop is not None:
             np.copyto(sims, np.float32(-np.inf), where=span.drop)
+        self._local.scan = (object(), starts, sims)  # for scanned(), until this thread's next scan
         top = _top(sims, min(k, span.kept), span.rowids)
         return [(int(r), float(v)) for r, v in zip(span.rowids[top], sims[top])]
+
+    def last_scan(self) -> object | None:
+        """A token for this thread's last scan (``scanned`` answers for it until the thread scans again)."""
+        scan = getattr(self._local, "scan", None)
+        return None if scan is None else scan[0]
+
+    def scanned(self, wing_of: dict[int, str], token: object) -> dict[int, float]:
+        """The similarities the scan ``token`` computed for the rowids of ``wing_of`` (rowid -> its wing) that it
+        ranked: inside its wings and filters, with a usable vector. Others, and every rowid once this thread has
+        scanned again, are left out (the caller multiplies their stored vectors itself)."""
+        scan = getattr(self._local, "scan", None)
+        if scan is None or scan[0] is not token:
+            return {}
+        starts, sims = scan[1], scan[2]
+        out: dict[int, float] = {}
+        for r, wing in wing_of.items():
+            got = starts.get(wing)
+            i = got[0].position.get(r) if got is not None else None
+            if got is not None and i is not None:
+                v = float(sims[got[1] + i])
+                if v != -np.inf:
+                    out[r] = v
+        return out
 
     def _buffer(self, n: int) -> np.ndarray:
         """This thread's output buffer for ``n`` similarities (reused: a search allocates nothing per row)."""
