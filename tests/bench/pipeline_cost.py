@@ -387,8 +387,12 @@ def render(res: dict[str, Any]) -> str:
     before = _before()
     if before is not None:
         L.append("")
+        cpu_b, cpu_a = before["machine"].get("cpu_model"), res["machine"].get("cpu_model")
+        other = (f" The two runs are on different machines ({cpu_b}, then {cpu_a}): the columns differ by the machines' "
+                 "speeds too (the embed stage, the same call in both, is the yardstick)." if cpu_b != cpu_a else "")
         L.append(f"Before and after this issue's changes, same suite, same corpus and questions ({before.get('label', '')}; "
-                 f"before run: 1-min load average {before['load_before']:.2f}, date {before['machine']['date'][:16]}):")
+                 f"before run: {cpu_b}, 1-min load average {before['load_before']:.2f}, date "
+                 f"{before['machine']['date'][:16]}).{other}")
         L.append("")
         L.append("| p50 | before | after |")
         L.append("|---|---|---|")
@@ -412,6 +416,7 @@ def _ms(x: float) -> str:
 
 
 _COMPARE: tuple[tuple[str, Any], ...] = (
+    ("embed stage (the same call)", lambda r: _ms(r["latency"]["memory"]["stages_p50"]["embed"])),
     ("pipeline excl. embed, sqlite-vec", lambda r: _ms(r["latency"]["sqlite-vec"]["pipeline_excl_embed"]["p50_ms"])),
     ("pipeline excl. embed, in-process", lambda r: _ms(r["latency"]["memory"]["pipeline_excl_embed"]["p50_ms"])),
     ("CPU excl. embed, sqlite-vec", lambda r: _ms(r["latency"]["sqlite-vec"]["cpu_excl_embed"]["p50_ms"])),
