@@ -136,7 +136,7 @@ def test_the_first_scan_chooses_the_product_for_the_process(filled, monkeypatch)
 
 def test_scanned_gives_the_similarity_of_every_ranked_row_until_the_next_scan(filled):
     """Beyond its hits, a scan knows the similarity of every row it ranked: those inside its wings and filters.
-    Rows outside them are left out, and so is everything once the thread has scanned again."""
+    Rows outside them are left out, and so is everything once asked, or once the thread has scanned again."""
     index = VectorIndex()
     q, q2 = _unit(np.random.default_rng(6), 2)
     wing_of = dict(filled.conn.execute("SELECT rowid, wing FROM entries"))
@@ -150,8 +150,10 @@ def test_scanned_gives_the_similarity_of_every_ranked_row_until_the_next_scan(fi
     for r in inside:
         assert got[r] == pytest.approx(float(vectors[r] @ q), abs=1e-5)
     assert [(r, got[r]) for r, _ in hits] == hits  # the hits' own similarities, to the bit
+    assert index.scanned(wing_of, token) == {}  # answered once
+    index.knn(filled.store, q, ["w0", "w1"], {"type": ["decision"]}, 5)
     index.knn(filled.store, q2, None, {}, 5)
-    assert index.scanned(wing_of, token) == {}
+    assert index.scanned(wing_of, token) == {}  # nor for an older scan
 
 
 def test_knn_answers_the_top_k_of_all_wings_together(filled):

@@ -267,11 +267,11 @@ class VectorIndex:
         starts = {}
         for b in blocks:
             product(b.matrix, q, sims[at : at + len(b.rowids)])
-            starts[b.wing] = (b, at)
+            starts[b.wing] = (b.position, at)  # not the block: a reloaded wing's old matrix is not kept alive
             at += len(b.rowids)
         if span.drop is not None:
             np.copyto(sims, np.float32(-np.inf), where=span.drop)
-        self._local.scan = (object(), starts, sims)  # for scanned(), until this thread's next scan
+        self._local.scan = (object(), starts, sims)  # for one scanned(), until this thread's next scan
         top = _top(sims, min(k, span.kept), span.rowids)
         return [(int(r), float(v)) for r, v in zip(span.rowids[top], sims[top])]
 
@@ -283,15 +283,16 @@ class VectorIndex:
     def scanned(self, wing_of: dict[int, str], token: object) -> dict[int, float]:
         """The similarities the scan ``token`` computed for the rowids of ``wing_of`` (rowid -> its wing) that it
         ranked: inside its wings and filters, with a usable vector. Others, and every rowid once this thread has
-        scanned again, are left out (the caller multiplies their stored vectors itself)."""
+        scanned again or asked once already, are left out (the caller multiplies their stored vectors itself)."""
         scan = getattr(self._local, "scan", None)
         if scan is None or scan[0] is not token:
             return {}
+        self._local.scan = None  # asked once: its buffer and positions are not held any longer
         starts, sims = scan[1], scan[2]
         out: dict[int, float] = {}
         for r, wing in wing_of.items():
             got = starts.get(wing)
-            i = got[0].position.get(r) if got is not None else None
+            i = got[0].get(r) if got is not None else None
             if got is not None and i is not None:
                 v = float(sims[got[1] + i])
                 if v != -np.inf:
