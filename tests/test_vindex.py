@@ -154,6 +154,8 @@ def test_scanned_gives_the_similarity_of_every_ranked_row_until_the_next_scan(fi
     index.knn(filled.store, q, ["w0", "w1"], {"type": ["decision"]}, 5)
     index.knn(filled.store, q2, None, {}, 5)
     assert index.scanned(wing_of, token) == {}  # nor for an older scan
+    assert index.knn(filled.store, q2, ["w1"], {"status": ["superseded"]}, 5) == []
+    assert index.last_scan() is None  # a scan that ranked nothing leaves no earlier one to answer for it
 
 
 def test_knn_answers_the_top_k_of_all_wings_together(filled):

@@ -51,7 +51,7 @@ class Knn:
     gens: dict[str, int] | None = None
     note: str | None = None
     # the similarities the scan computed beyond its hits (rowid -> wing asked; only rows it ranked), when the
-    # index scanned every row of the scope (the in-process index); valid on this thread until its next KNN
+    # index scanned every row of the scope (the in-process index); asked once, on this thread, before its next KNN
     scanned: Callable[[dict[int, str]], dict[int, float]] | None = None
 
 

@@ -256,6 +256,7 @@ class VectorIndex:
         selection finds the top ``k`` of all wings together. ``gens`` is ``mem.generations()`` when the
         caller already has it (one read per search).
         """
+        self._local.scan = None  # no earlier scan answers scanned() for this one
         gens = mem.generations() if gens is None else gens
         blocks, span = self._span(mem, wings, filters, gens)
         if not span.kept or k <= 0:
@@ -276,7 +277,8 @@ class VectorIndex:
         return [(int(r), float(v)) for r, v in zip(span.rowids[top], sims[top])]
 
     def last_scan(self) -> object | None:
-        """A token for this thread's last scan (``scanned`` answers for it until the thread scans again)."""
+        """A token for this thread's last scan, None if it ranked nothing (``scanned`` answers once for it, until
+        the thread scans again)."""
         scan = getattr(self._local, "scan", None)
         return None if scan is None else scan[0]
 
