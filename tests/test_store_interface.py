@@ -49,6 +49,27 @@ def test_sqlite_classes_implement_the_protocols(proto, impl, tmp_path, hash_embe
     assert not missing and not wrong, (missing, wrong)
 
 
+def test_timestamps_read_again_are_the_same_and_a_damaged_one_is_still_refused():
+    """Rows decoded again (a long-lived process) reuse their parsed timestamps: the same values, microseconds
+    included; a timestamp that does not parse is refused every time and never kept."""
+    from datetime import datetime, timezone
+
+    from memlens.errors import CorruptRowError
+    from memlens.models import Entry
+    from memlens.store import rows
+
+    when = datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=timezone.utc)
+    entry = Entry(wing="w", text="a body", created_at=when, updated_at=datetime(2026, 3, 5, tzinfo=timezone.utc))
+    row = tuple(entry_values(entry, "m")[: len(COLUMNS)])
+    assert row_to_entry(row) == entry == row_to_entry(row)
+    bad = "2026-13-45T00:00:00Z"
+    damaged = (*row[:11], bad, *row[12:])
+    for _ in range(2):
+        with pytest.raises(CorruptRowError):
+            row_to_entry(damaged)
+    assert bad not in rows._times
+
+
 def test_an_entry_round_trips_through_the_row_mapping(tmp_path, hash_embedder):
     from memlens.models import Entry
 

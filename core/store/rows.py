@@ -45,6 +45,23 @@ def select_list(alias: str = "") -> str:
 
 
 _KINDS, _TYPES, _STATUSES = frozenset(KINDS), frozenset(TYPES), frozenset(STATUSES)
+_KIND = {k.value: k for k in Kind}
+_TYPE = {t.value: t for t in EntryType}
+_STATUS = {s.value: s for s in Status}
+TIMES_KEPT = 50_000
+# stored timestamp -> its datetime: a long-lived process builds the entries of the same rows search after search
+# (the same strings, whose hashes Python keeps), and parsing two timestamps was a quarter of building an entry
+_times: dict[str, datetime] = {}
+
+
+def _time(value: str) -> datetime:
+    got = _times.get(value)
+    if got is None:
+        got = parse_ts(value)  # raises for a value that is not a timestamp, as before: nothing is kept for it
+        if len(_times) >= TIMES_KEPT:
+            _times.clear()
+        _times[value] = got
+    return got
 _fromiso = datetime.fromisoformat
 _TEXT_COLUMNS = ((0, "id"), (1, "wing"), (2, "room"), (6, "title"), (7, "text"))
 HINT = "`memlens check` lists such rows"
@@ -148,9 +165,9 @@ def row_to_entry(row: tuple[Any, ...]) -> Entry:
         raise CorruptRowError(f"stored entry {row[0]!r} is damaged: {problem}; {HINT}")
     (id_, wing, room, kind, type_, status, title, text, key, salience, overrides, created, updated, meta) = row
     return Entry.model_construct(
-        id=id_, wing=wing, room=room, kind=Kind(kind), type=EntryType(type_), status=Status(status), title=title,
-        text=text, key=key, salience=float(salience), overrides=overrides, created_at=parse_ts(created),
-        updated_at=parse_ts(updated), meta=json.loads(meta) if meta and meta != "{}" else {},
+        id=id_, wing=wing, room=room, kind=_KIND[kind], type=_TYPE[type_], status=_STATUS[status], title=title,
+        text=text, key=key, salience=float(salience), overrides=overrides, created_at=_time(created),
+        updated_at=_time(updated), meta=json.loads(meta) if meta and meta != "{}" else {},
     )
 
 
