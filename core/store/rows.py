@@ -62,6 +62,8 @@ def _time(value: str) -> datetime:
             _times.clear()
         _times[value] = got
     return got
+
+
 _fromiso = datetime.fromisoformat
 _TEXT_COLUMNS = ((0, "id"), (1, "wing"), (2, "room"), (6, "title"), (7, "text"))
 HINT = "`memlens check` lists such rows"
