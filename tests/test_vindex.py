@@ -134,6 +134,12 @@ def test_the_first_scan_chooses_the_product_for_the_process(filled, monkeypatch)
     assert VectorIndex().knn(filled.store, q, None, {}, 5) == first and vindex.kernel() == chosen
 
 
+def test_warming_the_index_chooses_the_product_before_any_search(filled, monkeypatch):
+    monkeypatch.setattr(vindex, "_kernel", None)
+    assert VectorIndex().warm(filled.store) == N
+    assert vindex.kernel() in vindex.KERNELS
+
+
 def test_scanned_gives_the_similarity_of_every_ranked_row_until_the_next_scan(filled):
     """Beyond its hits, a scan knows the similarity of every row it ranked: those inside its wings and filters.
     Rows outside them are left out, and so is everything once asked, or once the thread has scanned again."""

@@ -21,10 +21,10 @@ what a flat scan of the whole store does.
 
 Which product runs that pass fastest depends on the CPU: numpy's own einsum
 loop beat BLAS's sgemv by 1.9× on an AMD EPYC, sgemv beat einsum by 1.5× on an
-Intel Xeon (100k × 384, one thread). Before its first scan, a process times
-both on a matrix larger than a core's cache and keeps the faster for good
-(``kernel()``); both compute the same dot products, in a different order of
-additions (last-bit differences).
+Intel Xeon (100k × 384, one thread). When it warms the index (or else before
+its first scan), a process times both on a matrix larger than a core's cache
+and keeps the faster for good (``kernel()``); both compute the same dot
+products, in a different order of additions (last-bit differences).
 """
 
 from __future__ import annotations
@@ -243,7 +243,10 @@ class VectorIndex:
         return block
 
     def warm(self, mem: IndexHost) -> int:
-        """Load every wing now; returns the number of vectors held."""
+        """Load every wing now, and choose the scan's product if no scan has yet (~30 ms that the process's first
+        search would otherwise pay); returns the number of vectors held."""
+        if _kernel is None:
+            _calibrate(mem.dim)
         gens = mem.generations()
         return sum(len(self._block(mem, w, gens.get(w, 0)).rowids) for w in mem.wings())
 
