@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +93,9 @@ class FakeStore:
 
     def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
         return dict(self.gens) if wings is None else {w: self.gens.get(w, 0) for w in wings}
+
+    def settled(self) -> AbstractContextManager[None]:
+        return nullcontext()
 
     def vector_index(self) -> str:
         return "fake"

@@ -184,6 +184,28 @@ def test_in_process_index_sees_writes_from_any_process(demo_mem):
     assert new_id not in [r.entry.id for r in b.results]
 
 
+def test_a_search_asks_once_whether_another_process_wrote(demo_mem):
+    """A search reads SQLite's data_version once, not at each stage that checks the generations; inside that
+    block a write by another process is seen by the next search, not halfway through this one."""
+    from .conftest import run_cli
+
+    demo_mem.warm_index()
+    demo_mem.search("executor choice", use_cache=False)
+    seen: list[str] = []
+    demo_mem.conn.set_trace_callback(seen.append)
+    try:
+        demo_mem.search("executor choice", use_cache=False)
+    finally:
+        demo_mem.conn.set_trace_callback(None)
+    assert seen.count("PRAGMA data_version") == 1  # (FTS5 runs its own "PRAGMA 'main'.data_version" too)
+    reads = demo_mem.reads
+    with reads.settled():
+        before = reads.generations()
+        run_cli("--store", str(demo_mem.path), "add", "Zebra crossings need a lollipop man.", "--wing", "lifecore_ros2")
+        assert reads.generations() == before
+    assert reads.generations()["lifecore_ros2"] == before["lifecore_ros2"] + 1
+
+
 @pytest.mark.parametrize("query, kw", QUERIES)
 def test_lexical_scope_from_the_index_is_the_join(demo_mem, query, kw):
     """With the index warm, FTS5 matches are tested against its in-scope rowids instead of joined to

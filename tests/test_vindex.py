@@ -208,3 +208,17 @@ def test_writes_by_another_process_reach_every_scan(filled):
             assert rowid not in [r for r, _ in index.knn(mem.store, q, wings, filters, 50)]
             assert rowid not in index.in_scope(mem.store, wings, filters)
     assert [r for r, _ in index.knn(mem.store, q, None, {}, 20)] == [r for r, _ in _knn(mem, "sqlite-vec", q, Scope(), 20)]
+
+
+def test_a_degenerate_vector_is_told_apart_from_tiny_and_huge_ones():
+    """The one-pass test (the vector's square) answers only when it is positive and finite; every other case
+    takes the component-wise test, so a vector whose square underflows or overflows is still usable."""
+    from memlens.store.vectors import degenerate
+
+    ok = np.ones(384, dtype=np.float32) / np.sqrt(384)
+    tiny = np.full(384, 1e-30, dtype=np.float32)  # its square underflows to 0
+    huge = np.full(384, 1e30, dtype=np.float32)  # its square overflows
+    assert not any(degenerate(v) for v in (ok, tiny, huge, -ok))
+    nan, inf = ok.copy(), ok.copy()
+    nan[5], inf[7] = np.nan, -np.inf
+    assert all(degenerate(v) for v in (np.zeros(384, dtype=np.float32), nan, inf))

@@ -131,14 +131,15 @@ def search(
     run = Run(mem=mem, store=mem.reads, query=query, options=options, workspace=workspace, use_cache=use_cache,
               now=now)
     try:
-        for stage in PIPELINE:
-            if stage.when is None or stage.when(run):
-                t = time.perf_counter()
-                stage.run(run)
-                if stage.latency is not None:
-                    run.lat[stage.latency] += _own_time(run, stage.name, (time.perf_counter() - t) * 1000)
-            if run.cached:
-                break
+        with run.store.settled():  # whether another process wrote is asked once for the whole search
+            for stage in PIPELINE:
+                if stage.when is None or stage.when(run):
+                    t = time.perf_counter()
+                    stage.run(run)
+                    if stage.latency is not None:
+                        run.lat[stage.latency] += _own_time(run, stage.name, (time.perf_counter() - t) * 1000)
+                if run.cached:
+                    break
     finally:
         if run.lexical_job is not None:  # the search failed before joining its worker: let the worker finish first
             run.lexical_job.settle()

@@ -15,6 +15,7 @@ edit, damage) is left out and reported in ``Rows.damaged``, one note each.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 import numpy as np
@@ -44,6 +45,12 @@ class Reads(Protocol):
 
     def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
         """Write counters per wing (every write bumps its wing's); all of them when ``wings`` is None."""
+        ...
+
+    def settled(self) -> AbstractContextManager[None]:
+        """A block of reads (one search) that asks once, on entry, whether another process wrote: inside it the
+        generations are those of that moment plus this connection's own writes. A backend whose check costs
+        nothing may do nothing."""
         ...
 
     def vector_index(self) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import numpy as np
@@ -54,6 +55,20 @@ class SqliteReads:
 
     def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
         raise NotImplementedError
+
+    @contextmanager
+    def settled(self) -> Iterator[None]:
+        """SQLite's ``data_version`` (did another connection commit?) read once for the block: a search asks for
+        the generations five times or so, each an SQL statement otherwise (``SqliteStore._all_generations``)."""
+        conn = self.conn
+        if getattr(conn, "memlens_version", None) is not None or conn.in_transaction:  # nested, or not kept
+            yield
+            return
+        conn.memlens_version = conn.execute("PRAGMA data_version").fetchone()[0]
+        try:
+            yield
+        finally:
+            conn.memlens_version = None
 
     def vector_index(self) -> str:
         return "memory" if self.vindex is not None else "sqlite-vec"

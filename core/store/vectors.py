@@ -20,7 +20,11 @@ from memlens.limits import SQLITE_VEC_MAX_KNN
 
 def degenerate(v: np.ndarray) -> bool:
     """True when ``v`` is all zeros or has a NaN or infinite component."""
-    return not bool(np.isfinite(v).all()) or not bool(np.any(v))
+    with np.errstate(all="ignore"):  # one pass; positive and finite: neither case
+        square = float(np.dot(v, v)) if v.ndim == 1 else math.nan
+    if 0.0 < square < math.inf:
+        return False
+    return not bool(np.isfinite(v).all()) or not bool(np.any(v))  # (a square can also underflow or overflow)
 
 
 def degenerate_rows(m: np.ndarray) -> np.ndarray:

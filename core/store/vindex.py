@@ -156,12 +156,12 @@ def _top(sims: np.ndarray, k: int, tie: np.ndarray) -> np.ndarray:
             cand = np.flatnonzero(sims >= t)
             if len(cand) >= k:
                 pool = cand
-    if pool is None:
-        pool = np.arange(n)
-    if k < len(pool):  # keep the rows at or above the k-th best value: all of its ties, then order and cut
+    if pool is None:  # the rows at or above the k-th best of the whole array (all of its ties)
+        pool = np.flatnonzero(sims >= np.partition(sims, n - k)[n - k]) if k < n else np.arange(n)
+    elif k < len(pool):  # the same among the sampled rows
         kth = np.partition(sims[pool], len(pool) - k)[len(pool) - k]
         pool = pool[sims[pool] >= kth]
-    top: np.ndarray = pool[np.lexsort((tie[pool], -sims[pool]))][:k]
+    top = pool[np.lexsort((tie[pool], -sims[pool]))][:k]
     kept: np.ndarray = top[sims[top] != -np.inf]
     return kept
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -75,6 +76,9 @@ class PgReads:
 
     def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
         raise NotImplementedError
+
+    def settled(self) -> AbstractContextManager[None]:
+        return nullcontext()  # nothing is kept between reads of the generations here: each reads the table
 
     def _all(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.connection() as conn:
