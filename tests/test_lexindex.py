@@ -524,3 +524,30 @@ def test_a_snapshot_built_by_another_search_during_the_warm_up_gets_the_postings
         assert lex._snap.complete
         same(mem.store.lexical("readable stream", Scope(), N), fts5(mem.conn, "readable stream", Scope(), N))
         assert served(mem) == 1
+
+
+def test_a_search_reads_the_text_index_state_once(docs_mem):
+    """The term counts and the in-process ranking both check FTS5's state records: one read per search."""
+    mem, q = docs_mem, questions()[0]
+    for _ in range(2):
+        mem.search(q, use_cache=False)
+    seen: list[str] = []
+    mem.conn.set_trace_callback(seen.append)
+    try:
+        mem.search(q, use_cache=False)
+    finally:
+        mem.conn.set_trace_callback(None)
+    assert sum("entries_fts_data WHERE id IN (1, 10)" in s for s in seen) == 1
+
+
+def test_the_state_records_kept_for_a_search_end_with_a_write(copy_mem):
+    from memlens.store.lexindex import state_records
+
+    mem = copy_mem
+    with mem.reads.settled():
+        before = state_records(mem.conn)
+        assert state_records(mem.conn) is before  # kept
+        mem.add("Zebra crossings need a lollipop man.", wing="w1", title="Zebra")
+        after = state_records(mem.conn)
+        assert after != before  # this connection wrote: read again, the new state
+    assert state_records(mem.conn) == after

@@ -92,13 +92,26 @@ def varints(blob: bytes) -> list[int]:
     return out
 
 
-def _blocks(conn: Any) -> dict[int, bytes]:
-    """FTS5's "averages" record (id 1) and structure record (id 10): rewritten by every change to the index."""
-    return dict(conn.execute("SELECT id, block FROM entries_fts_data WHERE id IN (1, 10)").fetchall())
+def state_records(conn: Any) -> dict[int, bytes]:
+    """FTS5's "averages" record (id 1) and structure record (id 10): rewritten by every change to the index.
+
+    Read once per search: inside a ``settled()`` block (``memlens.store.sqlite_reads``) they are kept on the
+    connection until it writes (its ``total_changes`` moves) or the block ends; never inside a transaction."""
+    version = getattr(conn, "memlens_version", None)
+    if version is None or conn.in_transaction:
+        return dict(conn.execute("SELECT id, block FROM entries_fts_data WHERE id IN (1, 10)").fetchall())
+    key = (version, conn.total_changes)
+    kept = getattr(conn, "memlens_fts_blocks", None)
+    if kept is not None and kept[0] == key:
+        blocks: dict[int, bytes] = kept[1]
+        return blocks
+    blocks = dict(conn.execute("SELECT id, block FROM entries_fts_data WHERE id IN (1, 10)").fetchall())
+    conn.memlens_fts_blocks = (key, blocks)
+    return blocks
 
 
 def _state(conn: Any) -> tuple[Any, Any]:
-    blocks = _blocks(conn)
+    blocks = state_records(conn)
     return blocks.get(1), blocks.get(10)
 
 
@@ -286,7 +299,7 @@ class LexIndex:
     # --- the data, per state of the text index
 
     def _snapshot(self, conn: Any) -> _Snapshot:
-        blocks = _blocks(conn)
+        blocks = state_records(conn)
         state = (blocks.get(1), blocks.get(10))
         snap = self._snap
         if snap is not None and snap.state == state:
@@ -425,4 +438,4 @@ class LexIndex:
         conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_TOKV} USING fts5vocab(temp, {_TOK}, instance)")
 
 
-__all__ = ["WARM_INSTANCES", "LexIndex", "varints"]
+__all__ = ["WARM_INSTANCES", "LexIndex", "state_records", "varints"]

@@ -13,7 +13,7 @@ import numpy as np
 
 from memlens.limits import MAX_QUERY_TERMS
 from memlens.store import staging, textindex
-from memlens.store.lexindex import LexIndex, varints
+from memlens.store.lexindex import LexIndex, state_records, varints
 from memlens.store.reads import ENTRY_COLUMNS, Reads, entry_filters, fts_query, sql_filters, sql_in
 from memlens.store.rows import sound_rows
 from memlens.store.scope import Knn, Rows, Scope, query_terms
@@ -186,7 +186,7 @@ class SqliteReads:
         pending changes those records may not show yet, every count is read.
         """
         conn = self.conn
-        blocks = dict(conn.execute("SELECT id, block FROM entries_fts_data WHERE id IN (1, 10)").fetchall())
+        blocks = state_records(conn)  # (once per search: the lexical index reads them too)
         total = varints(blocks[1])[0] if blocks.get(1) else 0
         if conn.in_transaction:
             return total, {t: self._doc_count(t) for t in terms}
