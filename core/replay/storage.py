@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from memlens.memory import Memory
-    from memlens.trace import Bundle
+    from memlens.trace import Bundle, Components
 
 _request: ContextVar[dict[str, Any] | None] = ContextVar("memlens_replay_request", default=None)
 _for_context: ContextVar[bool] = ContextVar("memlens_replay_context", default=False)
@@ -96,12 +96,16 @@ def record(bundle: Bundle) -> tuple[str, str, int, str]:
     req = _request.get() or {"query": t.query, "active_wing": t.active_wing, "profile": t.profile}
     # the weights in force are kept beside the request (a replay runs with today's): they explain a moved score
     logged_req = {**req, "weights_used": t.weights} if t.weights else req
-    hits = [[r.entry.id, _num(r.score), *(_num(getattr(r.components, c)) for c in HIT_COMPONENTS)] for r in bundle.results]
+    hits = [_hit(r.entry.id, r.score, r.components) for r in bundle.results]
     return _dumps(logged_req), _client_name(), int(_for_context.get()), _dumps(hits)
 
 
-def _dumps(v: Any) -> str:
-    return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+def _hit(entry_id: str, score: float, c: Components) -> list[Any]:
+    """``[id, score, *HIT_COMPONENTS]``, each number to 6 decimals."""
+    return [entry_id, _num(score), _num(c.relevance), _num(c.recency), _num(c.salience), _num(c.boost), _num(c.rerank)]
+
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 # -- reading the log -------------------------------------------------------------------------------
