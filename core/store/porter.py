@@ -11,7 +11,8 @@ positions.
 (stems cut to one letter, as in "oing"): such a word, and any word with another
 character, is left for SQLite to tokenize. ``memlens.store.lexindex`` compares this
 module with the running SQLite on a probe vocabulary before trusting it, and
-tests/test_porter.py compares them on every word of the Node.js and Python docs.
+tests/test_porter.py compares them on every word of the Python standard library's modules
+and of the Node.js docs.
 """
 
 from __future__ import annotations
