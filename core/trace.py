@@ -157,7 +157,7 @@ class Trace(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
     def drop(self, entry: Droppable, stage: str, detail: str = "", score: float | None = None) -> None:
-        self.dropped.append(Dropped(id=entry.id, stage=stage, reason=stage, detail=detail, score=score, wing=entry.wing))
+        self.dropped.append(Dropped(entry.id, stage, stage, detail, score, entry.wing))  # positional: ~70 a search
 
 
 class Bundle(BaseModel):

@@ -18,6 +18,7 @@ from memlens.retrieval.policy import Candidate
 from memlens.retrieval.run import Run
 from memlens.store.scope import StoredRow
 from memlens.store.vectors import clean, degenerate
+from memlens.trace import Components
 
 
 def gate(run: Run) -> None:
@@ -129,9 +130,13 @@ def _rows(run: Run, rowids: list[int]) -> list[StoredRow]:
 
 
 def _load(run: Run, rowids: list[int], pool: dict[int, Candidate]) -> None:
+    """Candidates for the rows of ``rowids``, each with what the generators found for it (similarity, ranks, bm25)."""
+    sims, vec_rank, bm25, bm25_rank = run.sims, run.vec_rank, run.bm25, run.bm25_rank
     for r in _rows(run, rowids):
-        if r[0] not in pool:
-            pool[r[0]] = Candidate(rowid=r[0], row=r[2:], content_hash=r[1])
+        rowid = r[0]
+        if rowid not in pool:
+            comps = Components(sims.get(rowid), vec_rank.get(rowid), bm25.get(rowid), bm25_rank.get(rowid))
+            pool[rowid] = Candidate(rowid, r[2:], r[1], comps)
 
 
 def _pull_in(run: Run, pool: dict[int, Candidate]) -> tuple[set[int], list[int]]:
@@ -187,14 +192,14 @@ def load(run: Run) -> None:
     trace.candidates["pulled_in"] = len(set(extra))
     if pool and run.qvec is not None:
         _similarities(run, pool)
-    text_search = run.qvec is not None
-    for rowid, c in pool.items():
-        c.comps.similarity = run.sims.get(rowid) if text_search else None
-        c.comps.vector_rank = run.vec_rank.get(rowid)
-        c.comps.bm25 = run.bm25.get(rowid)
-        c.comps.bm25_rank = run.bm25_rank.get(rowid)
-        if rowid in mandatory:
-            c.mandatory = c.keep = True
-            c.source = "mandatory" if rowid in extra else c.source
+        sims = run.sims
+        for rowid, c in pool.items():  # the similarities found since the candidates were made (text-only matches, pull-ins)
+            if c.comps.similarity is None:
+                c.comps.similarity = sims.get(rowid)
+    for rowid in mandatory:
+        m = pool.get(rowid)
+        if m is not None:
+            m.mandatory = m.keep = True
+            m.source = "mandatory" if rowid in extra else m.source
     trace.candidates["pool"] = len(pool)
     run.pool = list(pool.values())
