@@ -73,9 +73,9 @@ def vector(run: Run) -> None:
             trace.notes.append(knn.note)
     trace.fusion["vector_index"] = index
     trace.fusion["lexical"] = store.lexical_scorer
-    for i, (rowid, sim) in enumerate(hits[: run.n_cand]):
-        run.sims[rowid] = sim
-        run.vec_rank[rowid] = i + 1
+    hits = hits[: run.n_cand]
+    run.sims.update(hits)
+    run.vec_rank.update(zip([rowid for rowid, _ in hits], range(1, len(hits) + 1)))
 
 
 def lexical(run: Run) -> None:
@@ -98,9 +98,8 @@ def lexical(run: Run) -> None:
         content = sel.distinct - len(sel.dropped)
         run.trace.notes.append(f"the lexical search used the first {MAX_QUERY_TERMS} of the query's {content} distinct terms"
                                + (f" left after its {len(sel.dropped)} common words" if sel.dropped else ""))
-    for i, (rowid, score) in enumerate(found.hits):
-        run.bm25[rowid] = score
-        run.bm25_rank[rowid] = i + 1
+    run.bm25.update(found.hits)
+    run.bm25_rank.update(zip([rowid for rowid, _ in found.hits], range(1, len(found.hits) + 1)))
     run.ordered = list(dict.fromkeys([*run.sims, *run.bm25]))
 
 

@@ -277,7 +277,7 @@ class VectorIndex:
             np.copyto(sims, np.float32(-np.inf), where=span.drop)
         self._local.scan = (object(), starts, sims)  # for one scanned(), until this thread's next scan
         top = _top(sims, min(k, span.kept), span.rowids)
-        return [(int(r), float(v)) for r, v in zip(span.rowids[top], sims[top])]
+        return list(zip(span.rowids[top].tolist(), sims[top].tolist()))
 
     def last_scan(self) -> object | None:
         """A token for this thread's last scan, None if it ranked nothing (``scanned`` answers once for it, until
