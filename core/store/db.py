@@ -194,6 +194,19 @@ def _open_immutable(sq: ModuleType, path: Path, busy_timeout_ms: int) -> Any:
     return conn
 
 
+SETTLED = "memlens_version"  # the connection attribute holding the data_version read on entering settled()
+
+
+def settled_stamp(conn: Any) -> tuple[int, int] | None:
+    """Inside the connection's ``settled()`` block (``memlens.store.sqlite_reads``), and outside a transaction: the
+    ``data_version`` read on entering it and the connection's ``total_changes`` now. What a search reads under this
+    stamp stays good until another connection commits or this one writes. None elsewhere."""
+    version = getattr(conn, SETTLED, None)
+    if version is None or conn.in_transaction:
+        return None
+    return version, conn.total_changes
+
+
 def is_read_only(conn: Any) -> bool:
     """Whether ``conn`` was opened read-only (a store in a read-only directory)."""
     return bool(conn.execute("PRAGMA query_only").fetchone()[0])

@@ -97,17 +97,22 @@ def state_records(conn: Any) -> dict[int, bytes]:
 
     Read once per search: inside a ``settled()`` block (``memlens.store.sqlite_reads``) they are kept on the
     connection until it writes (its ``total_changes`` moves) or the block ends; never inside a transaction."""
-    version = getattr(conn, "memlens_version", None)
-    if version is None or conn.in_transaction:
-        return dict(conn.execute("SELECT id, block FROM entries_fts_data WHERE id IN (1, 10)").fetchall())
-    key = (version, conn.total_changes)
-    kept = getattr(conn, "memlens_fts_blocks", None)
+    key = db.settled_stamp(conn)
+    kept = getattr(conn, "memlens_fts_blocks", None) if key is not None else None
     if kept is not None and kept[0] == key:
-        blocks: dict[int, bytes] = kept[1]
-        return blocks
+        held: dict[int, bytes] = kept[1]
+        return held
     blocks = dict(conn.execute("SELECT id, block FROM entries_fts_data WHERE id IN (1, 10)").fetchall())
-    conn.memlens_fts_blocks = (key, blocks)
+    if key is not None:
+        conn.memlens_fts_blocks = (key, blocks)
     return blocks
+
+
+def _tokenizer(conn: Any) -> str | None:
+    """The ``tokenize`` option the store's ``entries_fts`` was made with (None when it cannot be read)."""
+    row = conn.execute("SELECT sql FROM main.sqlite_master WHERE name = 'entries_fts'").fetchone()
+    m = re.search(r"tokenize\s*=\s*'([^']*)'", row[0] if row else "")
+    return m.group(1) if m else None
 
 
 def _state(conn: Any) -> tuple[Any, Any]:
@@ -396,9 +401,8 @@ class LexIndex:
         """Whether ``memlens.store.porter`` makes this store's tokens: the index's tokenizer is ``porter unicode61``
         (or ``porter``, which wraps it) and the port gives what SQLite gives on ``PROBE`` (checked once)."""
         if self._stemmer is None:
-            row = conn.execute("SELECT sql FROM main.sqlite_master WHERE name = 'entries_fts'").fetchone()
-            m = re.search(r"tokenize\s*=\s*'([^']*)'", row[0] if row else "")
-            ok = m is not None and m.group(1).split() in (["porter", "unicode61"], ["porter"])
+            spec = _tokenizer(conn)
+            ok = spec is not None and spec.split() in (["porter", "unicode61"], ["porter"])
             if ok:
                 sql = self._tokenize(conn, list(PROBE))
                 ok = all(sql[w] == (stem(w),) for w in PROBE)
@@ -428,13 +432,12 @@ class LexIndex:
 
     @staticmethod
     def _ensure(conn: Any) -> None:
-        sql = conn.execute("SELECT sql FROM main.sqlite_master WHERE name = 'entries_fts'").fetchone()
-        m = re.search(r"tokenize\s*=\s*'([^']*)'", sql[0] if sql else "")
-        if m is None:
+        spec = _tokenizer(conn)
+        if spec is None:
             raise _Inexact("entries_fts tokenizer unknown")
         conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_VOCAB} USING fts5vocab(main, entries_fts, instance)")
         conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_VOCAB_ROWS} USING fts5vocab(main, entries_fts, row)")
-        conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_TOK} USING fts5(w, tokenize='{m.group(1)}')")
+        conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_TOK} USING fts5(w, tokenize='{spec}')")
         conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_TOKV} USING fts5vocab(temp, {_TOK}, instance)")
 
 

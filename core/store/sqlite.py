@@ -356,10 +356,7 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
         conn = self.conn
         if conn.in_transaction:
             return {w: int(g) for w, g in conn.execute("SELECT wing, generation FROM wings").fetchall()}
-        version = getattr(conn, "memlens_version", None)  # read on entering a settled() block
-        if version is None:
-            version = conn.execute("PRAGMA data_version").fetchone()[0]
-        stamp = (version, conn.total_changes)
+        stamp = db.settled_stamp(conn) or (conn.execute("PRAGMA data_version").fetchone()[0], conn.total_changes)
         kept = getattr(conn, "memlens_generations", None)
         if kept is not None and kept[0] == stamp:
             gens: dict[str, int] = kept[1]

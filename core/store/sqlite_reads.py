@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from memlens.limits import MAX_QUERY_TERMS
-from memlens.store import staging, textindex
+from memlens.store import db, staging, textindex
 from memlens.store.lexindex import LexIndex, state_records, varints
 from memlens.store.reads import ENTRY_COLUMNS, Reads, entry_filters, fts_query, sql_filters, sql_in
 from memlens.store.rows import sound_rows
@@ -61,14 +61,14 @@ class SqliteReads:
         """SQLite's ``data_version`` (did another connection commit?) read once for the block: a search asks for
         the generations five times or so, each an SQL statement otherwise (``SqliteStore._all_generations``)."""
         conn = self.conn
-        if getattr(conn, "memlens_version", None) is not None or conn.in_transaction:  # nested, or not kept
+        if getattr(conn, db.SETTLED, None) is not None or conn.in_transaction:  # nested, or not kept
             yield
             return
-        conn.memlens_version = conn.execute("PRAGMA data_version").fetchone()[0]
+        setattr(conn, db.SETTLED, conn.execute("PRAGMA data_version").fetchone()[0])
         try:
             yield
         finally:
-            conn.memlens_version = None
+            setattr(conn, db.SETTLED, None)
 
     def vector_index(self) -> str:
         return "memory" if self.vindex is not None else "sqlite-vec"
