@@ -526,18 +526,26 @@ def test_a_snapshot_built_by_another_search_during_the_warm_up_gets_the_postings
         assert served(mem) == 1
 
 
-def test_a_search_reads_the_text_index_state_once(docs_mem):
-    """The term counts and the in-process ranking both check FTS5's state records: one read per search."""
-    mem, q = docs_mem, questions()[0]
-    for _ in range(2):
-        mem.search(q, use_cache=False)
-    seen: list[str] = []
-    mem.conn.set_trace_callback(seen.append)
-    try:
-        mem.search(q, use_cache=False)
-    finally:
-        mem.conn.set_trace_callback(None)
-    assert sum("entries_fts_data WHERE id IN (1, 10)" in s for s in seen) == 1
+def test_a_search_reads_the_text_index_state_once(copy_mem):
+    """The term counts and the in-process ranking both check FTS5's state records: at most one read per search,
+    and none while nothing changed (the previous search's own retrieval-log row does not count)."""
+    mem, q = copy_mem, questions()[0]
+    mem.warm_index(text=True)  # every word's postings held: what a search reads of FTS5 is its state records
+
+    def reads_of_state() -> int:
+        seen: list[str] = []
+        mem.conn.set_trace_callback(seen.append)
+        try:
+            mem.search(q, use_cache=False)
+        finally:
+            mem.conn.set_trace_callback(None)
+        assert any("INSERT INTO retrieval_log" in s for s in seen)  # the search logged itself
+        return sum("entries_fts_data WHERE id IN (1, 10)" in s for s in seen)
+
+    mem.search(q, use_cache=False)
+    assert reads_of_state() == 0
+    mem.conn.execute("UPDATE entries SET salience = salience WHERE rowid = (SELECT min(rowid) FROM entries)")
+    assert reads_of_state() == 1  # this connection changed an entry: read again, once
 
 
 def test_the_state_records_kept_for_a_search_end_with_a_write(copy_mem):

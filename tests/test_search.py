@@ -206,6 +206,29 @@ def test_a_search_asks_once_whether_another_process_wrote(demo_mem):
     assert reads.generations()["lifecore_ros2"] == before["lifecore_ros2"] + 1
 
 
+def test_a_search_logging_itself_keeps_what_the_next_search_reads(demo_mem):
+    """The wings' generations and whether any entry overrides another are kept between searches: a search's own
+    retrieval-log row does not make the next search read them again; a write to an entry does."""
+    def statements(query: str) -> tuple[list[str], list[str]]:
+        seen: list[str] = []
+        demo_mem.conn.set_trace_callback(seen.append)
+        try:
+            ids = [r.entry.id for r in demo_mem.search(query, active_wing="lifecore_ros2", use_cache=False).results]
+        finally:
+            demo_mem.conn.set_trace_callback(None)
+        assert any("INSERT INTO retrieval_log" in s for s in seen)
+        return [s for s in seen if s in KEPT], ids
+
+    KEPT = ("SELECT wing, generation FROM wings", "SELECT 1 FROM entries WHERE overrides IS NOT NULL LIMIT 1")
+    demo_mem.warm_index(text=True)
+    demo_mem.search("executor choice", use_cache=False)
+    assert statements("executor choice")[0] == []
+    new_id = demo_mem.add("Zebra crossings need a lollipop man.", wing="lifecore_ros2").id
+    read, ids = statements("zebra crossing lollipop")
+    assert sorted(read) == sorted(KEPT) and new_id in ids
+    assert statements("zebra crossing lollipop")[0] == []
+
+
 @pytest.mark.parametrize("query, kw", QUERIES)
 def test_lexical_scope_from_the_index_is_the_join(demo_mem, query, kw):
     """With the index warm, FTS5 matches are tested against its in-scope rowids instead of joined to

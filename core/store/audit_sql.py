@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from memlens.models import format_ts, utcnow
-from memlens.store import corruption, retention
+from memlens.store import corruption, db, retention
 from memlens.store.replay_sql import LOG_INSERT
 from memlens.store.rows import json_object
 from memlens.store.staging import visible
@@ -64,31 +64,32 @@ class SqliteAuditLog:
             return
         conn = self.conn
         own = False
-        try:
-            replay_row = record() if record is not None else None
-            # a search must never wait for a writer: give up on the log row after 50 ms
-            conn.execute("PRAGMA busy_timeout = 50")
-            own = replay_row is not None and not conn.in_transaction  # one transaction: the audit row and the record
-            if own:
-                conn.execute("BEGIN")
-            cur = conn.execute(
-                "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail)"
-                " VALUES (?, 'retrieval', NULL, ?, NULL, NULL, ?)",
-                (format_ts(utcnow()), active_wing, json.dumps(metrics, ensure_ascii=False)),
-            )
-            seq = int(cur.lastrowid)
-            if replay_row is not None:
-                conn.execute(LOG_INSERT, (seq, *replay_row))
-            if own:
-                conn.execute("COMMIT")
-            if retention.due(seq, not self._pruned):
-                self._pruned = True
-                retention.prune_retrievals(conn, max_rows, max_age_days)
-        except Exception:
-            if own and conn.in_transaction:
-                conn.execute("ROLLBACK")
-        finally:
-            conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+        with db.log_write(conn):  # what a search keeps stays good: no search reads these rows
+            try:
+                replay_row = record() if record is not None else None
+                # a search must never wait for a writer: give up on the log row after 50 ms
+                conn.execute("PRAGMA busy_timeout = 50")
+                own = replay_row is not None and not conn.in_transaction  # one transaction: the audit row and the record
+                if own:
+                    conn.execute("BEGIN")
+                cur = conn.execute(
+                    "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail)"
+                    " VALUES (?, 'retrieval', NULL, ?, NULL, NULL, ?)",
+                    (format_ts(utcnow()), active_wing, json.dumps(metrics, ensure_ascii=False)),
+                )
+                seq = int(cur.lastrowid)
+                if replay_row is not None:
+                    conn.execute(LOG_INSERT, (seq, *replay_row))
+                if own:
+                    conn.execute("COMMIT")
+                if retention.due(seq, not self._pruned):
+                    self._pruned = True
+                    retention.prune_retrievals(conn, max_rows, max_age_days)
+            except Exception:
+                if own and conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
 
     def retrievals(self, limit: int) -> list[dict[str, Any]]:
         """The newest logged retrievals; a row whose metrics do not decode (a hand edit) is left out."""

@@ -95,17 +95,14 @@ def varints(blob: bytes) -> list[int]:
 def state_records(conn: Any) -> dict[int, bytes]:
     """FTS5's "averages" record (id 1) and structure record (id 10): rewritten by every change to the index.
 
-    Read once per search: inside a ``settled()`` block (``memlens.store.sqlite_reads``) they are kept on the
-    connection until it writes (its ``total_changes`` moves) or the block ends; never inside a transaction."""
-    key = db.settled_stamp(conn)
-    kept = getattr(conn, "memlens_fts_blocks", None) if key is not None else None
-    if kept is not None and kept[0] == key:
-        held: dict[int, bytes] = kept[1]
-        return held
-    blocks = dict(conn.execute("SELECT id, block FROM entries_fts_data WHERE id IN (1, 10)").fetchall())
-    if key is not None:
-        conn.memlens_fts_blocks = (key, blocks)
-    return blocks
+    Read again only when they may have changed: inside a ``settled()`` block (``memlens.store.sqlite_reads``) they
+    are kept on the connection until another connection commits or this one writes (``db.kept``); outside such a
+    block or inside a transaction they are read every time."""
+    return db.kept(conn, "memlens_fts_blocks", _read_state_records)
+
+
+def _read_state_records(conn: Any) -> dict[int, bytes]:
+    return dict(conn.execute("SELECT id, block FROM entries_fts_data WHERE id IN (1, 10)").fetchall())
 
 
 def _tokenizer(conn: Any) -> str | None:

@@ -350,13 +350,13 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
     def _all_generations(self) -> dict[str, int]:
         """Every wing's generation, read again only when the database may have changed since the last read on
         this connection: SQLite's ``data_version`` moves when another connection (of any process) commits,
-        and the connection's own ``total_changes`` when it writes. A search asks five times or so; this way it
-        reads the table at most once. Inside a transaction (whose writes a rollback may undo) the table is
-        always read and nothing is kept. Not to be mutated: callers get copies."""
+        and the connection's ``db.own_changes`` when it writes (its retrieval log aside). A search asks five
+        times or so; this way it reads the table at most once. Inside a transaction (whose writes a rollback may
+        undo) the table is always read and nothing is kept. Not to be mutated: callers get copies."""
         conn = self.conn
         if conn.in_transaction:
             return {w: int(g) for w, g in conn.execute("SELECT wing, generation FROM wings").fetchall()}
-        stamp = db.settled_stamp(conn) or (conn.execute("PRAGMA data_version").fetchone()[0], conn.total_changes)
+        stamp = db.settled_stamp(conn) or (conn.execute("PRAGMA data_version").fetchone()[0], db.own_changes(conn))
         kept = getattr(conn, "memlens_generations", None)
         if kept is not None and kept[0] == stamp:
             gens: dict[str, int] = kept[1]

@@ -298,7 +298,7 @@ class SqliteReads:
         cols = "rowid, wing, room, kind, type, status"
         out: list[int] = []
         # most stores hold no override at all: one probe of the partial index on overrides says so
-        if conn.execute("SELECT 1 FROM entries WHERE overrides IS NOT NULL LIMIT 1").fetchone() is None:
+        if not db.kept(conn, "memlens_any_override", _any_override):
             ids = []
         for i in range(0, len(ids), 400):
             chunk = ids[i : i + 400]
@@ -405,6 +405,11 @@ def reads_of(mem: Any) -> Reads:
     """The read interface of a ``Memory``: its own when it has one, else SQLite over its connection."""
     own = getattr(mem, "reads", None)
     return own if own is not None else MemoryReads(mem)
+
+
+def _any_override(conn: Any) -> bool:
+    """Whether any entry overrides another: one probe of the partial index on ``overrides``."""
+    return conn.execute("SELECT 1 FROM entries WHERE overrides IS NOT NULL LIMIT 1").fetchone() is not None
 
 
 __all__ = ["MemoryReads", "ReadsHost", "SqliteReads", "reads_of"]
