@@ -123,3 +123,46 @@ def test_the_cache_starts_over_past_its_byte_budget(warm, monkeypatch):
     store.rows(ids[4:8])  # 4 more would pass the budget: it starts over with them
     assert len(store.vindex.rows) == 4
     assert len(store.rows(ids).rows) == 12  # whatever it holds, every row is returned
+
+
+def test_kept_entries_are_built_once_and_each_caller_gets_its_own(warm, monkeypatch):
+    """A search's results are built from the same rows search after search: the entry is built once per row
+    value, each result gets a copy it may edit (meta included), and a changed row gives the new entry."""
+    from memlens.store import rows as rows_mod
+
+    monkeypatch.setattr(rows_mod, "_entries", {})
+    entry_id = warm.search("build cache keys", k=1, use_cache=False).results[0].entry.id
+    warm.update(entry_id, meta={"source": "notes.md"})
+    built: list[tuple] = []
+    real = rows_mod.row_to_entry
+    monkeypatch.setattr(rows_mod, "row_to_entry", lambda row: built.append(row) or real(row))
+
+    def top():
+        got = warm.search("build cache keys", k=12, use_cache=False).results
+        return next(r.entry for r in got if r.entry.id == entry_id)
+
+    first = top()
+    assert len(built) == 12
+    first.meta["source"] = "edited by a caller"
+    first.title = "edited by a caller"
+    second = top()
+    assert len(built) == 12  # nothing built again
+    assert second is not first and second.meta == {"source": "notes.md"} and second.title != "edited by a caller"
+    assert second == warm.get(entry_id)
+    warm.update(entry_id, title="renamed")
+    third = top()
+    assert len(built) == 13 and third.title == "renamed" and third == warm.get(entry_id)
+
+
+def test_kept_entries_start_over_past_their_bound(monkeypatch):
+    from memlens.models import Entry
+    from memlens.store import rows as rows_mod
+
+    monkeypatch.setattr(rows_mod, "_entries", {})
+    monkeypatch.setattr(rows_mod, "ENTRIES_KEPT", 3)
+    e = Entry(wing="w", text="x")
+    stored = [(*(e.model_copy(update={"id": f"e{i}"}).to_record()[c] for c in rows_mod.COLUMNS[:-1]), "{}")
+              for i in range(5)]
+    got = [rows_mod.kept_entry(i, row) for i, row in enumerate(stored)]
+    assert [g.id for g in got] == [f"e{i}" for i in range(5)]
+    assert len(rows_mod._entries) <= 3

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from memlens.models import AUTHORITY, Entry
+from memlens.store.rows import kept_entry
 from memlens.trace import Components, Trace
 from memlens.vocab import UNTRUSTED_KINDS
 
@@ -49,9 +50,7 @@ class Candidate:
     @property
     def entry(self) -> Entry:
         if self._entry is None:
-            from memlens.store.rows import row_to_entry
-
-            self._entry = row_to_entry(self.row)
+            self._entry = kept_entry(self.rowid, self.row)
         return self._entry
 
     @property
