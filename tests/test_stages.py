@@ -257,3 +257,41 @@ def test_sqlite_trace_names_the_index_and_scorer_for_a_degenerate_query(mem, mon
     b = mem.search("parameters declared", wings=["ros"], use_cache=False)
     assert (b.trace.fusion["vector_index"], b.trace.fusion["lexical"]) == ("sqlite-vec", "fts5-bm25")
     assert any("degenerate" in n for n in b.trace.notes) and b.results
+
+
+def _pool(scores: list[float], hashes: list[str] | None = None, keys: list[str | None] | None = None) -> list:
+    from memlens.retrieval.policy import Candidate
+    from memlens.trace import Components
+
+    out = []
+    for i, s in enumerate(scores):
+        key = keys[i] if keys else None
+        row = (f"e{i}", "w", "", "fact", "note", "active", "t", "x", key, 0.5, None, "2026-01-01T00:00:00Z",
+               "2026-01-01T00:00:00Z", "{}")
+        comps = Components()
+        comps.final = s
+        out.append(Candidate(i, row, hashes[i] if hashes else f"h{i}", comps))
+    return out
+
+
+def test_by_score_is_the_order_of_minus_score_ties_in_pool_order():
+    from memlens.retrieval.policy import by_score
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        pool = _pool([float(x) for x in rng.integers(0, 5, size=int(rng.integers(0, 30))) / 4])
+        assert by_score(pool) == sorted(pool, key=lambda c: -c.score)
+
+
+def test_dedup_without_shared_text_or_keys_keeps_the_pool_as_it_is():
+    from memlens.retrieval.policy import dedup_and_conflicts
+    from memlens.trace import Trace
+
+    trace = Trace(query="q", text="q")
+    pool = _pool([0.3, 0.9, 0.5])
+    out = dedup_and_conflicts(pool, {}, trace, 0.95)
+    assert out == pool and out is not pool and not trace.dropped and not trace.conflicts
+    same_text = _pool([0.3, 0.9, 0.5], hashes=["h", "x", "h"])  # the lower-scored copy goes
+    assert [c.id for c in dedup_and_conflicts(same_text, {}, trace, 0.95)] == ["e1", "e2"]
+    keyed = _pool([0.3, 0.9], keys=[None, "k"])
+    assert dedup_and_conflicts(keyed, {}, trace, 0.95) == keyed

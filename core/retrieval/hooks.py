@@ -100,7 +100,7 @@ def mandatory_invariants(run: Run) -> set[int]:
 def merge_recent_turns(run: Run, pool: list[Candidate]) -> list[Candidate]:
     """Semantic hits then the latest turns of the latest session, first occurrence wins."""
     plan, trace, store = run.plan, run.trace, run.store
-    semantic = sorted(pool, key=lambda c: -c.score)
+    semantic = policy.by_score(pool)
     latest = store.latest(plan.search_scope)
     trace.notes.extend(latest.damaged)
     if not latest.rows:

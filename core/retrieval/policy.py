@@ -6,7 +6,9 @@ resolved silently. The same functions run for search and for "why not?".
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -95,6 +97,15 @@ class Candidate:
         return AUTHORITY[self.row[4]]
 
 
+_FINAL = attrgetter("comps.final")
+
+
+def by_score(pool: Iterable[Candidate]) -> list[Candidate]:
+    """Highest score first, ties in pool order (the same order as sorting by ``-score``, without a Python call
+    per candidate)."""
+    return sorted(pool, key=_FINAL, reverse=True)
+
+
 def dedup_and_conflicts(
     pool: list[Candidate], vectors: dict[int, np.ndarray], trace: Trace, dedup_similarity: float
 ) -> list[Candidate]:
@@ -107,9 +118,11 @@ def dedup_and_conflicts(
     flagged and listed in the trace (rule ``same key``). Rules without a shared
     key are compared by subject later, by ``subject_conflicts``.
     """
+    if len({c.content_hash for c in pool}) == len(pool) and not any(c.row[8] for c in pool):
+        return list(pool)  # no two share a text, none has a key: nothing to merge or flag
     by_id = {c.id: c for c in pool}
     dropped: set[str] = set()
-    ordered = sorted(pool, key=lambda c: -c.score)
+    ordered = by_score(pool)
 
     def merge(winner: Candidate, loser: Candidate, why: str) -> None:
         dropped.add(loser.id)
@@ -168,7 +181,7 @@ def subject_conflicts(pool: list[Candidate], vectors: dict[int, np.ndarray], tra
     hold every such candidate's vector (a missing one is skipped).
     """
     shown = {c.id for c in pool if c.keep} | {
-        c.id for c in sorted((c for c in pool if not c.keep), key=lambda c: -c.score)[:limit]
+        c.id for c in by_score(c for c in pool if not c.keep)[:limit]
     }
     rules = [c for c in pool if c.id in shown and c.type in SUBJECT_TYPES and c.rowid in vectors]
     if len(rules) < 2:
@@ -245,22 +258,16 @@ def authority_order(pool: list[Candidate]) -> list[Candidate]:
 
 def cap(pool: list[Candidate], trace: Trace, limit: int) -> list[Candidate]:
     """Keep ``limit`` results by score; mandatory invariants and conflict partners always stay."""
-    by_score = sorted(pool, key=lambda c: -c.score)
     chosen: set[str] = set()
-    n = 0
-    for c in by_score:
-        if c.keep:
-            chosen.add(c.id)
     beyond = f"score rank beyond the cap of {limit}"
-    for c in by_score:
-        if c.id in chosen:
+    for c in by_score(pool):
+        if c.keep:
             continue
-        if n < limit:
+        if len(chosen) < limit:
             chosen.add(c.id)
-            n += 1
         else:
             trace.drop(c, "cap", beyond, c.score)
-    return [c for c in pool if c.id in chosen]
+    return [c for c in pool if c.keep or c.id in chosen]
 
 
 def flags_for(c: Candidate, active_wing: str | None) -> list[str]:

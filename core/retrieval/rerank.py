@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memlens.errors import ModelError
-from memlens.retrieval.policy import Candidate
+from memlens.retrieval.policy import Candidate, by_score
 from memlens.retrieval.scoring import RetrievalWeights
 from memlens.trace import Trace
 
@@ -54,7 +54,7 @@ def load_cross_encoder(path: str | None) -> Any:
 def rerank(mem: Memory, text: str, pool: list[Candidate], weights: RetrievalWeights, trace: Trace) -> None:
     cfg = mem.settings.rerank
     model = load_cross_encoder(cfg.model)
-    ranked = sorted(pool, key=lambda c: -c.score)
+    ranked = by_score(pool)
     window, outside = ranked[: cfg.top_n], ranked[cfg.top_n :]
     logits = model.predict([(text, c.entry.embed_text) for c in window], show_progress_bar=False)
     for i, (c, logit) in enumerate(zip(window, logits)):
@@ -77,5 +77,5 @@ def rerank(mem: Memory, text: str, pool: list[Candidate], weights: RetrievalWeig
         "model": str(cfg.model),
         "top_n": cfg.top_n,
         "input": [c.id for c in window],
-        "output": [c.id for c in sorted(window, key=lambda c: -c.score)],
+        "output": [c.id for c in by_score(window)],
     }

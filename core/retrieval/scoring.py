@@ -87,11 +87,18 @@ def minmax(values: dict[Any, float], *, floor_single: bool = True) -> tuple[dict
     its values are kept as they are, clipped to 0..1, rather than inflated to 1.0,
     so a lone weak match does not look perfect.
     """
+    norm, bounds = minmax_list(list(values.values()), floor_single=floor_single)
+    return dict(zip(values, norm)), bounds
+
+
+def minmax_list(values: list[float], *, floor_single: bool = True) -> tuple[list[float], list[float] | None]:
+    """``minmax`` of a list: the normalised values in the same order, and the bounds (None for no values)."""
     if not values:
-        return {}, None
-    lo, hi = min(values.values()), max(values.values())
+        return [], None
+    lo, hi = min(values), max(values)
     if hi - lo < 1e-9:
         if floor_single:
-            return {k: min(1.0, max(0.0, v)) for k, v in values.items()}, [lo, hi]
-        return {k: 1.0 for k in values}, [lo, hi]
-    return {k: (v - lo) / (hi - lo) for k, v in values.items()}, [lo, hi]
+            return [min(1.0, max(0.0, v)) for v in values], [lo, hi]
+        return [1.0] * len(values), [lo, hi]
+    span = hi - lo
+    return [(v - lo) / span for v in values], [lo, hi]

@@ -9,25 +9,29 @@ scored MRR@10 .70, BM25 .41, reciprocal-rank fusion .63 and this sum .72.
 from __future__ import annotations
 
 from memlens.retrieval import policy
-from memlens.retrieval.policy import Candidate
 from memlens.retrieval.run import Run
-from memlens.retrieval.scoring import minmax, recency_many
-from memlens.trace import Bundle, Result
+from memlens.retrieval.scoring import minmax_list, recency_many
+from memlens.trace import Bundle, Components, Result
 
 
 def _normalise(run: Run) -> None:
     """Min-max normalise similarity and bm25 per kind (or over the pool), bounds into the trace."""
-    groups: dict[str, list[Candidate]] = {}
+    groups: dict[str, list[Components]] = {}
     per_kind = run.settings.retrieval.normalise == "per_kind"
     for c in run.pool:
-        groups.setdefault(c.kind if per_kind else "pool", []).append(c)
+        groups.setdefault(c.kind if per_kind else "pool", []).append(c.comps)
     for group, members in groups.items():
-        sim_n, sim_b = minmax({c.rowid: c.comps.similarity for c in members if c.comps.similarity is not None})
-        bm_n, bm_b = minmax({c.rowid: c.comps.bm25 for c in members if c.comps.bm25 is not None})
+        with_sim = [x for x in members if x.similarity is not None]
+        with_bm25 = [x for x in members if x.bm25 is not None]
+        sim_n, sim_b = minmax_list([x.similarity for x in with_sim if x.similarity is not None])
+        bm_n, bm_b = minmax_list([x.bm25 for x in with_bm25 if x.bm25 is not None])
         run.trace.normalisation[group] = {"similarity": sim_b, "bm25": bm_b}
-        for c in members:
-            c.comps.similarity_norm = sim_n.get(c.rowid, 0.0)
-            c.comps.bm25_norm = bm_n.get(c.rowid, 0.0)
+        for x in members:
+            x.similarity_norm = x.bm25_norm = 0.0
+        for x, v in zip(with_sim, sim_n):
+            x.similarity_norm = v
+        for x, v in zip(with_bm25, bm_n):
+            x.bm25_norm = v
 
 
 def score(run: Run) -> None:
