@@ -59,6 +59,7 @@ class IndexHost(Protocol):
 FILTER_COLUMNS = ("room", "kind", "type", "status")
 _SCOPES_KEPT = 4  # in_scope() sets: about 1 MB per 20k rowids (5 MB for an unscoped 100k)
 _SPANS_KEPT = 8  # _span() rowids and masks: about 1 MB per 100k rows
+_NEG_INF = float("-inf")  # a masked-out row's similarity in the scan's buffer
 _SAMPLE = 2048  # rows sampled by _top() to guess a threshold below the k-th best
 _CALIBRATE_ROWS = 8192  # the kernels are timed on a matrix of this many rows (12 MB at 384 dimensions)
 
@@ -294,15 +295,16 @@ class VectorIndex:
             return {}
         self._local.scan = None  # asked once: its buffer and positions are not held any longer
         starts, sims = scan[1], scan[2]
-        out: dict[int, float] = {}
+        found, at = [], []  # the rowids the scan ranked, and where their similarities are in its buffer
         for r, wing in wing_of.items():
             got = starts.get(wing)
             i = got[0].get(r) if got is not None else None
             if got is not None and i is not None:
-                v = float(sims[got[1] + i])
-                if v != -np.inf:
-                    out[r] = v
-        return out
+                found.append(r)
+                at.append(got[1] + i)
+        if not found:
+            return {}
+        return {r: v for r, v in zip(found, sims[at].tolist()) if v != _NEG_INF}
 
     def _buffer(self, n: int) -> np.ndarray:
         """This thread's output buffer for ``n`` similarities (reused: a search allocates nothing per row)."""
