@@ -166,3 +166,37 @@ def test_kept_entries_start_over_past_their_bound(monkeypatch):
     got = [rows_mod.kept_entry(i, row) for i, row in enumerate(stored)]
     assert [g.id for g in got] == [f"e{i}" for i in range(5)]
     assert len(rows_mod._entries) <= 3
+
+
+def test_a_long_lived_warm_keeps_every_row_and_model(mem):
+    """``warm_index(text=True)`` (the app, the MCP server) keeps every row and vector model that fits: the first
+    searches read none; a write is still seen."""
+    for i in range(12):
+        mem.add(f"note {i} about the build cache and its keys", wing="a" if i % 2 else "b", title=f"n{i}")
+    mem.warm_index(text=True)
+    assert len(mem.store.vindex.rows) == 12
+    seen = _entries_reads(mem)
+    b = mem.search("build cache keys", k=5, use_cache=False)
+    assert b.results and all(r.vector and r.vector["fresh"] for r in b.results)
+    assert seen == []  # neither a row nor a model read
+    entry_id = b.results[0].entry.id
+    mem.update(entry_id, title="renamed")
+    assert next(r for r in mem.search("build cache keys", k=12, use_cache=False).results
+                if r.entry.id == entry_id).entry.title == "renamed"
+
+
+def test_a_warm_past_the_row_bound_keeps_no_rows(mem, monkeypatch):
+    for i in range(6):
+        mem.add(f"note {i} about the build cache", wing="a", title=f"n{i}")
+    monkeypatch.setattr(rowcache, "ROWS_KEPT", 5)
+    mem.warm_index(text=True)
+    assert len(mem.store.vindex.rows) == 0
+    assert mem.search("build cache", k=3, use_cache=False).results
+
+
+def test_a_warm_past_the_byte_budget_keeps_no_rows(mem, monkeypatch):
+    for i in range(6):
+        mem.add(f"note {i} about the build cache", wing="a", title=f"n{i}")
+    monkeypatch.setattr(rowcache, "BYTES_KEPT", 50)
+    mem.warm_index(text=True)
+    assert len(mem.store.vindex.rows) == 0 and mem.store.warm_rows() == 0

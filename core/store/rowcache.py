@@ -45,19 +45,21 @@ class RowCache:
                 missing.append(r)
         return held, missing
 
-    def keep(self, rows: Sequence[StoredRow], gens: dict[str, int]) -> None:
-        """Keep sound ``rows`` read after ``gens`` was read (a wing it does not name is not kept)."""
+    def keep(self, rows: Sequence[StoredRow], gens: dict[str, int]) -> bool:
+        """Keep sound ``rows`` read after ``gens`` was read (a wing it does not name is not kept); False when
+        they are past the budget of characters and nothing was kept."""
         size = sum(len(r[8] or "") + len(r[9] or "") for r in rows)  # (rowid, hash, id, wing, ..., title, text, ...)
         with self._lock:
             if len(self._rows) + len(rows) > ROWS_KEPT or self._size + size > BYTES_KEPT:
                 self._rows, self._size = {}, 0
             if size > BYTES_KEPT:
-                return
+                return False
             for r in rows[:ROWS_KEPT]:
                 g = gens.get(r[3])
                 if g is not None:
                     self._rows[r[0]] = (g, r)
             self._size += size
+        return True
 
     def split_models(self, rowids: Sequence[int], gens: dict[str, int]) -> tuple[dict[int, str], list[int]]:
         """The kept vector models of ``rowids`` still current at ``gens``, and the rowids to read (a re-embedding

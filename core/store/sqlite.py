@@ -326,7 +326,8 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
 
     def warm_index(self, *, text: bool = False) -> int:
         """Load the in-process vector index now (long-lived processes); returns vectors held. ``text``: and every
-        word's postings (``LexIndex.load_all``), when the text index holds at most ``WARM_INSTANCES`` tokens."""
+        word's postings (``LexIndex.load_all``), when the text index holds at most ``WARM_INSTANCES`` tokens, and
+        every entry row, when they fit the row cache (``warm_rows``)."""
         if self._vector_index_mode() == "sqlite-vec":
             return 0
         if self._vindex is None:
@@ -334,6 +335,8 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
         held = self._vindex.warm(self)
         if text and self.lexical_in_process and not self.pinned:
             self._lexindex().load_all(self.conn, WARM_INSTANCES)
+        if text and not self.pinned:
+            self.warm_rows()
         return held
 
     # -- generations ----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from memlens.limits import MAX_QUERY_TERMS
-from memlens.store import db, staging, textindex
+from memlens.store import db, rowcache, staging, textindex
 from memlens.store.lexindex import LexIndex, state_records, varints
 from memlens.store.reads import ENTRY_COLUMNS, Reads, entry_filters, fts_query, sql_filters, sql_in
 from memlens.store.rows import sound_rows
@@ -245,6 +245,24 @@ class SqliteReads:
             by_rowid = {r[0]: r for r in sound.rows}
             out.rows += [by_rowid[r] for r in chunk if r in by_rowid]
         return out
+
+    def warm_rows(self) -> int:
+        """Keep every visible entry's row and vector model beside the in-process index now, when they fit the
+        row cache (``memlens.store.rowcache``): a long-lived process's first searches then read none. Returns
+        the rows kept (0 without the in-process index, or for a store past the cache's bounds)."""
+        vindex = self.vindex
+        if vindex is None or self.conn.in_transaction:
+            return 0
+        gens = self.generations()  # read first: a row written meanwhile is tagged older and read again
+        rowids = [r for (r,) in self.conn.execute(f"SELECT rowid FROM entries WHERE {staging.visible()} LIMIT ?",
+                                                  (rowcache.ROWS_KEPT + 1,))]
+        if len(rowids) > rowcache.ROWS_KEPT:
+            return 0
+        got = self._read_rows(rowids)
+        if not vindex.rows.keep(got.rows, gens):
+            return 0
+        vindex.rows.keep_models(self._read_models(rowids), gens)
+        return len(got.rows)
 
     def vector_models(self, rowids: Sequence[int]) -> dict[int, str]:
         vindex = self.vindex
