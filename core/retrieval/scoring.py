@@ -5,10 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
-
-import numpy as np
 
 from memlens.errors import ValidationError
 
@@ -60,24 +58,43 @@ def recency(updated_at: datetime, now: datetime, half_life_days: float) -> tuple
 def recency_many(stamps: Sequence[str], now: datetime, half_life_days: float) -> list[tuple[float, float]]:
     """``recency`` of many stored timestamps at once, rounded as the trace shows them (6 and 3 places).
 
-    A search scores ~100 candidates; parsing their timestamps one by one was a
-    tenth of the scoring stage. Stamps in the store's own format (``…Z``) are
-    parsed by numpy; any other form goes through ``parse_ts``.
+    A search scores ~100 candidates, whose stamps are few (entries written together share one): each
+    distinct stamp is worked out once, and each is parsed once per process (``_stamp_us``). The age is
+    the whole microseconds between the two, in days.
     """
     if not stamps:
         return []
-    distinct = list(dict.fromkeys(stamps))  # entries written together share a stamp: each is worked out once
-    if all(len(x) in (20, 27) and x[-1] == "Z" for x in distinct):
-        ts = np.array([x[:-1] for x in distinct], dtype="datetime64[us]")
-    else:
-        from memlens.models import parse_ts
-
-        ts = np.array([parse_ts(x).replace(tzinfo=None) for x in distinct], dtype="datetime64[us]")
-    now64 = np.datetime64(now.astimezone(timezone.utc).replace(tzinfo=None), "us")
-    ages = np.maximum((now64 - ts).astype(np.float64) / 86_400e6, 0.0)
-    scores = np.exp(-math.log(2) * ages / half_life_days) if half_life_days > 0 else np.ones_like(ages)
-    each = dict(zip(distinct, [(round(r, 6), round(a, 3)) for r, a in zip(scores.tolist(), ages.tolist())]))
+    now_us = (now.astimezone(timezone.utc).replace(tzinfo=None) - _EPOCH) // _MICROSECOND
+    each = {}
+    for x in dict.fromkeys(stamps):
+        age = max((now_us - _stamp_us(x)) / 86_400e6, 0.0)
+        score = math.exp(-math.log(2) * age / half_life_days) if half_life_days > 0 else 1.0
+        each[x] = (round(score, 6), round(age, 3))
     return [each[x] for x in stamps]
+
+
+_EPOCH = datetime(1970, 1, 1)
+_MICROSECOND = timedelta(microseconds=1)
+STAMPS_KEPT = 50_000
+_stamps: dict[str, int] = {}  # stored timestamp -> microseconds since the epoch (UTC)
+
+
+def _stamp_us(stamp: str) -> int:
+    """A stored timestamp as whole microseconds since the epoch: the store's own form (``…Z``) read directly,
+    any other through ``parse_ts``; kept per process."""
+    got = _stamps.get(stamp)
+    if got is None:
+        if len(stamp) in (20, 27) and stamp[-1] == "Z":
+            naive = datetime.fromisoformat(stamp[:-1])
+        else:
+            from memlens.models import parse_ts
+
+            naive = parse_ts(stamp).astimezone(timezone.utc).replace(tzinfo=None)
+        got = (naive - _EPOCH) // _MICROSECOND
+        if len(_stamps) >= STAMPS_KEPT:
+            _stamps.clear()
+        _stamps[stamp] = got
+    return got
 
 
 def minmax(values: dict[Any, float], *, floor_single: bool = True) -> tuple[dict[Any, float], list[float] | None]:
