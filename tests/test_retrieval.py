@@ -1,7 +1,9 @@
 """Retrieval on real stores: multi-wing retrieval, weighted scoring, cache, metrics, rerank."""
 
+import math
 from datetime import datetime, timedelta, timezone
 
+import numpy as np
 import pytest
 
 from memlens import Memory
@@ -92,6 +94,24 @@ def test_recency_many_matches_recency():
         expected = [(round(r, 6), round(a, 3)) for r, a in (recency(parse_ts(x), now, half_life) for x in stamps)]
         assert recency_many(stamps, now, half_life) == expected
     assert recency_many([], now, 30.0) == []
+
+
+def test_recency_many_matches_a_vectorised_reference_on_random_stamps():
+    """Against the same formula over numpy arrays (microseconds apart, in days): equal after the trace's
+    rounding for every stamp, half-life and moment tried."""
+    rng = np.random.default_rng(11)
+    base = np.datetime64("2020-01-01T00:00:00", "us")
+    span = 7 * 365 * 86_400 * 10**6
+    for _ in range(300):
+        now64 = base + np.timedelta64(int(rng.integers(0, span)), "us")
+        ts = base + rng.integers(0, span, size=20).astype("timedelta64[us]")
+        stamps = [str(t) + "Z" for t in ts]
+        now = now64.astype(datetime).replace(tzinfo=timezone.utc)
+        for half_life in (0.0, 0.5, 30.0, 365.25):
+            ages = np.maximum((now64 - ts).astype(np.float64) / 86_400e6, 0.0)
+            scores = np.exp(-math.log(2) * ages / half_life) if half_life > 0 else np.ones_like(ages)
+            expected = [(round(r, 6), round(a, 3)) for r, a in zip(scores.tolist(), ages.tolist())]
+            assert recency_many(stamps, now, half_life) == expected
 
 
 def test_recency_decay_half_life():
