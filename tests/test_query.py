@@ -20,6 +20,14 @@ def test_free_text_only_and_order_does_not_matter():
     assert q.wings == ["ros2"] and q.text == "callbacks block"
 
 
+@pytest.mark.parametrize("text", ["  how\tdo\u00a0callbacks\n block  ", "a\x1cb\u2003c\u3000d\r\ne", "one", "", "  ",
+                                  "ünïcode wörds \u200bzero-width", "a:b c|d (e) [f] 'g'"])
+def test_free_text_alone_is_read_as_with_filters(text):
+    """Free text without a filter or a quote takes a short way; its words are those the full parser finds."""
+    assert parse(text).text == parse(text + " wing=ros2").text == " ".join(text.split())
+    assert parse(text).filters() == {}
+
+
 def test_repeated_key_accumulates_without_duplicates():
     q = parse("wing=ros2 wing=python|ros2 x")
     assert q.wings == ["ros2", "python"]

@@ -64,6 +64,9 @@ def parse(query: str) -> ParsedQuery:
     """Split a scoped query into filters and free text, validating every filter."""
     check_query(query)  # bounded length and valid UTF-8, before any work
     parsed = ParsedQuery(text="", raw=query)
+    if "=" not in query and '"' not in query:  # free text only: its words, as the loop below would find them
+        parsed.text = " ".join(query.split())
+        return parsed
     if query.count('"') % 2:
         pos = query.rfind('"')
         raise ScopeError(f"unclosed quote at column {pos + 1}", '"', pos, pos + 1)
