@@ -24,11 +24,13 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-# stdlib only at import time: the CLI imports this module before an MCP server answers ``initialize``
+# stdlib only at import time (memlens.attribution is too): the CLI imports this module before an MCP server answers
+# ``initialize``
+from memlens.attribution import current, describe
 
 if TYPE_CHECKING:
     from memlens.memory import Memory
-    from memlens.trace import Bundle, Components
+    from memlens.trace import Bundle
 
 _request: ContextVar[dict[str, Any] | None] = ContextVar("memlens_replay_request", default=None)
 _for_context: ContextVar[bool] = ContextVar("memlens_replay_context", default=False)
@@ -76,14 +78,8 @@ def building_context() -> Iterator[None]:
 
 
 def _client_name() -> str:
-    from memlens.attribution import current, describe
-
     client = current()
     return describe(client) if client else _default_client["name"]
-
-
-def _num(v: float | None) -> float | None:
-    return None if v is None else round(float(v), 6)
 
 
 HIT_COMPONENTS = ("relevance", "recency", "salience", "boost", "rerank")
@@ -96,13 +92,12 @@ def record(bundle: Bundle) -> tuple[str, str, int, str]:
     req = _request.get() or {"query": t.query, "active_wing": t.active_wing, "profile": t.profile}
     # the weights in force are kept beside the request (a replay runs with today's): they explain a moved score
     logged_req = {**req, "weights_used": t.weights} if t.weights else req
-    hits = [_hit(r.entry.id, r.score, r.components) for r in bundle.results]
+    hits = []
+    for r in bundle.results:  # [id, score, *HIT_COMPONENTS], each number to 6 decimals
+        c, rerank = r.components, r.components.rerank
+        hits.append([r.entry.id, round(float(r.score), 6), round(float(c.relevance), 6), round(float(c.recency), 6),
+                     round(float(c.salience), 6), round(float(c.boost), 6), None if rerank is None else round(float(rerank), 6)])
     return _dumps(logged_req), _client_name(), int(_for_context.get()), _dumps(hits)
-
-
-def _hit(entry_id: str, score: float, c: Components) -> list[Any]:
-    """``[id, score, *HIT_COMPONENTS]``, each number to 6 decimals."""
-    return [entry_id, _num(score), _num(c.relevance), _num(c.recency), _num(c.salience), _num(c.boost), _num(c.rerank)]
 
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode

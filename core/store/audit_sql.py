@@ -17,6 +17,8 @@ from memlens.store.replay_sql import LOG_INSERT
 from memlens.store.rows import json_object
 from memlens.store.staging import visible
 
+_encode = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(..., ensure_ascii=False) without a new encoder a row
+
 
 class SqliteAuditLog:
     conn: Any
@@ -75,7 +77,7 @@ class SqliteAuditLog:
                 cur = conn.execute(
                     "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail)"
                     " VALUES (?, 'retrieval', NULL, ?, NULL, NULL, ?)",
-                    (format_ts(utcnow()), active_wing, json.dumps(metrics, ensure_ascii=False)),
+                    (format_ts(utcnow()), active_wing, _encode(metrics)),
                 )
                 seq = int(cur.lastrowid)
                 if replay_row is not None:
