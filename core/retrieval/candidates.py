@@ -128,14 +128,22 @@ def _rows(run: Run, rowids: list[int]) -> list[StoredRow]:
     return [have[r] for r in rowids if r in have]
 
 
-def _load(run: Run, rowids: list[int], pool: dict[int, Candidate]) -> None:
-    """Candidates for the rows of ``rowids``, each with what the generators found for it (similarity, ranks, bm25)."""
+def _load(run: Run, rowids: list[int], pool: dict[int, Candidate]) -> tuple[list[Candidate], list[Candidate]]:
+    """Candidates for the rows of ``rowids``, each with what the generators found for it (similarity, ranks, bm25).
+    Returns the new candidates without a similarity yet (text-only matches, pull-ins), and those with a key."""
     sims, vec_rank, bm25, bm25_rank = run.sims, run.vec_rank, run.bm25, run.bm25_rank
+    unscored, keyed = [], []
     for r in _rows(run, rowids):
         rowid = r[0]
         if rowid not in pool:
-            comps = Components(sims.get(rowid), vec_rank.get(rowid), bm25.get(rowid), bm25_rank.get(rowid))
-            pool[rowid] = Candidate(rowid, r[2:], r[1], comps)
+            sim = sims.get(rowid)
+            comps = Components(sim, vec_rank.get(rowid), bm25.get(rowid), bm25_rank.get(rowid))
+            pool[rowid] = c = Candidate(rowid, r[2:], r[1], comps)
+            if sim is None:
+                unscored.append(c)
+            if r[10] is not None:  # (rowid, content_hash, *ENTRY_COLUMNS): the key
+                keyed.append(c)
+    return unscored, keyed
 
 
 def _pull_in(run: Run, pool: dict[int, Candidate]) -> tuple[set[int], list[int]]:
@@ -158,14 +166,15 @@ def fetch_vectors(run: Run, need: dict[int, str]) -> None:
         run.vectors.update(run.store.vectors(need))
 
 
-def _similarities(run: Run, pool: dict[int, Candidate]) -> None:
-    """Vectors for the candidates the KNN did not score and for the key groups dedup compares. A KNN that scanned
-    the whole scope computed most of those similarities already (the in-process index): they are read from it."""
+def _similarities(run: Run, pool: dict[int, Candidate], unscored: list[Candidate], keyed: list[Candidate]) -> None:
+    """Vectors for the candidates the KNN did not score (``unscored``) and for the key groups dedup compares
+    (``keyed``). A KNN that scanned the whole scope computed most of those similarities already (the in-process
+    index): they are read from it."""
     qvec, sims = run.qvec, run.sims
     assert qvec is not None
-    if run.scanned is not None:
-        sims.update(run.scanned({r: c.wing for r, c in pool.items() if r not in sims}))
-    fetch_vectors(run, {r: c.wing for r, c in pool.items() if r not in sims or c.key})
+    if run.scanned is not None and unscored:
+        sims.update(run.scanned({c.rowid: c.wing for c in unscored}))
+    fetch_vectors(run, {c.rowid: c.wing for c in (*unscored, *keyed) if c.rowid not in sims or c.key})
     rowids = [r for r in run.vectors if r in pool]
     if not rowids:
         return
@@ -175,9 +184,9 @@ def _similarities(run: Run, pool: dict[int, Candidate]) -> None:
     if unusable:
         run.trace.notes.append(f"no usable vector (all zeros or not finite), similarity counted as 0: {', '.join(unusable[:5])}"
                                + (f" and {len(unusable) - 5} more" if len(unusable) > 5 else ""))
-    unscored = [i for i, r in enumerate(rowids) if r not in sims]
-    if unscored:
-        sims.update(zip([rowids[i] for i in unscored], (mat[unscored] @ qvec).tolist()))
+    unscored_at = [i for i, r in enumerate(rowids) if r not in sims]
+    if unscored_at:
+        sims.update(zip([rowids[i] for i in unscored_at], (mat[unscored_at] @ qvec).tolist()))
 
 
 def load(run: Run) -> None:
@@ -185,16 +194,17 @@ def load(run: Run) -> None:
     trace = run.trace
     trace.candidates = {"vector": len(run.sims), "lexical": len(run.bm25), "over_fetch": run.n_cand}
     pool: dict[int, Candidate] = {}
-    _load(run, run.ordered, pool)
+    unscored, keyed = _load(run, run.ordered, pool)
     mandatory, extra = _pull_in(run, pool)
-    _load(run, list(dict.fromkeys(extra)), pool)
+    more, more_keyed = _load(run, list(dict.fromkeys(extra)), pool)
+    unscored += more
+    keyed += more_keyed
     trace.candidates["pulled_in"] = len(set(extra))
     if pool and run.qvec is not None:
-        _similarities(run, pool)
+        _similarities(run, pool, unscored, keyed)
         sims = run.sims
-        for rowid, c in pool.items():  # the similarities found since the candidates were made (text-only matches, pull-ins)
-            if c.comps.similarity is None:
-                c.comps.similarity = sims.get(rowid)
+        for c in unscored:  # the similarities found since the candidates were made
+            c.comps.similarity = sims.get(c.rowid)
     for rowid in mandatory:
         m = pool.get(rowid)
         if m is not None:
