@@ -31,7 +31,7 @@ def _cand(
     rowid: int, id_: str, wing: str, type_: str = "decision", score: float = 1.0, overrides: str | None = None
 ) -> Candidate:
     row = (id_, wing, "r", "fact", type_, "active", id_, id_, None, 0.5, overrides, "2026-01-01T00:00:00Z", None, "{}")
-    c = Candidate(rowid=rowid, row=row, content_hash=id_)
+    c = Candidate((rowid, id_, *row))
     c.comps.final = score
     return c
 

@@ -161,9 +161,9 @@ def test_kept_entries_start_over_past_their_bound(monkeypatch):
     monkeypatch.setattr(rows_mod, "_entries", {})
     monkeypatch.setattr(rows_mod, "ENTRIES_KEPT", 3)
     e = Entry(wing="w", text="x")
-    stored = [(*(e.model_copy(update={"id": f"e{i}"}).to_record()[c] for c in rows_mod.COLUMNS[:-1]), "{}")
+    stored = [(i, "hash", *(e.model_copy(update={"id": f"e{i}"}).to_record()[c] for c in rows_mod.COLUMNS[:-1]), "{}")
               for i in range(5)]
-    got = [rows_mod.kept_entry(i, row) for i, row in enumerate(stored)]
+    got = [rows_mod.kept_entry(row) for row in stored]
     assert [g.id for g in got] == [f"e{i}" for i in range(5)]
     assert len(rows_mod._entries) <= 3
 
@@ -200,3 +200,26 @@ def test_a_warm_past_the_byte_budget_keeps_no_rows(mem, monkeypatch):
     monkeypatch.setattr(rowcache, "BYTES_KEPT", 50)
     mem.warm_index(text=True)
     assert len(mem.store.vindex.rows) == 0 and mem.store.warm_rows() == 0
+
+
+def test_kept_rows_share_their_few_valued_columns_and_keep_their_values(warm):
+    """Rows are kept with one object per distinct wing, kind, timestamp, ... value: equal to what the store
+    holds, column by column and type by type."""
+    store = warm.store
+    ids = _rowids(warm)
+    read = store._read_rows(ids).rows
+    store.rows(ids)
+    kept = store.rows(ids).rows
+    assert kept == read and [tuple(map(type, r)) for r in kept] == [tuple(map(type, r)) for r in read]
+    assert len({id(r[3]) for r in kept}) == 2  # two wings, two objects
+    assert len({id(r[5]) for r in kept}) == 1 and len({id(r[11]) for r in kept}) == 1  # kind, salience
+    assert len({id(r[2]) for r in kept}) == 12  # ids are never shared
+
+
+def test_shared_values_are_bounded(warm, monkeypatch):
+    monkeypatch.setattr(rowcache, "VALUES_SHARED", 3)
+    store = warm.store
+    ids = _rowids(warm)
+    store.rows(ids)
+    assert len(store.vindex.rows._values) == 3
+    assert store.rows(ids).rows == store._read_rows(ids).rows

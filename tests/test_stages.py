@@ -270,7 +270,7 @@ def _pool(scores: list[float], hashes: list[str] | None = None, keys: list[str |
                "2026-01-01T00:00:00Z", "{}")
         comps = Components()
         comps.final = s
-        out.append(Candidate(i, row, hashes[i] if hashes else f"h{i}", comps))
+        out.append(Candidate((i, hashes[i] if hashes else f"h{i}", *row), comps))
     return out
 
 

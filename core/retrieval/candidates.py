@@ -138,7 +138,7 @@ def _load(run: Run, rowids: list[int], pool: dict[int, Candidate]) -> tuple[list
         if rowid not in pool:
             sim = sims.get(rowid)
             comps = Components(sim, vec_rank.get(rowid), bm25.get(rowid), bm25_rank.get(rowid))
-            pool[rowid] = c = Candidate(rowid, r[2:], r[1], comps)
+            pool[rowid] = c = Candidate(r, comps)
             if sim is None:
                 unscored.append(c)
             if r[10] is not None:  # (rowid, content_hash, *ENTRY_COLUMNS): the key

@@ -22,7 +22,7 @@ _verdicts: dict[tuple[int, str, int, int], bool] = {}
 
 def _same_text(c: Candidate) -> bool:
     """Does the stored content hash match the entry's text as it is now?"""
-    key = (c.rowid, c.content_hash, hash(c.row[6]), hash(c.row[7]))  # (..., title, text, ...)
+    key = (c.rowid, c.content_hash, hash(c.title), hash(c.text))
     got = _verdicts.get(key)
     if got is None:
         got = c.content_hash == content_hash(c.entry.embed_text)

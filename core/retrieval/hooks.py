@@ -106,14 +106,14 @@ def merge_recent_turns(run: Run, pool: list[Candidate]) -> list[Candidate]:
     if not latest.rows:
         return semantic
     last = latest.rows[0]
-    session = Candidate(rowid=last[0], row=last[2:], content_hash=last[1]).entry.meta.get("session_id")
+    session = Candidate(last).entry.meta.get("session_id")
     turns = store.session_turns(session, plan.scope, plan.profile.recent_turns)
     trace.notes.extend(turns.damaged)
     merged = list(semantic)
     ids = {c.id for c in merged}
     half_life = run.settings.retrieval.half_life_days
     for r in reversed(turns.rows):  # oldest of the recent first, as in a transcript
-        cand = Candidate(rowid=r[0], row=r[2:], content_hash=r[1], source="recent")
+        cand = Candidate(r, source="recent")
         e = cand.entry
         if e.id in ids:
             continue
@@ -134,7 +134,7 @@ def personal_facts(run: Run, scored: dict[str, Candidate]) -> list[Candidate]:
     run.trace.notes.extend(got.damaged)
     out = []
     for r in got.rows:
-        c = Candidate(rowid=r[0], row=r[2:], content_hash=r[1], source="fallback")
+        c = Candidate(r, source="fallback")
         if c.id in scored:  # keep the measured components; only the score is the synthetic 1.0
             c.comps = dataclasses.replace(scored[c.id].comps)
         c.comps.final = c.comps.relevance = 1.0

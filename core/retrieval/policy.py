@@ -21,6 +21,8 @@ from memlens.vocab import UNTRUSTED_KINDS
 # An entry row as stored, in ``ENTRY_COLUMNS`` order (``memlens.store.reads``): id, wing, room, kind, type, status,
 # title, text, key, salience, overrides, created_at, updated_at, meta (JSON text).
 EntryRow = tuple[str, str, str, str, str, str, str, str, str | None, float, str | None, str, str, str]
+# The same, as the store read it (``memlens.store.scope.StoredRow``): rowid and content hash first.
+StoredEntryRow = tuple[int, str, str, str, str, str, str, str, str, str, str | None, float, str | None, str, str, str]
 
 
 @dataclass(eq=False, slots=True)
@@ -28,13 +30,14 @@ class Candidate:
     """One entry in the pool, kept as its stored row until a caller needs the full ``Entry``.
 
     A search weighs ~100 candidates and returns ~10: policy reads the few
-    columns it needs straight from the row, and only results (and the
-    profiles that read ``meta``) pay for building an ``Entry``.
+    columns it needs straight from the stored row, and only results (and the
+    profiles that read ``meta``) pay for building an ``Entry``. The row is kept
+    as the store read it (``StoredRow``: rowid, content hash, then the entry's
+    columns): a row a search has not read lately is cold in the CPU's caches,
+    and copying its columns out touched every one of them.
     """
 
-    rowid: int
-    row: EntryRow  # the entry's columns, in ``ENTRY_COLUMNS`` order
-    content_hash: str
+    stored: StoredEntryRow  # (rowid, content_hash, *ENTRY_COLUMNS) as the store read it
     comps: Components = field(default_factory=Components)
     profile_score: float = 0.0
     mandatory: bool = False
@@ -44,49 +47,69 @@ class Candidate:
     hides: list[str] = field(default_factory=list)
     source: str = "search"
     _entry: Entry | None = field(default=None, repr=False)
-    id: str = field(init=False)  # the entry's id (``row[0]``): read ~10 times per candidate by policy, so a field
+    rowid: int = field(init=False)
+    id: str = field(init=False)  # the entry's id: read ~10 times per candidate by policy, so a field
 
     def __post_init__(self) -> None:
-        self.id = self.row[0]
+        self.rowid = self.stored[0]
+        self.id = self.stored[2]
+
+    @property
+    def row(self) -> EntryRow:
+        """The entry's columns, in ``ENTRY_COLUMNS`` order."""
+        row: EntryRow = self.stored[2:]
+        return row
+
+    @property
+    def content_hash(self) -> str:
+        return self.stored[1]
 
     @property
     def entry(self) -> Entry:
         if self._entry is None:
-            self._entry = kept_entry(self.rowid, self.row)
+            self._entry = kept_entry(self.stored)
         return self._entry
 
     @property
     def wing(self) -> str:
-        return self.row[1]
+        return self.stored[3]
 
     @property
     def kind(self) -> str:
-        return self.row[3]
+        return self.stored[5]
 
     @property
     def type(self) -> str:
-        return self.row[4]
+        return self.stored[6]
 
     @property
     def status(self) -> str:
-        return self.row[5]
+        return self.stored[7]
+
+    @property
+    def title(self) -> str:
+        return self.stored[8]
+
+    @property
+    def text(self) -> str:
+        return self.stored[9]
 
     @property
     def key(self) -> str | None:
-        return self.row[8]
+        return self.stored[10]
 
     @property
     def overrides(self) -> str | None:
-        return self.row[10]
+        return self.stored[12]
 
     @property
     def salience(self) -> float:
-        return float(self.row[9])
+        return float(self.stored[11])
 
     @property
     def changed_at(self) -> str:
         """When the entry last changed, as stored (``updated_at``, else ``created_at``): what recency decays from."""
-        return self.row[12] or self.row[11]
+        return self.stored[14] or self.stored[13]
 
     @property
     def score(self) -> float:
@@ -94,7 +117,7 @@ class Candidate:
 
     @property
     def authority(self) -> int:
-        return AUTHORITY[self.row[4]]
+        return AUTHORITY[self.stored[6]]
 
 
 _FINAL = attrgetter("comps.final")
@@ -118,7 +141,7 @@ def dedup_and_conflicts(
     flagged and listed in the trace (rule ``same key``). Rules without a shared
     key are compared by subject later, by ``subject_conflicts``.
     """
-    if len({c.content_hash for c in pool}) == len(pool) and not any(c.row[8] for c in pool):
+    if len({c.content_hash for c in pool}) == len(pool) and not any(c.key for c in pool):
         return list(pool)  # no two share a text, none has a key: nothing to merge or flag
     by_id = {c.id: c for c in pool}
     dropped: set[str] = set()

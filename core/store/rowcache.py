@@ -24,6 +24,12 @@ from memlens.store.scope import StoredRow
 
 ROWS_KEPT = 20_000
 BYTES_KEPT = 32_000_000  # characters of title and text (an entry may hold up to 100,000)
+VALUES_SHARED = 4096  # distinct column values the kept rows share (see ``_share``)
+
+
+# (rowid, content_hash, id, wing, room, kind, type, status, title, text, key, salience, overrides, created_at,
+# updated_at, meta): the positions of the columns with few distinct values
+_SHARED = (3, 4, 5, 6, 7, 10, 11, 12, 13, 14, 15)
 
 
 class RowCache:
@@ -32,6 +38,7 @@ class RowCache:
         self._lock = threading.Lock()
         self._size = 0  # characters of title and text held
         self._models: dict[int, tuple[int, str, str]] = {}  # rowid -> (generation when read, wing, model of its vector)
+        self._values: dict[tuple[type, object], object] = {}  # (type, value) -> the one object kept rows hold for it
 
     def split(self, rowids: Sequence[int], gens: dict[str, int]) -> tuple[dict[int, StoredRow], list[int]]:
         """The kept rows of ``rowids`` still current at ``gens`` (wing -> generation), and the rowids to read."""
@@ -51,15 +58,30 @@ class RowCache:
         size = sum(len(r[8] or "") + len(r[9] or "") for r in rows)  # (rowid, hash, id, wing, ..., title, text, ...)
         with self._lock:
             if len(self._rows) + len(rows) > ROWS_KEPT or self._size + size > BYTES_KEPT:
-                self._rows, self._size = {}, 0
+                self._rows, self._size, self._values = {}, 0, {}
             if size > BYTES_KEPT:
                 return False
             for r in rows[:ROWS_KEPT]:
                 g = gens.get(r[3])
                 if g is not None:
-                    self._rows[r[0]] = (g, r)
+                    self._rows[r[0]] = (g, self._share(r))
             self._size += size
         return True
+
+    def _share(self, r: StoredRow) -> StoredRow:
+        """``r`` with its few-valued columns (wing, room, kind, type, status, key, salience, overrides, timestamps,
+        meta) as objects shared by every kept row with the same value: the driver makes new ones for each row,
+        and a search reads those columns of ~100 rows that are cold in the CPU's caches."""
+        values = self._values
+        out = list(r)
+        for i in _SHARED:
+            v = out[i]
+            got = values.get((type(v), v))
+            if got is not None:
+                out[i] = got
+            elif len(values) < VALUES_SHARED:
+                values[(type(v), v)] = v
+        return tuple(out)
 
     def split_models(self, rowids: Sequence[int], gens: dict[str, int]) -> tuple[dict[int, str], list[int]]:
         """The kept vector models of ``rowids`` still current at ``gens``, and the rowids to read (a re-embedding

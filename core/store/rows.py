@@ -175,28 +175,29 @@ def row_to_entry(row: tuple[Any, ...]) -> Entry:
 
 ENTRIES_KEPT = 4096
 ENTRY_CHARS_KEPT = 8_000_000  # characters of title and text
-# rowid -> (the row an entry was built from, that entry): the results of a long-lived process's searches are
-# mostly the same entries again, and building one (the check and the conversion) was half of making a result
+# rowid -> (the stored row an entry was built from, that entry): the results of a long-lived process's searches
+# are mostly the same entries again, and building one (the check and the conversion) was half of making a result
 _entries: dict[int, tuple[tuple[Any, ...], Entry]] = {}
 _entry_chars = [0]
 
 
-def kept_entry(rowid: int, row: tuple[Any, ...]) -> Entry:
-    """``row_to_entry(row)`` for the entry at ``rowid``, built once for as long as its row reads the same: each
-    call returns its own copy (a caller may edit it), with its own ``meta``. A row that changed in any column
-    (compared by value) is built again; a damaged one raises as ``row_to_entry`` does."""
+def kept_entry(stored: StoredRow) -> Entry:
+    """``row_to_entry`` of a stored row (rowid, content hash, then ``COLUMNS``), built once for as long as the
+    row reads the same: each call returns its own copy (a caller may edit it), with its own ``meta``. A row that
+    changed in any column (compared by value) is built again; a damaged one raises as ``row_to_entry`` does."""
+    rowid = stored[0]
     got = _entries.get(rowid)
-    if got is None or got[0] != row:
-        entry = row_to_entry(row)
-        size = len(row[TITLE]) + len(row[TEXT])
+    if got is None or (got[0] is not stored and got[0] != stored):
+        entry = row_to_entry(stored[2:])
+        size = len(stored[2 + TITLE]) + len(stored[2 + TEXT])
         if len(_entries) >= ENTRIES_KEPT or _entry_chars[0] + size > ENTRY_CHARS_KEPT:
             _entries.clear()
             _entry_chars[0] = 0
-        _entries[rowid] = got = (row, entry)
+        _entries[rowid] = got = (stored, entry)
         _entry_chars[0] += size
     copy = got[1].model_copy()
     if copy.meta:
-        copy.__dict__["meta"] = json.loads(row[META])  # not the kept entry's dict
+        copy.__dict__["meta"] = json.loads(stored[2 + META])  # not the kept entry's dict
     return copy
 
 
