@@ -42,6 +42,7 @@ FOUNDATION = {
     "trace",
     "embed",
     "attribution",
+    "compact_json",
     "setting_checks",
 }
 SUBPACKAGE_LAYER = {

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 # stdlib only at import time (memlens.attribution is too): the CLI imports this module before an MCP server answers
 # ``initialize``
 from memlens.attribution import current, describe
+from memlens.compact_json import dumps
 
 if TYPE_CHECKING:
     from memlens.memory import Memory
@@ -97,10 +98,9 @@ def record(bundle: Bundle) -> tuple[str, str, int, str]:
         c, rerank = r.components, r.components.rerank
         hits.append([r.entry.id, round(float(r.score), 6), round(float(c.relevance), 6), round(float(c.recency), 6),
                      round(float(c.salience), 6), round(float(c.boost), 6), None if rerank is None else round(float(rerank), 6)])
-    return _dumps(logged_req), _client_name(), int(_for_context.get()), _dumps(hits)
+    return dumps(logged_req), _client_name(), int(_for_context.get()), dumps(hits)
 
 
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 # -- reading the log -------------------------------------------------------------------------------
@@ -124,7 +124,7 @@ def logged(mem: Memory, *, last: int | None = None, since: str | None = None, qu
 
 def access(mem: Memory, entry_id: str, limit: int = 1000) -> list[dict[str, Any]]:
     """When ``entry_id`` was retrieved, newest first: ``{seq, ts, query, client, rank, score, in_context}``."""
-    rows = mem.store.access_rows(entry_id, json.dumps(entry_id), limit)
+    rows = mem.store.access_rows(entry_id, dumps(entry_id), limit)  # as the log wrote it
     return [{"seq": int(s), "ts": ts, "query": q, "client": c, "rank": int(rank), "score": score, "in_context": bool(ctx)}
             for s, ts, q, c, rank, score, ctx in rows]
 

@@ -6,18 +6,16 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from memlens.compact_json import dumps
 from memlens.models import format_ts, utcnow
 from memlens.store import corruption, db, retention
 from memlens.store.replay_sql import LOG_INSERT
 from memlens.store.rows import json_object
 from memlens.store.staging import visible
-
-_encode = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(..., ensure_ascii=False) without a new encoder a row
 
 
 class SqliteAuditLog:
@@ -77,7 +75,7 @@ class SqliteAuditLog:
                 cur = conn.execute(
                     "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail)"
                     " VALUES (?, 'retrieval', NULL, ?, NULL, NULL, ?)",
-                    (format_ts(utcnow()), active_wing, _encode(metrics)),
+                    (format_ts(utcnow()), active_wing, dumps(metrics)),
                 )
                 seq = int(cur.lastrowid)
                 if replay_row is not None:

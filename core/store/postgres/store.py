@@ -9,12 +9,12 @@ its password; a connection that broke is replaced on the next call.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memlens.compact_json import dumps
 from memlens.errors import CorruptRowError, StoreError
 from memlens.models import format_ts, utcnow
 from memlens.store.postgres import connect, schema
@@ -353,7 +353,7 @@ class PgStore(PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
         needs); never fails or blocks a retrieval (gives up after a short lock timeout)."""
         from memlens.store import retention
 
-        detail = json.dumps(metrics, ensure_ascii=False)
+        detail = dumps(metrics)
         try:
             replay_row = record() if record is not None else None
             with self.connection() as conn, conn.transaction():
