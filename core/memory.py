@@ -269,9 +269,12 @@ class Memory:
         from memlens.replay import storage as replay_log
         from memlens.retrieval.search import search
 
-        with replay_log.request(query=query, active_wing=active_wing, wings=wings, k=k, profile=profile, budget=budget,
-                                user=options.get("user")):  # what the retrieval log keeps for a replay
+        token = replay_log.begin_request(query=query, active_wing=active_wing, wings=wings, k=k, profile=profile,
+                                         budget=budget, user=options.get("user"))  # what the retrieval log keeps for a replay
+        try:
             return search(self, query, active_wing=active_wing, wings=wings, k=k, profile=profile, budget=budget, **options)
+        finally:
+            replay_log.end_request(token)
 
     def explain(self, query: str, entry_id: str, **kwargs: Any) -> dict[str, Any]:
         """Why was ``entry_id`` returned for ``query`` - or at which stage was it dropped?"""

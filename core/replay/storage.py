@@ -21,7 +21,7 @@ import copy
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any
 
 # stdlib only at import time (memlens.attribution is too): the CLI imports this module before an MCP server answers
@@ -58,14 +58,14 @@ def default_client(name: str) -> Iterator[None]:
         _default_client["name"] = before
 
 
-@contextmanager
-def request(**args: Any) -> Iterator[None]:
-    """The arguments of the search running inside, as the caller passed them (what a replay runs again)."""
-    token = _request.set({k: v for k, v in args.items() if v is not None})
-    try:
-        yield
-    finally:
-        _request.reset(token)
+def begin_request(**args: Any) -> Token[dict[str, Any] | None]:
+    """The arguments of the search about to run, as the caller passed them (what a replay runs again), until
+    ``end_request`` (in a ``finally``: a search pays for this on every call, a context manager cost more)."""
+    return _request.set({k: v for k, v in args.items() if v is not None})
+
+
+def end_request(token: Token[dict[str, Any] | None]) -> None:
+    _request.reset(token)
 
 
 @contextmanager

@@ -162,7 +162,9 @@ def _top(sims: np.ndarray, k: int, tie: np.ndarray) -> np.ndarray:
     elif k < len(pool):  # the same among the sampled rows
         kth = np.partition(sims[pool], len(pool) - k)[len(pool) - k]
         pool = pool[sims[pool] >= kth]
-    top = pool[np.lexsort((tie[pool], -sims[pool]))][:k]
+    top: np.ndarray = pool[np.lexsort((tie[pool], -sims[pool]))][:k]
+    if sims[top[-1]] != -np.inf:  # best first: the last is a similarity, so all are (no row masked out)
+        return top
     kept: np.ndarray = top[sims[top] != -np.inf]
     return kept
 
