@@ -16,6 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from memlens.retrieval.evaluate import load_queries
@@ -559,3 +560,24 @@ def test_the_state_records_kept_for_a_search_end_with_a_write(copy_mem):
         after = state_records(mem.conn)
         assert after != before  # this connection wrote: read again, the new state
     assert state_records(mem.conn) == after
+
+
+def test_in_process_sums_are_made_phrase_after_phrase(copy_mem):
+    """The ranking sums each row's contributions in the query's order, from 0.0 (as FTS5 does): the same
+    floats, bit for bit, as adding phrase after phrase, repeated phrases included."""
+    mem = copy_mem
+    mem.warm_index(text=True)
+    lex = mem.store._lexindex()
+    snap = lex._snap
+    assert snap is not None and snap.complete
+    tokens = sorted(snap.postings)
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        asked = [tokens[i] for i in rng.integers(0, len(tokens), size=int(rng.integers(1, 10)))]
+        ref = np.zeros(len(snap.ids))
+        for t in asked:
+            rows, contrib = snap.postings[t]
+            ref[rows] += contrib
+        got = lex._rank(snap, asked, None, 10**6)
+        assert [s for _, s in got] == sorted(ref[ref > 0].tolist(), reverse=True)
+        assert {r: s for r, s in got} == {int(snap.ids[i]): float(ref[i]) for i in np.flatnonzero(ref > 0)}

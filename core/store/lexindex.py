@@ -207,11 +207,13 @@ class LexIndex:
             return []
         # Phrase after phrase, in the query's order: a row a phrase misses gains idf * 0 / (...) = +0.0 in
         # FTS5, which leaves its sum as it was, so adding the contributions of the rows holding it is the same sum.
-        score = np.zeros(len(snap.ids), np.float64)
-        postings = snap.postings
-        for t in tokens:
-            rows, contrib = postings[t]
-            score[rows] += contrib
+        # bincount adds its weights in input order, so each row's sum is made in that order too, from 0.0.
+        found = [snap.postings[t] for t in tokens]
+        if found:
+            score = np.bincount(np.concatenate([rows for rows, _ in found]), np.concatenate([c for _, c in found]),
+                                len(snap.ids))
+        else:
+            score = np.zeros(len(snap.ids), np.float64)
         hit = score > 0.0  # every contribution is > 0 (idf >= 1e-6, f >= 1): a row scores iff a phrase matches
         if allowed is not None:
             mask = self._mask(snap, allowed)
