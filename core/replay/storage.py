@@ -101,8 +101,6 @@ def record(bundle: Bundle) -> tuple[str, str, int, str]:
     return dumps(logged_req), _client_name(), int(_for_context.get()), dumps(hits)
 
 
-
-
 # -- reading the log -------------------------------------------------------------------------------
 
 

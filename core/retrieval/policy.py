@@ -18,10 +18,9 @@ from memlens.store.rows import kept_entry
 from memlens.trace import Components, Trace
 from memlens.vocab import UNTRUSTED_KINDS
 
-# An entry row as stored, in ``ENTRY_COLUMNS`` order (``memlens.store.reads``): id, wing, room, kind, type, status,
-# title, text, key, salience, overrides, created_at, updated_at, meta (JSON text).
-EntryRow = tuple[str, str, str, str, str, str, str, str, str | None, float, str | None, str, str, str]
-# The same, as the store read it (``memlens.store.scope.StoredRow``): rowid and content hash first.
+# An entry row as the store read it (``memlens.store.scope.StoredRow``): rowid, content hash, then the entry's
+# columns in ``ENTRY_COLUMNS`` order (``memlens.store.reads``): id, wing, room, kind, type, status, title, text,
+# key, salience, overrides, created_at, updated_at, meta (JSON text).
 StoredEntryRow = tuple[int, str, str, str, str, str, str, str, str, str, str | None, float, str | None, str, str, str]
 
 
@@ -53,12 +52,6 @@ class Candidate:
     def __post_init__(self) -> None:
         self.rowid = self.stored[0]
         self.id = self.stored[2]
-
-    @property
-    def row(self) -> EntryRow:
-        """The entry's columns, in ``ENTRY_COLUMNS`` order."""
-        row: EntryRow = self.stored[2:]
-        return row
 
     @property
     def content_hash(self) -> str:
