@@ -168,17 +168,22 @@ def test_kept_entries_start_over_past_their_bound(monkeypatch):
     assert len(rows_mod._entries) <= 3
 
 
-def test_a_long_lived_warm_keeps_every_row_and_model(mem):
-    """``warm_index(text=True)`` (the app, the MCP server) keeps every row and vector model that fits: the first
-    searches read none; a write is still seen."""
+def test_a_long_lived_warm_keeps_every_row_and_model(mem, monkeypatch):
+    """``warm_index(text=True)`` (the app, the MCP server) keeps every row, vector model and entry that fits: the
+    first searches read and build none; a write is still seen."""
     for i in range(12):
         mem.add(f"note {i} about the build cache and its keys", wing="a" if i % 2 else "b", title=f"n{i}")
     mem.warm_index(text=True)
     assert len(mem.store.vindex.rows) == 12
     seen = _entries_reads(mem)
+    from memlens.store import rows as rows_mod
+
+    built: list[tuple] = []
+    real = rows_mod.row_to_entry
+    monkeypatch.setattr(rows_mod, "row_to_entry", lambda row: built.append(row) or real(row))
     b = mem.search("build cache keys", k=5, use_cache=False)
     assert b.results and all(r.vector and r.vector["fresh"] for r in b.results)
-    assert seen == []  # neither a row nor a model read
+    assert seen == [] and built == []  # neither a row nor a model read, no entry built
     entry_id = b.results[0].entry.id
     mem.update(entry_id, title="renamed")
     assert next(r for r in mem.search("build cache keys", k=12, use_cache=False).results

@@ -13,6 +13,7 @@ import numpy as np
 
 from memlens.limits import MAX_QUERY_TERMS
 from memlens.store import db, rowcache, staging, textindex
+from memlens.store import rows as entry_rows
 from memlens.store.lexindex import LexIndex, state_records, varints
 from memlens.store.reads import ENTRY_COLUMNS, Reads, entry_filters, fts_query, sql_filters, sql_in
 from memlens.store.rows import sound_rows
@@ -248,8 +249,9 @@ class SqliteReads:
 
     def warm_rows(self) -> int:
         """Keep every visible entry's row and vector model beside the in-process index now, when they fit the
-        row cache (``memlens.store.rowcache``): a long-lived process's first searches then read none. Returns
-        the rows kept (0 without the in-process index, or for a store past the cache's bounds)."""
+        row cache (``memlens.store.rowcache``), and build their entries when those fit too (``rows.kept_entry``):
+        a long-lived process's first searches then read and build none. Returns the rows kept (0 without the
+        in-process index, or for a store past the cache's bounds)."""
         vindex = self.vindex
         if vindex is None or self.conn.in_transaction:
             return 0
@@ -262,6 +264,11 @@ class SqliteReads:
         if not vindex.rows.keep(got.rows, gens):
             return 0
         vindex.rows.keep_models(self._read_models(rowids), gens)
+        if len(got.rows) <= entry_rows.ENTRIES_KEPT:  # and their entries, as a result builds them (kept_entry)
+            held, _ = vindex.rows.split(rowids, gens)
+            if sum(len(r[8]) + len(r[9]) for r in held.values()) <= entry_rows.ENTRY_CHARS_KEPT:
+                for r in held.values():
+                    entry_rows.kept_entry(r)
         return len(got.rows)
 
     def vector_models(self, rowids: Sequence[int]) -> dict[int, str]:
