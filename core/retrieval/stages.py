@@ -21,16 +21,16 @@ def _normalise(run: Run) -> None:
     for c in run.pool:
         groups.setdefault(c.kind if per_kind else "pool", []).append(c.comps)
     for group, members in groups.items():
-        with_sim = [x for x in members if x.similarity is not None]
-        with_bm25 = [x for x in members if x.bm25 is not None]
-        sim_n, sim_b = minmax_list([x.similarity for x in with_sim if x.similarity is not None])
-        bm_n, bm_b = minmax_list([x.bm25 for x in with_bm25 if x.bm25 is not None])
+        sims = [(x, x.similarity) for x in members if x.similarity is not None]
+        bm25s = [(x, x.bm25) for x in members if x.bm25 is not None]
+        sim_n, sim_b = minmax_list([v for _, v in sims])
+        bm_n, bm_b = minmax_list([v for _, v in bm25s])
         run.trace.normalisation[group] = {"similarity": sim_b, "bm25": bm_b}
         for x in members:
             x.similarity_norm = x.bm25_norm = 0.0
-        for x, v in zip(with_sim, sim_n):
+        for (x, _), v in zip(sims, sim_n):
             x.similarity_norm = v
-        for x, v in zip(with_bm25, bm_n):
+        for (x, _), v in zip(bm25s, bm_n):
             x.bm25_norm = v
 
 

@@ -212,10 +212,11 @@ def settled_stamp(conn: Any) -> tuple[int, int] | None:
     return version, own_changes(conn)
 
 
-def kept(conn: Any, name: str, read: Callable[[Any], T]) -> T:
-    """``read(conn)``, kept on the connection (attribute ``name``) under ``settled_stamp``: read once for as long as
-    nothing that a search reads changes; read every time outside a ``settled()`` block or inside a transaction."""
-    stamp = settled_stamp(conn)
+def kept(conn: Any, name: str, read: Callable[[Any], T], stamp: tuple[int, int] | None = None) -> T:
+    """``read(conn)``, kept on the connection (attribute ``name``) under ``settled_stamp`` (or ``stamp``, one the
+    caller read): read once for as long as nothing that a search reads changes; read every time outside a
+    ``settled()`` block or inside a transaction, when the caller gives no stamp."""
+    stamp = settled_stamp(conn) if stamp is None else stamp
     if stamp is not None:
         held = getattr(conn, name, None)
         if held is not None and held[0] == stamp:

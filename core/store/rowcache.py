@@ -52,21 +52,24 @@ class RowCache:
                 missing.append(r)
         return held, missing
 
-    def keep(self, rows: Sequence[StoredRow], gens: dict[str, int]) -> bool:
-        """Keep sound ``rows`` read after ``gens`` was read (a wing it does not name is not kept); False when
-        they are past the budget of characters and nothing was kept."""
+    def keep(self, rows: Sequence[StoredRow], gens: dict[str, int]) -> list[StoredRow] | None:
+        """Keep sound ``rows`` read after ``gens`` was read (a wing it does not name is not kept); returns them as
+        kept, None when they are past the budget of characters and nothing was kept."""
         size = sum(len(r[8] or "") + len(r[9] or "") for r in rows)  # (rowid, hash, id, wing, ..., title, text, ...)
+        kept = []
         with self._lock:
             if len(self._rows) + len(rows) > ROWS_KEPT or self._size + size > BYTES_KEPT:
                 self._rows, self._size, self._values = {}, 0, {}
             if size > BYTES_KEPT:
-                return False
+                return None
             for r in rows[:ROWS_KEPT]:
                 g = gens.get(r[3])
                 if g is not None:
-                    self._rows[r[0]] = (g, self._share(r))
+                    shared = self._share(r)
+                    self._rows[r[0]] = (g, shared)
+                    kept.append(shared)
             self._size += size
-        return True
+        return kept
 
     def _share(self, r: StoredRow) -> StoredRow:
         """``r`` with its few-valued columns (wing, room, kind, type, status, key, salience, overrides, timestamps,

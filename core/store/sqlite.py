@@ -358,17 +358,15 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
         undo) the table is always read and nothing is kept. Not to be mutated: callers get copies."""
         conn = self.conn
         if conn.in_transaction:
-            return {w: int(g) for w, g in conn.execute("SELECT wing, generation FROM wings").fetchall()}
+            return _read_generations(conn)
         stamp = db.settled_stamp(conn) or (conn.execute("PRAGMA data_version").fetchone()[0], db.own_changes(conn))
-        kept = getattr(conn, "memlens_generations", None)
-        if kept is not None and kept[0] == stamp:
-            gens: dict[str, int] = kept[1]
-            return gens
-        gens = {w: int(g) for w, g in conn.execute("SELECT wing, generation FROM wings").fetchall()}
-        conn.memlens_generations = (stamp, gens)
-        return gens
+        return db.kept(conn, "memlens_generations", _read_generations, stamp)
 
     # -- working memory -------------------------------------------------------------------------
 
     def tasks(self) -> SqliteTaskRows:
         return SqliteTaskRows(self.conn)
+
+
+def _read_generations(conn: Any) -> dict[str, int]:
+    return {w: int(g) for w, g in conn.execute("SELECT wing, generation FROM wings").fetchall()}

@@ -260,16 +260,15 @@ class SqliteReads:
                                                   (rowcache.ROWS_KEPT + 1,))]
         if len(rowids) > rowcache.ROWS_KEPT:
             return 0
-        got = self._read_rows(rowids)
-        if not vindex.rows.keep(got.rows, gens):
+        kept = vindex.rows.keep(self._read_rows(rowids).rows, gens)
+        if kept is None:
             return 0
         vindex.rows.keep_models(self._read_models(rowids), gens)
-        if len(got.rows) <= entry_rows.ENTRIES_KEPT:  # and their entries, as a result builds them (kept_entry)
-            held, _ = vindex.rows.split(rowids, gens)
-            if sum(len(r[8]) + len(r[9]) for r in held.values()) <= entry_rows.ENTRY_CHARS_KEPT:
-                for r in held.values():
-                    entry_rows.kept_entry(r)
-        return len(got.rows)
+        # and their entries, as a result builds them (kept_entry), when those fit too
+        if len(kept) <= entry_rows.ENTRIES_KEPT and sum(len(r[8]) + len(r[9]) for r in kept) <= entry_rows.ENTRY_CHARS_KEPT:
+            for r in kept:
+                entry_rows.kept_entry(r)
+        return len(kept)
 
     def vector_models(self, rowids: Sequence[int]) -> dict[int, str]:
         vindex = self.vindex
