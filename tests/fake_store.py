@@ -118,11 +118,6 @@ class FakeStore:
                 scored.append((r[0], float(len(terms & words))))
         return sorted(scored, key=lambda h: (-h[1], h[0]))[:n]
 
-    def term_counts(self, terms: Sequence[str]) -> tuple[int, dict[str, int]]:
-        self.calls.append("term_counts")
-        docs = [set(re.findall(r"\w+", f"{r[8]} {r[9]}".lower())) for r in self._visible()]
-        return len(docs), {t: sum(t in d for d in docs) for t in terms}
-
     def listing(self, scope: Scope, n: int) -> list[int]:
         rows = sorted(self._visible(scope), key=lambda r: r[14], reverse=True)
         rows = sorted(rows, key=lambda r: (_ORDER.get(r[6], 3), -r[11]))

@@ -191,30 +191,6 @@ def test_every_worker_busy_runs_the_stage_inline(filled, monkeypatch):
     assert _search(filled, "parameters declared", True, monkeypatch).trace.concurrent  # slots back: the worker again
 
 
-def test_term_counts_are_kept_until_the_text_index_changes(mem, monkeypatch):
-    for i in range(5):
-        mem.add(f"alpha note {i}", wing="w")
-    store = mem.store
-    assert store.term_counts(["alpha", "beta"]) == (5, {"alpha": 5, "beta": 0})
-    reads: list[str] = []
-    real = type(store)._doc_count
-    monkeypatch.setattr(type(store), "_doc_count", lambda self, t: reads.append(t) or real(self, t))
-    assert store.term_counts(["alpha", "beta"]) == (5, {"alpha": 5, "beta": 0}) and reads == []  # kept
-    mem.add("beta and alpha", wing="w")
-    assert store.term_counts(["alpha", "beta"]) == (6, {"alpha": 6, "beta": 1}) and reads == ["alpha", "beta"]
-    e = mem.add("alpha again", wing="w")
-    mem.delete(e.id)
-    assert store.term_counts(["alpha"]) == (6, {"alpha": 6})
-    conn = store.conn
-    conn.execute("BEGIN")
-    try:
-        reads.clear()
-        store.term_counts(["alpha"])
-        assert reads == ["alpha"]  # inside a transaction every count is read
-    finally:
-        conn.execute("ROLLBACK")
-
-
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_gets_its_own_workers(filled, store_path, settings, monkeypatch):
     from memlens import Memory

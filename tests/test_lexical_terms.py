@@ -1,11 +1,12 @@
-"""The lexical generator looks for a query's content words, not its common ones, and the trace says which it left out."""
+"""The lexical generator looks for every word of the question (up to the cap), function words and common words
+included, and the trace lists them; ``explain`` looks for the same ones."""
 
 from __future__ import annotations
 
 import pytest
 
 from memlens.limits import MAX_QUERY_TERMS
-from memlens.retrieval.terms import STOP_WORDS, lexical_terms
+from memlens.retrieval.terms import lexical_terms
 
 from .fake_store import FakeEngine, FakeStore
 from .test_stages import run_until
@@ -19,130 +20,66 @@ def engine(settings):
     return FakeEngine(settings, store)
 
 
-def test_common_words_are_left_out_in_order():
-    sel = lexical_terms("How do I read a file one line at a time?")
-    assert sel.terms == ["read", "file", "one", "line", "time"]
-    assert sel.dropped == ["how", "do", "at"]  # "I" and "a": a one-letter word is never a term
-    assert sel.text == "read file one line time" and not sel.cut
+def test_every_word_is_a_term_in_order():
+    sel = lexical_terms("How do I read a file one line at a time? How, not why.")
+    assert sel.terms == ["how", "do", "read", "file", "one", "line", "at", "time", "not", "why"]  # "I", "a": one letter
+    assert sel.text == "how do read file one line at time not why" and not sel.cut and sel.distinct == 10
 
 
-def test_a_query_of_only_common_words_keeps_them():
-    sel = lexical_terms("how was it done")
-    assert all(t in STOP_WORDS for t in ("how", "was", "it", "done"))
-    assert sel.terms == ["how", "was", "it", "done"] and sel.dropped == []
+def test_the_cap_keeps_the_first_terms_and_says_so():
+    words = ["the", "of", *(f"w{i}x" for i in range(MAX_QUERY_TERMS + 3))]
+    sel = lexical_terms(" ".join(words))
+    assert sel.terms == words[:MAX_QUERY_TERMS] and sel.cut and sel.distinct == MAX_QUERY_TERMS + 5
+    assert not lexical_terms(" ".join(words[:MAX_QUERY_TERMS])).cut
 
 
-def test_content_words_are_never_stop_words():
-    for word in ("not", "no", "use", "file", "error", "new", "read", "write", "node", "stream", "2"):
-        assert word not in STOP_WORDS, word
-
-
-def test_the_cap_counts_content_terms_only():
-    words = [f"w{i}x" for i in range(MAX_QUERY_TERMS + 5)]
-    sel = lexical_terms(" ".join(["the", "of", *words]))
-    assert sel.terms == words[:MAX_QUERY_TERMS] and sel.dropped == ["the", "of"] and sel.cut
-    assert not lexical_terms(" ".join(["the", *words[:MAX_QUERY_TERMS]])).cut
-
-
-def test_the_stage_passes_only_content_terms_and_traces_the_rest(engine):
+def test_the_stage_passes_every_term_and_traces_them(engine):
     run = run_until(engine, "where are the parameters declared", "lexical")
-    assert run.trace.fusion["lexical_terms"] == ["parameters", "declared"]
-    assert run.trace.fusion["lexical_dropped"] == ["where", "are", "the"]
-    assert list(run.bm25) == [r for r, _ in engine.reads.lexical("parameters declared", run.plan.search_scope, 50)]
-    assert run.bm25  # the content words still match
+    assert run.trace.fusion["lexical_terms"] == ["where", "are", "the", "parameters", "declared"]
+    want = engine.reads.lexical("where are the parameters declared", run.plan.search_scope, 50)
+    assert list(run.bm25) == [r for r, _ in want] and len(run.bm25) == 2  # "where" and "the" match the second entry
 
 
-def test_the_cut_note_counts_the_terms_left_after_common_words(engine):
+def test_the_cut_note_counts_every_distinct_term(engine):
     words = " ".join(f"w{i}" for i in range(MAX_QUERY_TERMS + 3))
     run = run_until(engine, "what is " + words, "lexical")
-    note = " ".join(run.trace.notes)
-    assert f"first {MAX_QUERY_TERMS} of the query's {MAX_QUERY_TERMS + 3} distinct terms left after its 2 common" in note
+    assert f"first {MAX_QUERY_TERMS} of the query's {MAX_QUERY_TERMS + 5} distinct terms" in " ".join(run.trace.notes)
 
 
-def test_a_common_word_alone_makes_no_lexical_candidate(mem):
-    filler = mem.add("the cat sat on the mat with the hat", wing="w")
-    zebra = mem.add("zebra crossings have stripes", wing="w")
-    b = mem.search("what is the zebra", use_cache=False)
-    ranked = {r.entry.id: r.components.bm25_rank for r in b.results}
-    assert ranked.get(zebra.id) == 1
-    assert ranked.get(filler.id) is None  # before: "the" matched it three times
-    assert b.trace.candidates["lexical"] == 1
-    assert b.trace.fusion["lexical_dropped"] == ["what", "is", "the"]
+def test_a_function_word_decides_between_two_texts_alike(mem):
+    """The question's "between" is what tells the two answers apart; the text search must look for it."""
+    alike = mem.add("lists and tuples: both hold a sequence of items", wing="w")
+    answer = mem.add("lists and tuples: the difference between them is mutability", wing="w")
+    b = mem.search("what is the difference between lists and tuples", use_cache=False)
+    ranks = {r.entry.id: r.components.bm25_rank for r in b.results}
+    assert ranks[answer.id] == 1 and ranks[alike.id] == 2
+    assert b.trace.fusion["lexical_terms"] == ["what", "is", "the", "difference", "between", "lists", "and", "tuples"]
 
 
-def test_a_query_of_only_common_words_still_finds_text(mem):
-    e = mem.add("how it was done: we did it over again", wing="w")
+def test_a_word_in_every_entry_is_still_searched(mem):
+    """A word found in most entries weighs little in BM25, but it is looked for: only its weight decides."""
+    for i in range(12):
+        mem.add(f"python note {i} about nothing much", wing="w")
+    e = mem.add("python python python: why the interpreter starts slowly", wing="w")
+    b = mem.search("why python", use_cache=False)
+    assert b.trace.fusion["lexical_terms"] == ["why", "python"]
+    assert b.trace.candidates["lexical"] == 13
+    assert next(r for r in b.results if r.entry.id == e.id).components.bm25_rank == 1
+
+
+def test_search_json_lists_the_terms_and_nothing_left_out(mem):
     mem.add("zebra crossings have stripes", wing="w")
-    b = mem.search("how was it done", use_cache=False)
-    assert b.trace.fusion["lexical_dropped"] == [] and b.trace.fusion["lexical_terms"] == ["how", "was", "it", "done"]
-    assert [r.entry.id for r in b.results if r.components.bm25_rank] == [e.id]
+    fusion = mem.search("the zebra", use_cache=False).to_dict()["trace"]["fusion"]
+    assert fusion["lexical_terms"] == ["the", "zebra"]
+    assert "lexical_dropped" not in fusion and "lexical_common" not in fusion
 
 
-def test_search_json_keeps_its_shape(mem):
-    mem.add("zebra crossings have stripes", wing="w")
-    d = mem.search("the zebra", use_cache=False).to_dict()
-    assert {"lexical_terms", "lexical_dropped"} <= set(d["trace"]["fusion"])
-    assert d["trace"]["fusion"]["lexical_terms"] == ["zebra"]
-
-
-def test_terms_in_most_entries_are_left_out_of_a_big_store(settings, monkeypatch):
-    from memlens.retrieval import terms
-
-    store = FakeStore()
-    for i in range(40):
-        store.add(f"common words everywhere, entry {i}", wing="w")
-    store.add("the zebra is here with common words", wing="w")
-    engine = FakeEngine(settings, store)
-    monkeypatch.setattr(terms, "COMMON_MIN_ENTRIES", 10)
-    run = run_until(engine, "where is the zebra with common words", "lexical")
-    assert run.trace.fusion["lexical_common"] == ["common", "words"]
-    assert run.trace.fusion["lexical_terms"] == ["zebra"]
-    assert len(run.bm25) == 1
-    run = run_until(engine, "common words", "lexical")  # every term is that common: all kept
-    assert run.trace.fusion["lexical_common"] == [] and len(run.bm25) == 41
-    monkeypatch.setattr(terms, "COMMON_MIN_ENTRIES", 1000)  # a small store: nothing left out for being common
-    run = run_until(engine, "where is the zebra with common words", "lexical")
-    assert run.trace.fusion["lexical_common"] == [] and len(run.bm25) == 41
-
-
-def test_term_counts_on_sqlite(mem):
-    from memlens.store.sqlite_reads import reads_of
-
-    for i in range(5):
-        mem.add(f"alpha entry {i}", wing="w", title="beta" if i < 2 else "")
-    total, counts = reads_of(mem).term_counts(["alpha", "beta", "gamma", "entry"])
-    assert total == 5 and counts == {"alpha": 5, "beta": 2, "gamma": 0, "entry": 5}
-
-
-def _lexical_sql(mem, scope):
-    from memlens.store.sqlite_reads import reads_of
-
-    seen: list[str] = []
-    mem.conn.set_trace_callback(seen.append)
-    try:
-        rows = reads_of(mem).lexical("zebra stripes", scope, 50)
-    finally:
-        mem.conn.set_trace_callback(None)
-    return rows, [s for s in seen if "MATCH" in s and "bm25" in s]
-
-
-def test_an_unscoped_search_skips_the_per_match_scope_test_with_the_same_rows(mem, monkeypatch):
-    from memlens.store.reads import Scope
-    from memlens.store.sqlite_reads import SqliteReads
-
-    monkeypatch.setattr(SqliteReads, "lexical_in_process", False)  # the SQL path (tests/test_lexindex.py: the other)
-
-    for i in range(6):
-        mem.add(f"zebra {'stripes ' * i}note {i}", wing=f"w{i % 3}")
-    scope = Scope(statuses=["active", "under_review"])
-    joined, _ = _lexical_sql(mem, scope)  # no in-process index: each match joined to its entries row
-    mem.warm_index()
-    fast, sql = _lexical_sql(mem, scope)
-    assert fast == joined and len(fast) == 6
-    assert sql and "memlens_in_scope" not in sql[0] and "JOIN" not in sql[0]
-    old = mem.search("zebra", use_cache=False).results[0].entry.id
-    mem.set_status(old, "deprecated")  # now the scope leaves out a row of the index: each match is tested again
-    tested, sql = _lexical_sql(mem, scope)
-    assert "memlens_in_scope" in sql[0]
-    assert [r for r, _ in tested] == [r for r, _ in joined if r != mem.conn.execute(
-        "SELECT rowid FROM entries WHERE id = ?", (old,)).fetchone()[0]]
+def test_explain_looks_for_the_same_terms(mem):
+    """An entry that never became a candidate and holds only a function word of the question: "why not?" gives
+    its BM25 rank, as the lexical stage would rank it."""
+    for i in range(60):  # each nearer to the question and a better text match: the entry is no candidate
+        mem.add(f"why storage engines keep indexes, note {i}", wing="w")
+    e = mem.add("why", wing="w", title="one word")
+    got = mem.explain("why storage engines", e.id)
+    assert got["verdict"] == "not retrieved" and got["stage"] == "candidates"
+    assert "BM25 rank 61" in got["detail"], got

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from memlens.retrieval.evaluate import load_queries
-from memlens.retrieval.terms import drop_common, lexical_terms
+from memlens.retrieval.terms import lexical_terms
 from memlens.store.lexindex import LexIndex, varints
 from memlens.store.reads import fts_query
 from memlens.store.scope import Scope
@@ -136,12 +136,12 @@ SCOPES = [Scope(), Scope(rooms=["fs"]), Scope(kinds=["document"]), Scope(wings=[
 
 
 def test_questions_rank_as_fts5_in_every_scope(docs_mem):
-    """The 138 questions, as typed and as the pipeline sends them (stop words and common words dropped):
-    the same rows, order and scores as FTS5, each answered in process."""
+    """The 138 questions, as typed and as the pipeline sends them (its distinct terms): the same rows, order
+    and scores as FTS5, each answered in process."""
     store, conn = docs_mem.store, docs_mem.conn
     qs = questions()
     assert len(qs) >= 100
-    texts = qs + [drop_common(lexical_terms(q), store.term_counts).text for q in qs]
+    texts = qs + [lexical_terms(q).text for q in qs]
     hold(docs_mem)
     for text in texts:  # each word asked once: FTS5's SQL answers, and the next search reads its postings
         same(store.lexical(text, Scope(), N), fts5(conn, text, Scope(), N))
@@ -433,7 +433,7 @@ def test_a_store_warmed_whole_ranks_every_question_in_process_from_the_first_ask
     mem = whole_mem
     store, conn = mem.store, mem.conn
     qs = questions()
-    texts = qs + [drop_common(lexical_terms(q), store.term_counts).text for q in qs]
+    texts = qs + [lexical_terms(q).text for q in qs]
     texts += ["zzqqxxv nonexistentterm buffer", "naïve Café résumé utf-8", "Buffer.from() ENCODING's", "the"]
     before = served(mem)
     asked = 0
@@ -448,22 +448,6 @@ def test_a_store_warmed_whole_ranks_every_question_in_process_from_the_first_ask
     before = served(mem)
     same(store.lexical("child_process spawn", Scope(), N), fts5(conn, "child_process spawn", Scope(), N))
     assert served(mem) == before  # a word of several tokens is a phrase: FTS5's SQL answers it
-
-
-def test_a_store_warmed_whole_counts_words_without_fts5(whole_mem, monkeypatch):
-    """The pipeline drops a question's common words by their row counts; with the whole index held those
-    come from its postings, equal to FTS5's count of matching rows (a word of several tokens is counted by
-    FTS5)."""
-    store = whole_mem.store
-    words = sorted({t for q in questions() for t in lexical_terms(q).terms} | {"zzqqxxv", "child_process", "Café"})
-    want = {w: store._doc_count(w) for w in words}
-    asked: list[str] = []
-    real = store._doc_count
-    monkeypatch.setattr(store, "_doc_count", lambda w: asked.append(w) or real(w))
-    total, got = store.term_counts(words)
-    assert got == want and total == store._fts_rows()
-    assert asked == ["child_process"]
-    assert sum(1 for c in want.values() if c) > 100
 
 
 def test_a_write_ends_the_whole_index_and_searches_see_it(whole_mem):

@@ -79,9 +79,9 @@ def vector(run: Run) -> None:
 
 
 def lexical(run: Run) -> None:
-    """The lexical generator: the best text matches inside the scope, for the query's terms less its common
-    words (``memlens.retrieval.terms``); the trace lists the terms used and the words left out. Joins the
-    worker that ran it alongside the embed, if one did (its error, if any, is raised here)."""
+    """The lexical generator: the best text matches inside the scope, for every term of the query up to the cap
+    (``memlens.retrieval.terms``); the trace lists the terms used. Joins the worker that ran it alongside the
+    embed, if one did (its error, if any, is raised here)."""
     job, run.lexical_job = run.lexical_job, None
     if job is not None:
         found = job.result()
@@ -92,12 +92,9 @@ def lexical(run: Run) -> None:
         found = lexical_job.find(run.store, run.text, run.plan.search_scope, run.n_cand, run.knn_gens, False)
     sel = found.sel
     run.trace.fusion["lexical_terms"] = sel.terms
-    run.trace.fusion["lexical_dropped"] = sel.dropped
-    run.trace.fusion["lexical_common"] = sel.common
     if sel.cut:
-        content = sel.distinct - len(sel.dropped)
-        run.trace.notes.append(f"the lexical search used the first {MAX_QUERY_TERMS} of the query's {content} distinct terms"
-                               + (f" left after its {len(sel.dropped)} common words" if sel.dropped else ""))
+        run.trace.notes.append(f"the lexical search used the first {MAX_QUERY_TERMS} of the query's {sel.distinct} "
+                               "distinct terms")
     run.bm25.update(found.hits)
     run.bm25_rank.update(zip([rowid for rowid, _ in found.hits], range(1, len(found.hits) + 1)))
     run.ordered = list(dict.fromkeys([*run.sims, *run.bm25]))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memlens.retrieval.terms import drop_common, lexical_terms
+from memlens.retrieval.terms import lexical_terms
 from memlens.store.vectors import clean
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def _never_a_candidate(mem: Memory, entry: Any, bundle: Any, kwargs: dict[str, A
     wings = t.wings_searched
     higher = sum(float(v @ qvec) > sim for v in store.scope_vectors(wings, statuses))
     lexical = "does not match any query term"
-    ids = store.text_matches(drop_common(lexical_terms(t.text), store.term_counts).text, wings)  # the lexical stage's terms
+    ids = store.text_matches(lexical_terms(t.text).text, wings)  # the lexical stage's terms
     if entry.id in ids:
         lexical = f"BM25 rank {ids.index(entry.id) + 1}"
     over = t.candidates.get("over_fetch", mem.settings.search.candidates)

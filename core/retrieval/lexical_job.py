@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from memlens.retrieval.terms import LexicalTerms, drop_common, lexical_terms
+from memlens.retrieval.terms import LexicalTerms, lexical_terms
 from memlens.store.reads import Reads
 from memlens.store.scope import Scope, StoredRow
 
@@ -68,9 +68,9 @@ class Lexical:
 
 
 def find(store: Reads, text: str, scope: Scope, n: int, gens: dict[str, int] | None, prefetch: bool) -> Lexical:
-    """The lexical generator: the query's terms less its common words (``memlens.retrieval.terms``), the best
-    ``n`` text matches inside ``scope`` and, if ``prefetch``, the rows and vectors of those matches."""
-    sel = drop_common(lexical_terms(text), store.term_counts)
+    """The lexical generator: the query's terms (``memlens.retrieval.terms``), the best ``n`` text matches
+    inside ``scope`` and, if ``prefetch``, the rows and vectors of those matches."""
+    sel = lexical_terms(text)
     out = Lexical(sel, store.lexical(sel.text, scope, n, gens))
     if prefetch and out.hits:
         got = store.rows([r for r, _ in out.hits])

@@ -230,25 +230,6 @@ class LexIndex:
             self.served += 1
         return list(zip(snap.ids[cand[order]].tolist(), s[order].tolist(), strict=True))
 
-    def doc_counts(self, conn: Any, words: list[str], state: tuple[Any, Any]) -> dict[str, int]:
-        """Rows holding each of ``words`` (a single token each), from the postings held when the whole index
-        was read in ``state``; the words this cannot count (of zero or several tokens, or no such index) are
-        left out, for the caller to count with FTS5."""
-        snap = self._snap
-        if snap is None or not snap.complete or snap.state != state or conn.in_transaction:
-            return {}
-        try:
-            found = self._words_tokens(conn, words)
-        except (db.driver().Error, _Inexact, KeyError, ValueError):
-            return {}
-        out = {}
-        for w in words:
-            toks = found.get(w)
-            if toks is not None and len(toks) == 1:
-                got = snap.postings.get(toks[0])
-                out[w] = 0 if got is None else len(got[0])
-        return out
-
     def load_all(self, conn: Any, max_instances: int) -> int:
         """Read the postings of every token now, when the index holds at most ``max_instances`` token
         instances (a long-lived process warming up: its first questions are then ranked here too). Returns

@@ -67,10 +67,6 @@ class Reads(Protocol):
         """The ``n`` best text matches inside ``scope``, as (rowid, score), higher is better, best first."""
         ...
 
-    def term_counts(self, terms: Sequence[str]) -> tuple[int, dict[str, int]]:
-        """How many entries the text index holds, and in how many of them each term occurs (all wings)."""
-        ...
-
     def listing(self, scope: Scope, n: int) -> list[int]:
         """Without free text: the scope's rowids, invariants, decisions, patterns then the rest, most salient first."""
         ...

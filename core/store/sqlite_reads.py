@@ -14,7 +14,7 @@ import numpy as np
 from memlens.limits import MAX_QUERY_TERMS
 from memlens.store import db, rowcache, staging, textindex
 from memlens.store import rows as entry_rows
-from memlens.store.lexindex import LexIndex, state_records, varints
+from memlens.store.lexindex import LexIndex
 from memlens.store.reads import ENTRY_COLUMNS, Reads, entry_filters, fts_query, sql_filters, sql_in
 from memlens.store.rows import sound_rows
 from memlens.store.scope import Knn, Rows, Scope, query_terms
@@ -23,7 +23,6 @@ from memlens.store.vectors import from_blob, vec0_knn
 _SELECT = f"SELECT rowid, content_hash, {ENTRY_COLUMNS} FROM entries"
 _staged_indexes: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _staged_lock = threading.Lock()
-TERM_COUNTS_KEPT = 20_000  # terms whose document counts a store keeps (then it starts over)
 
 
 def _where(where: list[str]) -> str:
@@ -46,7 +45,6 @@ class SqliteReads:
     lexical_in_process = True  # rank text matches from postings held in process when the vector index is too
     pinned = False  # True: a copy bound to one connection handed in (``SqliteStore.on_connection``)
     _lex: LexIndex
-    _term_counts: tuple[tuple[Any, Any], dict[str, int]]  # (the text index's state, term -> documents holding it)
 
     def wings(self) -> list[str]:
         raise NotImplementedError
@@ -174,38 +172,6 @@ class SqliteReads:
                 if lex is None:
                     lex = self._lex = LexIndex()
         return lex
-
-    def term_counts(self, terms: Sequence[str]) -> tuple[int, dict[str, int]]:
-        """The index's row count from FTS5's own record of it (the first varint of its "averages" row, id 1),
-        and each term's document count from its posting list: no table scan, whatever the store's size. Rows of
-        an import in progress count too: the counts only choose which terms to look for, never which rows.
-
-        A term's count is kept until the text index changes: FTS5 rewrites its "averages" record (id 1) and
-        its structure record (id 10) in every transaction that changes the index, so the two as read now
-        name the index's state, and counts read in the same state are reused (common words recur from
-        question to question; each count walks the term's whole posting list). Inside a transaction, whose
-        pending changes those records may not show yet, every count is read.
-        """
-        conn = self.conn
-        blocks = state_records(conn)  # (once per search: the lexical index reads them too)
-        total = varints(blocks[1])[0] if blocks.get(1) else 0
-        if conn.in_transaction:
-            return total, {t: self._doc_count(t) for t in terms}
-        state = (blocks.get(1), blocks.get(10))
-        kept = self.__dict__.get("_term_counts")
-        if kept is None or kept[0] != state or len(kept[1]) > TERM_COUNTS_KEPT:
-            kept = self._term_counts = (state, {})
-        counts = kept[1]
-        missing = [t for t in terms if t not in counts]
-        if missing and self.vindex is not None and self.lexical_in_process and not self.pinned:
-            counts.update(self._lexindex().doc_counts(conn, missing, state))  # the whole index held: no FTS5 walk
-        for t in terms:
-            if t not in counts:
-                counts[t] = self._doc_count(t)
-        return total, {t: counts[t] for t in terms}
-
-    def _doc_count(self, term: str) -> int:
-        return int(self.conn.execute("SELECT count(*) FROM entries_fts WHERE entries_fts MATCH ?", (f'"{term}"',)).fetchone()[0])
 
     def _fts_rows(self) -> int:
         """Rows in the text index: the first varint of FTS5's "averages" record (id 1), no scan."""

@@ -154,11 +154,6 @@ class PgReads:
                + " ORDER BY s DESC, e.rowid LIMIT %s")
         return [(int(r), float(s)) for r, s in self._all(sql, [tq, tq, *args, n])]
 
-    def term_counts(self, terms: Sequence[str]) -> tuple[int, dict[str, int]]:
-        """No counts (0 rows): the lexical stage then keeps every content term on this backend. Counting a
-        term's documents here is a GIN scan per term, which would cost more than the common term it saves."""
-        return 0, {}
-
     def listing(self, scope: Scope, n: int) -> list[int]:
         where, args = scope_filters(scope)
         sql = "SELECT rowid FROM entries" + _where([visible(), *where]) + _ORDER_AUTHORITY + " LIMIT %s"
