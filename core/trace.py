@@ -3,9 +3,10 @@
 Flags (part of the ``search --json`` contract): ``mandatory``, ``under_review``, ``active_wing``,
 ``conflict``, ``summarised``, ``fallback``, ``untrusted`` (text saved from the web).
 Drop stages: ``status``, ``scope``, ``profile``, ``candidates``, ``threshold``,
-``relative``, ``dedup``, ``override``, ``cap``, ``budget``; ``context`` adds the code stages
-(``code``, ``code_index``, ``code_threshold``, ``code_exists``, ``code_workspace``, ``code_binary``,
-``code_stale``, ``code_cap``: see ``memlens.ingest.recall``).
+``relative``, ``dedup``, ``override``, ``cap``, ``budget``; a code chunk's gates (``code_exists``,
+``code_workspace``, ``code_binary``, ``code_stale``: ``memlens.ingest.gates``), in search and context
+alike; ``context`` adds ``code``, ``code_index``, ``code_threshold`` and ``code_cap``
+(``memlens.ingest.recall``).
 """
 
 from __future__ import annotations

@@ -160,8 +160,9 @@ def test_code_index_status_and_relevant_code(backend_mem, tmp_path, monkeypatch)
     decoder = ws / "json" / "decoder.py"
     decoder.write_text(decoder.read_text().replace("def py_scanstring(", "def py_scanstring_renamed("))
     bundle = mem.search(query, active_wing="proj", use_cache=False)
+    assert ("code_stale", "stale") in {(d.stage, d.reason) for d in bundle.trace.dropped}  # by the search itself
+    assert not any("def py_scanstring(" in r.entry.text for r in bundle.results)
     text = recall.render_with_code(mem, bundle)
-    assert ("code_stale", "stale") in {(d.stage, d.reason) for d in bundle.trace.dropped}
     assert "py_scanstring_renamed" not in text
     (ws / "json" / "tool.py").unlink()
     out = index(mem, ws, wing="proj")

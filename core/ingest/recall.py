@@ -5,11 +5,9 @@ code index. Each passes these gates in turn, and a chunk that fails one is
 dropped with that stage and a reason in the trace:
 
 - ``code_threshold``: its similarity to the query is below ``MIN_SCORE``;
-- ``code_exists``: its file is gone;
-- ``code_workspace``: the file's real path is no longer inside the indexed workspace;
-- ``code_binary``: the file now holds binary data (or is too large to be code);
-- ``code_stale``: the file's lines at the chunk's range are not what was indexed
-  (the file was edited since): old code is never served;
+- ``code_exists``, ``code_workspace``, ``code_binary``, ``code_stale``: its file is gone, left
+  the indexed workspace, became binary, or no longer holds the indexed lines
+  (``memlens.ingest.gates``, the gates ``search`` applies too): old code is never served;
 - ``code_cap``: beyond ``MAX_CHUNKS`` chunks or about ``MAX_CHARS`` characters.
 
 An index whose last completed run is older than ``STALE_AFTER_S``, or a searched
@@ -25,8 +23,7 @@ import os
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from memlens.ingest import storage
-from memlens.ingest.walker import MAX_CODE_BYTES, inside
+from memlens.ingest import gates, storage
 from memlens.models import parse_ts, utcnow
 from memlens.trace import Bundle, Dropped
 
@@ -46,35 +43,6 @@ _FENCE_LANG = {".py": "python", ".js": "javascript", ".ts": "typescript", ".go":
 
 def _drop(bundle: Bundle, id_: str, wing: str, stage: str, reason: str, detail: str, score: float | None = None) -> None:
     bundle.trace.dropped.append(Dropped(id=id_, stage=stage, reason=reason, detail=detail, score=score, wing=wing))
-
-
-def _gate(entry: Entry) -> tuple[str, str, str] | None:
-    """(stage, reason, detail) of the first gate ``entry`` fails, or None when it may be served."""
-    meta = entry.meta
-    source, root, lines = meta.get("source"), meta.get("root"), meta.get("lines")
-    if not isinstance(source, str) or not isinstance(lines, list) or len(lines) != 2:
-        return "code_exists", "missing", "the chunk does not name its file and lines"
-    if not os.path.isfile(source):
-        return "code_exists", "missing", f"{source} no longer exists"
-    real = os.path.realpath(source)
-    if not isinstance(root, str) or not inside(real, os.path.realpath(root)):
-        return "code_workspace", "outside_workspace", f"{source} resolves to {real}, outside the indexed workspace"
-    try:
-        with open(real, "rb") as fh:
-            data = fh.read(MAX_CODE_BYTES + 1)
-    except OSError as exc:
-        return "code_exists", "missing", f"{source} cannot be read ({exc.strerror or exc})"
-    if len(data) > MAX_CODE_BYTES or b"\x00" in data[:8192]:
-        return "code_binary", "binary", f"{source} is now binary or larger than {MAX_CODE_BYTES // 1024} KB"
-    try:
-        text = data.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")
-    except UnicodeDecodeError:
-        return "code_binary", "binary", f"{source} is no longer UTF-8 text"
-    a, b = int(lines[0]), int(lines[1])
-    now = "\n".join(text.split("\n")[a - 1 : b])
-    if now != entry.text:
-        return "code_stale", "stale", f"{source}:{a}-{b} changed since it was indexed"
-    return None
 
 
 def code_section(mem: Memory, bundle: Bundle) -> str:
@@ -124,16 +92,19 @@ def code_section(mem: Memory, bundle: Bundle) -> str:
     served: list[tuple[Entry, float]] = []
     chars = 0
     reasons: dict[str, int] = {}
+    roots: dict[str, str] = {}
+    gated = {(d.id, d.stage) for d in trace.dropped}  # the search's own gates dropped these already: said once
     for entry, sim in storage.code_candidates(mem, vec_blob(qvec), fresh, CANDIDATES):
-        failed: tuple[str, str, str] | None
+        failed: gates.Verdict
         if sim < MIN_SCORE:
             failed = ("code_threshold", "threshold", f"similarity {sim:.3f} is below {MIN_SCORE}")
         else:
-            failed = _gate(entry)
+            failed = gates.check(entry.meta, entry.text, roots)
         if failed is None and (len(served) >= MAX_CHUNKS or (served and chars + len(entry.text) > MAX_CHARS)):
             failed = ("code_cap", "cap", f"at most {MAX_CHUNKS} chunks and about {MAX_CHARS} characters of code")
         if failed is not None:
-            _drop(bundle, entry.id, entry.wing, failed[0], failed[1], failed[2], round(sim, 6))
+            if (entry.id, failed[0]) not in gated:
+                _drop(bundle, entry.id, entry.wing, failed[0], failed[1], failed[2], round(sim, 6))
             reasons[failed[1]] = reasons.get(failed[1], 0) + 1
             continue
         served.append((entry, sim))

@@ -1,7 +1,7 @@
 """The retrieval pipeline: one code path that ranks and records why.
 
     plan → cache? → gate → (lexical started on a worker) → embed → vector → lexical (or: listing) → load
-    → score → policy → rerank → order → results → workspace fallback? → budget → fresh → count
+    → score → code gates → policy → rerank → order → results → workspace fallback? → budget → fresh → count
 
 Each stage is a function of the search's state (``memlens.retrieval.run.Run``)
 in its own module: ``candidates`` (gate to load), ``stages`` (score to count).
@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from memlens.models import format_ts, utcnow
-from memlens.retrieval import candidates, fresh, stages
+from memlens.retrieval import candidates, code_gates, fresh, stages
 from memlens.retrieval.cache import cache_key
 from memlens.retrieval.hooks import hooks_for
 from memlens.retrieval.plan import Plan
@@ -62,6 +62,10 @@ def cache(run: Run) -> None:
     else:  # every wing of entries; the working memory's counter ("_tasks") is not a wing
         run.gens = {w: g for w, g in store.generations().items() if w != "_tasks"}
     hit, run.cache_info = mem.cache.get(run.cache_key, run.gens, mem.describe_write)
+    if hit is not None:  # a code result whose file changed since (no write to the store says so): search again
+        changed = code_gates.first_failure(hit.results)
+        if changed is not None:
+            run.cache_info.invalidated_by, hit = changed, None
     if hit is not None:
         trace = hit.trace.model_copy(update={"cache_hit": True, "cache": run.cache_info, "concurrent": {}})  # nothing ran
         trace.latency_ms = {st: 0.0 for st in STAGES}
@@ -98,6 +102,7 @@ PIPELINE: tuple[Stage, ...] = (
     Stage("lexical", candidates.lexical, "lexical", when=candidates.has_text),
     Stage("load", candidates.load, "score"),  # loading the candidates and their vectors is scoring's input
     Stage("score", stages.score, "score"),
+    Stage("code", code_gates.gate, "policy"),  # code chunks whose files changed since indexed leave here
     Stage("policy", stages.apply_policy, "policy"),
     Stage("rerank", stages.rerank, "rerank"),
     Stage("order", stages.order, "policy"),
