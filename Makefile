@@ -5,19 +5,20 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.memlens-installed
 MYPY_PATH := $(VENV)/mypy-path
 CORPUS := $(VENV)/.chunking-corpus
+PYDOC := $(VENV)/.python-doc
 
 .PHONY: run test fast bench screenshots clean
 
 run: $(STAMP)
 	$(BIN)/memlens $(ARGS)
 
-test: $(STAMP) $(MYPY_PATH)/memlens $(CORPUS)
+test: $(STAMP) $(MYPY_PATH)/memlens $(CORPUS) $(PYDOC)
 	$(BIN)/ruff check .  # lint first: any finding fails the build
 	MYPYPATH=$(MYPY_PATH) $(BIN)/mypy -p memlens  # then types: strict on the engine (pyproject's [tool.mypy])
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # the edit loop: no real model, no child processes, two workers (`make test` still runs everything)
-fast: $(STAMP) $(CORPUS)
+fast: $(STAMP) $(CORPUS) $(PYDOC)
 	$(BIN)/python -m pytest -m "not model and not slow" -n 2 -q $(PYTEST_ARGS)
 
 # core/ is installed as `memlens` through an import hook mypy cannot follow: give it the package by its name
@@ -28,6 +29,12 @@ $(MYPY_PATH)/memlens:
 # the chunking question set was written from pinned releases' METADATA: fetch the wheels of those not installed
 $(CORPUS): $(STAMP) tests/data/chunking_qa/manifest.json
 	$(BIN)/python -m tests.bench.chunking_data
+	touch $@
+
+# the python_faq question set is rebuilt from Python's documentation sources (Debian's python3.11-doc, fetched with
+# apt-get download when not installed); a source that gives another corpus than the one measured stops here
+$(PYDOC): $(STAMP) tests/data/python_faq/corpus.sha256
+	$(BIN)/python -m tests.data.python_faq.build_corpus --fetch
 	touch $@
 
 bench: $(STAMP) $(CORPUS)

@@ -83,14 +83,11 @@ def build_store(docs: list[dict[str, str]], digest: str) -> tuple[Path, dict[str
     path = Path(tempfile.gettempdir()) / f"memlens-bench-docs_qa-{digest[:16]}.db"
     if path.exists():
         return path, {"reused": str(path)}
+    from tests.data.beir import WINGS, write_entries
+
     scratch = Path(tempfile.mkdtemp(prefix="memlens-docs_qa-"))
     jsonl = scratch / "corpus.jsonl"
-    with jsonl.open("w", encoding="utf-8") as fh:
-        for d in docs:
-            room = d["_id"].split(":", 1)[0]
-            rec = {"id": d["_id"], "wing": "nodejs", "room": room, "kind": "document", "type": "note",
-                   "title": d["title"][:500], "text": d["text"], "created_at": "2026-01-01T00:00:00Z"}
-            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    write_entries(docs, WINGS["docs_qa"], jsonl)  # as the quality guard stores it
     tmp = scratch / "store.db"
     log(f"  building the docs_qa store ({len(docs):,} sections, real model) ...")
     t = time.perf_counter()
