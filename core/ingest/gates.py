@@ -47,11 +47,10 @@ def check(meta: dict[str, Any], text: str, roots: dict[str, str] | None = None) 
     real = os.path.realpath(source)
     if not isinstance(root, str):
         return "code_workspace", "outside_workspace", f"{source} names no indexed workspace"
-    real_root = roots.get(root) if roots is not None else None
+    roots = {} if roots is None else roots
+    real_root = roots.get(root)
     if real_root is None:
-        real_root = os.path.realpath(root)
-        if roots is not None:
-            roots[root] = real_root
+        real_root = roots[root] = os.path.realpath(root)
     if not inside(real, real_root):
         return "code_workspace", "outside_workspace", f"{source} resolves to {real}, outside the indexed workspace"
     key = (real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, lines[0], lines[1], len(text), hash(text))
