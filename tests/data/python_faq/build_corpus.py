@@ -6,10 +6,12 @@ Debian's ``python3.11-doc`` package ships in ``/usr/share/doc/python3.11/html/_s
 downloads it with ``apt-get download`` and keeps only the folders used here under
 ``<venv>/python-doc/_sources``.
 
-* **Questions**: the question headings of the Python FAQ (``faq/*.rst.txt``: every
-  heading under a page or category heading), as their authors wrote them. A
-  question asked by two pages ("What is Python?") is left out: either answer
-  would do. ``--questions`` writes ``queries.jsonl`` and ``qrels/test.tsv``.
+* **Questions**: the question headings of the Python FAQ (``faq/*.rst.txt``: the
+  headings underlined with ``-``; page titles and categories use ``=``), as their
+  authors wrote them, inline markup removed. A question asked by two pages ("What is
+  Python?") is left out (either answer would do), and so is one whose answer has
+  fewer than ``MIN_ANSWER_WORDS`` words. ``--questions`` writes ``queries.jsonl``,
+  ``qrels/test.tsv`` and ``corpus.sha256``.
 * **Corpus**: each FAQ answer WITHOUT its question (title: the page and category
   it sits in, text: the answer's body), and as distractors every section of the
   tutorial, the HOWTOs, the language reference, "Python Setup and Usage" and
