@@ -2,7 +2,7 @@
 beside each set (``tests/data/<set>/quality.json``).
 
 * docs_qa: 138 questions written by hand over 2,793 sections of the Node.js API reference;
-* python_faq: the Python FAQ's own 172 question headings over their answers (the questions taken out) and 765
+* python_faq: the Python FAQ's own 172 question headings over their answers (the questions taken out) and 763
   sections of Python's tutorial, HOWTOs, language reference and usage guides.
 
 Each corpus is rebuilt from its source on this machine, checked against its digest, and stored with the real model
