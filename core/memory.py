@@ -32,8 +32,9 @@ from memlens.store.sqlite import SqliteStore
 
 if TYPE_CHECKING:
     from memlens.embed import Embedder
+    from memlens.retrieval.context import SearchContext
     from memlens.store.base import Store
-    from memlens.trace import Bundle
+    from memlens.trace import Bundle, RetrievalRecord
 
 __all__ = ["Memory"]
 
@@ -46,10 +47,12 @@ class Memory:
     """
 
     def __init__(self, path: Path | str, settings: Settings, embedder: Embedder | None = None, *, create: bool = True,
-                 pooled: bool | None = None) -> None:
+                 pooled: bool | None = None, client: str = "api") -> None:
         """``path``: a SQLite file, or a ``postgresql://`` URI (``pooled``: hold a connection pool, for
-        long-lived processes; default from the URI's ``pool=``)."""
+        long-lived processes; default from the URI's ``pool=``). ``client``: who this Memory searches for, as the
+        retrieval log names it when a search names no other (``cli``, ``app``, ``mcp``; a library is ``api``)."""
         self.settings = settings
+        self.client = client
         self._embedder = embedder
         self._embedder_lock = threading.Lock()
         self._cache: Any = None
@@ -79,12 +82,14 @@ class Memory:
         embedder: Embedder | None = None,
         create: bool = True,
         pooled: bool | None = None,
+        client: str = "api",
     ) -> Memory:
         """Open the store at ``path`` (a file or a ``postgresql://`` URI), ``MEMLENS_STORE`` or the default; a
         missing one is created (0600, in 0700 folders) unless ``create=False``, which makes it a StoreError
-        instead. ``pooled``: a PostgreSQL store holds a connection pool (long-lived processes)."""
+        instead. ``pooled``: a PostgreSQL store holds a connection pool (long-lived processes). ``client``: the
+        name the retrieval log gives this Memory's searches."""
         settings = settings or load_settings()
-        return cls(store_target(path, settings), settings, embedder, create=create, pooled=pooled)
+        return cls(store_target(path, settings), settings, embedder, create=create, pooled=pooled, client=client)
 
     def __enter__(self) -> Memory:
         return self
@@ -263,18 +268,26 @@ class Memory:
         k: int | None = None,
         profile: str | None = "memory",
         budget: int | None = None,
+        client: str | None = None,
         **options: Any,
     ) -> Bundle:
-        """Retrieve, explain and (optionally) budget; see ``memlens.retrieval.search.search`` for ``options``."""
-        from memlens.replay import storage as replay_log
+        """Retrieve, explain and (optionally) budget; see ``memlens.retrieval.search.search`` for ``options``.
+        ``client``: who asked, for the retrieval log (default: this Memory's ``client``)."""
         from memlens.retrieval.search import search
 
-        token = replay_log.begin_request(query=query, active_wing=active_wing, wings=wings, k=k, profile=profile,
-                                         budget=budget, user=options.get("user"))  # what the retrieval log keeps for a replay
-        try:
-            return search(self, query, active_wing=active_wing, wings=wings, k=k, profile=profile, budget=budget, **options)
-        finally:
-            replay_log.end_request(token)
+        return search(self.search_context(), query, active_wing=active_wing, wings=wings, k=k, profile=profile,
+                      budget=budget, client=client or self.client, **options)
+
+    def search_context(self) -> SearchContext:
+        """What a search needs of this Memory (``memlens.retrieval.context``), made of its parts as they are now
+        (a copy made for other settings or a rolled-back preview gets its own)."""
+        from memlens.retrieval.budget import working_memory_block
+        from memlens.retrieval.context import SearchContext
+
+        return SearchContext(settings=self.settings, reads=self.store, profiles=self.profiles, embed=self.embed,
+                             model_id=lambda: self.model_id, count_tokens=lambda text: self.embedder.count_tokens(text),
+                             cache=self.cache, describe_write=self.describe_write,
+                             working_memory=lambda: working_memory_block(self), log=self.log_retrieval)
 
     def explain(self, query: str, entry_id: str, **kwargs: Any) -> dict[str, Any]:
         """Why was ``entry_id`` returned for ``query`` - or at which stage was it dropped?"""
@@ -285,10 +298,8 @@ class Memory:
     def context(self, query: str, *, active_wing: str | None = None, budget: int | None = None, **kwargs: Any) -> str:
         """The markdown an agent receives: working memory, then retrieved memory in authority order."""
         from memlens.ingest.recall import render_with_code
-        from memlens.replay.storage import building_context
 
-        with building_context():  # the retrieval log marks these results as having gone into a context
-            bundle = self.search(query, active_wing=active_wing, budget=budget, **kwargs)
+        bundle = self.search(query, active_wing=active_wing, budget=budget, context=True, **kwargs)  # logged as such
         return render_with_code(self, bundle)  # with the Relevant code section when code is indexed
 
     async def web_context(self, urls: Any = None, query: str | None = None, **kwargs: Any) -> Any:
@@ -340,8 +351,9 @@ class Memory:
         last = self.store.last_write(wings)
         return {"reason": "write", "wings": wings} if last is None else {"reason": "write", **last, "wings": wings}
 
-    def log_retrieval(self, bundle: Bundle) -> None:
-        """Retrieval metrics into the audit table when the level includes reads.
+    def log_retrieval(self, record: RetrievalRecord | Bundle) -> None:
+        """A search's record into the retrieval log (metrics in the audit table, and what replay needs) when the
+        audit level includes reads. A bare bundle is logged with the request its trace names.
 
         Never fails a retrieval: a read-only or busy store just skips the row.
         """
@@ -349,11 +361,12 @@ class Memory:
         if audit.level != "reads":
             return
         from memlens.replay import storage as replay_log
-        from memlens.trace import retrieval_metrics
+        from memlens.trace import RetrievalRecord, retrieval_metrics
 
-        self.store.log_retrieval(bundle.trace.active_wing, retrieval_metrics(bundle), max_rows=audit.retrieval_max_rows,
-                                 max_age_days=audit.retrieval_max_age_days,
-                                 record=lambda: replay_log.record(bundle))  # what replay needs
+        rec = record if isinstance(record, RetrievalRecord) else RetrievalRecord.of(record, self.client)
+        self.store.log_retrieval(rec.bundle.trace.active_wing, retrieval_metrics(rec.bundle),
+                                 max_rows=audit.retrieval_max_rows, max_age_days=audit.retrieval_max_age_days,
+                                 record=lambda: replay_log.record(rec))  # what replay needs
 
     def retrievals(self, limit: int = 1000) -> list[dict[str, Any]]:
         """The newest logged retrievals; a row whose metrics do not decode (a hand edit) is left out."""

@@ -190,3 +190,24 @@ def retrieval_metrics(bundle: Bundle) -> dict[str, Any]:
         "dropped": len(t.dropped),
         "degraded": bool(t.degraded),
     }
+
+
+@dataclass(frozen=True)
+class RetrievalRecord:
+    """What the retrieval log keeps of one search, built by the pipeline from its own arguments and handed to the
+    log explicitly (nothing set around the call decides it).
+
+    ``request``: the search's arguments as the caller passed them, those left at None omitted (what a replay runs
+    again); ``client``: who asked (``cli``, ``app``, ``api``, an MCP client's name); ``context``: the results went
+    into an agent's context."""
+
+    bundle: Bundle
+    request: dict[str, Any]
+    client: str = "api"
+    context: bool = False
+
+    @classmethod
+    def of(cls, bundle: Bundle, client: str = "api") -> RetrievalRecord:
+        """The record of a bundle whose request is not known: the query, active wing and profile its trace names."""
+        t = bundle.trace
+        return cls(bundle, {"query": t.query, "active_wing": t.active_wing, "profile": t.profile}, client)

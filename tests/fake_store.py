@@ -181,7 +181,8 @@ class FakeEngine:
         self.model_id = self.embedder.model_id
         self.profiles = load_profiles(settings.profiles)
         self.cache = RetrievalCache(settings.cache.ttl_seconds, settings.cache.max_entries)
-        self.logged: list[Any] = []
+        self.logged: list[Any] = []  # the bundles logged
+        self.records: list[Any] = []  # and their records
         self.tasks = None
 
     def embed(self, texts: list[str]) -> np.ndarray:
@@ -190,8 +191,17 @@ class FakeEngine:
     def describe_write(self, wings: list[str]) -> dict[str, Any]:
         return {"reason": "write", "wings": wings}
 
-    def log_retrieval(self, bundle: Any) -> None:
-        self.logged.append(bundle)
+    def log_retrieval(self, record: Any) -> None:
+        self.logged.append(record.bundle)  # a RetrievalRecord
+        self.records.append(record)
+
+    def context(self) -> Any:
+        """The pipeline's view of this engine (``memlens.retrieval.context.SearchContext``)."""
+        from memlens.retrieval.context import SearchContext
+
+        return SearchContext(settings=self.settings, reads=self.reads, profiles=self.profiles, embed=self.embed,
+                             model_id=lambda: self.model_id, count_tokens=self.embedder.count_tokens, cache=self.cache,
+                             describe_write=self.describe_write, working_memory=lambda: "", log=self.log_retrieval)
 
 
 assert set(_ORDER) < set(TYPES)

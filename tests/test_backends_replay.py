@@ -13,7 +13,6 @@ import shutil
 
 import pytest
 
-from memlens.attribution import acting_as, client_record
 from memlens.errors import ValidationError
 from memlens.replay import access, freshness, golden, impact, storage
 from memlens.replay.replay import replay
@@ -195,8 +194,7 @@ def test_the_access_log_lists_retrievals_by_client_rank_and_context(backend_mem)
     e = _seed(mem, "alpha beta", type="invariant")
     other = _seed(mem, "gamma delta")
     never = _seed(mem, "epsilon zeta")
-    with acting_as(client_record("claude-code", "1.2", via="mcp")):
-        first = {r.entry.id for r in mem.search("alpha", active_wing="w", k=1).results}
+    first = {r.entry.id for r in mem.search("alpha", active_wing="w", k=1, client="claude-code 1.2 (mcp)").results}
     mem.context("gamma delta", active_wing="w", k=1)
     second = {r.entry.id for r in mem.search("gamma delta", active_wing="w", k=1).results}  # the context's (cached)
     acc = access.entry_access(mem, e.id)

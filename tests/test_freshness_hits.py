@@ -90,7 +90,7 @@ def test_the_pipeline_asks_the_store_for_the_models_of_its_hits_only(settings):
     store.vector_models = lambda rowids: asked.append(list(rowids)) or real(rowids)  # type: ignore[method-assign]
     from memlens.retrieval.pipeline import search
 
-    b = search(FakeEngine(settings, store), "alpha gamma", k=2, use_cache=False)
+    b = search(FakeEngine(settings, store).context(), "alpha gamma", k=2, use_cache=False)
     assert len(b.results) == 2 and len(asked) == 1  # one lookup, for the final hits only
     assert sorted(asked[0]) == sorted(store.rowid(r.entry.id) for r in b.results)
     assert {r.entry.id: r.vector["fresh"] for r in b.results}[old] is False

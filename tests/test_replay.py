@@ -51,9 +51,9 @@ def test_every_retrieval_logs_its_request_client_and_ranked_hits(mem):
 
 def test_the_client_and_the_context_flag_are_logged(mem):
     e = _seed(mem, "alpha beta")
-    with acting_as(client_record("claude-code", "1.2", via="mcp")):
-        mem.search("alpha")
-    mem.context("alpha", active_wing="w")
+    mem.search("alpha", client="claude-code 1.2 (mcp)")  # named by the caller, not by what is set around the call
+    with acting_as(client_record("other", "1.0", via="mcp")):  # who writes does not decide what a search logs
+        mem.context("alpha", active_wing="w")
     rows = storage.logged(mem)
     assert [r["client"] for r in rows] == ["claude-code 1.2 (mcp)", "api"]
     assert [r["context"] for r in rows] == [False, True]

@@ -14,7 +14,7 @@ from memlens.profiles import Profile
 from memlens.retrieval import candidates, hooks, pipeline, stages
 from memlens.retrieval.run import Run
 from memlens.store.reads import Reads, Scope
-from memlens.store.sqlite_reads import MemoryReads
+from memlens.store.sqlite import SqliteStore
 from memlens.trace import STAGES
 
 from .fake_store import FakeEngine, FakeStore
@@ -38,7 +38,7 @@ def run_until(engine: FakeEngine, query: str, last: str, **options) -> Run:
     """The pipeline's own stages, in its order, up to and including ``last``."""
     opts = {"active_wing": None, "wings": None, "k": None, "profile": "memory", "budget": None, "user": None,
             "weights": None, **options}
-    run = Run(mem=engine, store=engine.reads, query=query, options=opts, use_cache=False, now=NOW)
+    run = Run(ctx=engine.context(), query=query, options=opts, use_cache=False, now=NOW)
     for stage in pipeline.PIPELINE:
         if stage.when is None or stage.when(run):
             stage.run(run)
@@ -50,10 +50,10 @@ def run_until(engine: FakeEngine, query: str, last: str, **options) -> Run:
 def test_fake_and_sqlite_implement_every_read():
     wanted = {n for n, _ in inspect.getmembers(Reads, inspect.isfunction) if not n.startswith("_")}
     assert {"knn", "lexical", "rows", "vectors", "generations"} <= wanted
-    for impl in (FakeStore, MemoryReads):
+    for impl in (FakeStore, SqliteStore):
         assert wanted <= {n for n in dir(impl) if not n.startswith("_")}, impl
         assert callable(impl.knn)
-    assert MemoryReads.lexical_scorer == "fts5-bm25" and MemoryReads.backend == "sqlite"
+    assert SqliteStore.lexical_scorer == "fts5-bm25" and SqliteStore.backend == "sqlite"
 
 
 def test_plan_scope_from_the_store(engine):
@@ -207,7 +207,7 @@ def test_order_stage_caps_and_orders_by_authority(engine):
 def test_pipeline_times_each_stage_into_its_latency_key(engine, monkeypatch):
     clock = iter(range(10_000))
     monkeypatch.setattr(pipeline.time, "perf_counter", lambda: float(next(clock)))
-    b = pipeline.search(engine, "callbacks", active_wing="ros", use_cache=False, now=NOW)
+    b = pipeline.search(engine.context(), "callbacks", active_wing="ros", use_cache=False, now=NOW)
     lat = b.trace.latency_ms
     assert list(lat) == list(STAGES)
     # every timed stage took exactly one tick of the fake clock (1000 ms); score counts load and score, policy the
@@ -219,19 +219,19 @@ def test_pipeline_times_each_stage_into_its_latency_key(engine, monkeypatch):
 
 
 def test_pipeline_skips_the_stages_that_do_not_apply(engine):
-    b = pipeline.search(engine, "type=decision", use_cache=False, now=NOW)
+    b = pipeline.search(engine.context(), "type=decision", use_cache=False, now=NOW)
     assert b.trace.latency_ms["embed"] == b.trace.latency_ms["lexical"] == 0.0
     assert "vector_index" not in b.trace.fusion and b.results
 
 
 def test_cache_hit_ends_the_run_at_the_cache_stage(engine):
-    first = pipeline.search(engine, "callbacks", now=NOW)
-    again = pipeline.search(engine, "callbacks", now=NOW)
+    first = pipeline.search(engine.context(), "callbacks", now=NOW)
+    again = pipeline.search(engine.context(), "callbacks", now=NOW)
     assert not first.trace.cache_hit and again.trace.cache_hit
     assert [r.entry.id for r in again.results] == [r.entry.id for r in first.results]
     assert all(v == 0.0 for k, v in again.trace.latency_ms.items() if k != "total")
     engine.reads.add("A new callbacks entry.", wing="ros")  # a write bumps the wing's generation
-    third = pipeline.search(engine, "callbacks", now=NOW)
+    third = pipeline.search(engine.context(), "callbacks", now=NOW)
     assert not third.trace.cache_hit and third.trace.cache.invalidated_by is not None
     assert len(engine.logged) == 3
 

@@ -20,8 +20,8 @@ def open_store(args: argparse.Namespace, *, create: bool = False) -> Any:
     if create:  # a store this command creates goes again if the command fails (see memlens.store.newstore)
         from memlens.stores import open_for_write
 
-        return open_for_write(args.store)
-    return Memory.open(args.store, create=False)
+        return open_for_write(args.store, client="cli")
+    return Memory.open(args.store, create=False, client="cli")  # the retrieval log names the CLI's searches "cli"
 
 
 def format_results(bundle: Any) -> str:

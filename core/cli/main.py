@@ -78,13 +78,6 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    from memlens.replay.storage import default_client
-
-    with default_client("cli"):  # the client the retrieval log names (the app says "app")
-        return _run(argv)
-
-
-def _run(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     handler = COMMANDS.get(args.command or "tui", cli_serve.cmd_tui)
     try:

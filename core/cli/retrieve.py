@@ -117,11 +117,9 @@ def cmd_context(args: argparse.Namespace) -> int:
         text = render_context(None, bundle)
     else:
         try:
-            from memlens.replay.storage import building_context
-
-            with mem, building_context():  # the retrieval log marks its results as having gone into a context
+            with mem:  # context=True: the retrieval log marks its results as having gone into a context
                 bundle = mem.search(args.query, active_wing=args.active_wing, wings=args.wings, k=args.k,
-                                    profile=args.profile, budget=args.budget, workspace=args.workspace)
+                                    profile=args.profile, budget=args.budget, workspace=args.workspace, context=True)
                 from memlens.ingest.recall import render_with_code
 
                 text = render_with_code(mem, bundle)  # with the Relevant code section when code is indexed

@@ -29,17 +29,11 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise MemlensError(f"--port must be 0..65535, got {args.port}")
     from memlens.mcp.server import serve  # imports no SDK yet: the stdio wire is protected first
-    from memlens.replay.storage import set_default_client
-
-    set_default_client("mcp")  # a client that names itself is logged by its name
 
     return serve(args.store, transport=args.transport, host=args.host, port=args.port, read_only=args.read_only)
 
 
 def cmd_tui(args: argparse.Namespace) -> int:
-    from memlens.replay.storage import set_default_client
-
-    set_default_client("app")
     try:
         from memlens.tui.app import run_app  # outside the engine's type check (pyproject's [tool.mypy] overrides)
     except ImportError as exc:  # the engine works without the app's dependencies

@@ -69,7 +69,8 @@ class Engine:
                 if self.read_only:  # write nothing at all, not even the retrieval metrics
                     settings.audit.level = "writes"
                 # a read-only server creates no store: a missing one is an error naming the path
-                self._mem = Memory.open(self.store, settings=settings, create=not self.read_only, pooled=True)
+                # the retrieval log names a search by the MCP client that asked, "mcp" when it named none
+                self._mem = Memory.open(self.store, settings=settings, create=not self.read_only, pooled=True, client="mcp")
             self.timings["store_ms"] = (time.perf_counter() - t0) * 1000
         except BaseException as exc:  # every tool call reports it; the server keeps serving
             self._error = exc
@@ -134,6 +135,11 @@ def client_of(ctx: Context | None) -> dict[str, str] | None:
     except Exception:
         return None
     return attribution.client_record(getattr(info, "name", None), getattr(info, "version", None), via="mcp")
+
+
+def asking(ctx: Context | None) -> str | None:
+    """The client as the retrieval log names it (``claude-code 1.2 (mcp)``); None when it named none."""
+    return attribution.describe(client_of(ctx)) or None
 
 
 def compact(result: Any, full: bool) -> dict[str, Any]:
@@ -209,7 +215,8 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         ctx: Context | None = None,
     ) -> dict[str, Any]:
         def run(mem: Any, waited: float) -> dict[str, Any]:
-            b = mem.search(query, active_wing=active_wing, wings=wings, k=k, profile=profile, budget=budget)
+            b = mem.search(query, active_wing=active_wing, wings=wings, k=k, profile=profile, budget=budget,
+                           client=asking(ctx))
             out = {"results": [compact(r, full_trace) for r in b.results], "trace": trace_summary(b.trace, waited)}
             if full_trace:
                 out["full_trace"] = b.trace.model_dump(mode="json")
@@ -223,7 +230,8 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         budget: Annotated[int | None, Field(ge=1, description="token budget for the whole context")] = None,
         ctx: Context | None = None,
     ) -> str:
-        text: str = call(ctx, lambda mem, _w: mem.context(query, active_wing=active_wing, budget=budget), need_model=True)
+        text: str = call(ctx, lambda mem, _w: mem.context(query, active_wing=active_wing, budget=budget, client=asking(ctx)),
+                         need_model=True)
         return text
 
     @tool("memory_add", "Remember something", read=False, destructive=False, idempotent=True)

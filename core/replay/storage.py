@@ -21,84 +21,34 @@ import copy
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any
 
-# stdlib only at import time (memlens.attribution is too): the CLI imports this module before an MCP server answers
-# ``initialize``
-from memlens.attribution import current, describe
+# stdlib only at import time: the CLI imports this module before an MCP server answers ``initialize``
 from memlens.compact_json import dumps
 
 if TYPE_CHECKING:
     from memlens.memory import Memory
-    from memlens.trace import Bundle
-
-_request: ContextVar[dict[str, Any] | None] = ContextVar("memlens_replay_request", default=None)
-_for_context: ContextVar[bool] = ContextVar("memlens_replay_context", default=False)
-_default_client = {"name": "api"}
+    from memlens.trace import RetrievalRecord
 
 
 # -- what a retrieval is logged with -------------------------------------------------------------
 
 
-def set_default_client(name: str) -> None:
-    """The client named in the retrieval log when no MCP client is acting: ``cli``, ``app`` (default ``api``)."""
-    _default_client["name"] = name
-
-
-@contextmanager
-def default_client(name: str) -> Iterator[None]:
-    """``set_default_client(name)`` for a block; the previous name comes back after it (a CLI run called in-process
-    must not relabel the retrievals of the program that called it)."""
-    before = _default_client["name"]
-    _default_client["name"] = name
-    try:
-        yield
-    finally:
-        _default_client["name"] = before
-
-
-def begin_request(**args: Any) -> Token[dict[str, Any] | None]:
-    """The arguments of the search about to run, as the caller passed them (what a replay runs again), until
-    ``end_request`` (in a ``finally``: a search pays for this on every call, a context manager cost more)."""
-    return _request.set({k: v for k, v in args.items() if v is not None})
-
-
-def end_request(token: Token[dict[str, Any] | None]) -> None:
-    _request.reset(token)
-
-
-@contextmanager
-def building_context() -> Iterator[None]:
-    """Mark the retrievals inside as made to build an agent's context (their results went into it)."""
-    token = _for_context.set(True)
-    try:
-        yield
-    finally:
-        _for_context.reset(token)
-
-
-def _client_name() -> str:
-    client = current()
-    return describe(client) if client else _default_client["name"]
-
-
 HIT_COMPONENTS = ("relevance", "recency", "salience", "boost", "rerank")
 
 
-def record(bundle: Bundle) -> tuple[str, str, int, str]:
+def record(rec: RetrievalRecord) -> tuple[str, str, int, str]:
     """The ``retrieval_log`` row (request, client, context, hits) of a retrieval: what replay and the access log need.
     The store writes it in the transaction of the retrieval's audit row (``Store.log_retrieval``)."""
-    t = bundle.trace
-    req = _request.get() or {"query": t.query, "active_wing": t.active_wing, "profile": t.profile}
+    t = rec.bundle.trace
     # the weights in force are kept beside the request (a replay runs with today's): they explain a moved score
-    logged_req = {**req, "weights_used": t.weights} if t.weights else req
+    logged_req = {**rec.request, "weights_used": t.weights} if t.weights else rec.request
     hits = []
-    for r in bundle.results:  # [id, score, *HIT_COMPONENTS], each number to 6 decimals
+    for r in rec.bundle.results:  # [id, score, *HIT_COMPONENTS], each number to 6 decimals
         c, rerank = r.components, r.components.rerank
         hits.append([r.entry.id, round(float(r.score), 6), round(float(c.relevance), 6), round(float(c.recency), 6),
                      round(float(c.salience), 6), round(float(c.boost), 6), None if rerank is None else round(float(rerank), 6)])
-    return dumps(logged_req), _client_name(), int(_for_context.get()), dumps(hits)
+    return dumps(logged_req), rec.client, int(rec.context), dumps(hits)
 
 
 # -- reading the log -------------------------------------------------------------------------------

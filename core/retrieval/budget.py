@@ -9,14 +9,26 @@ its reason. Tokens are counted with the embedding model's own tokenizer.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memlens.limits import shown_text
 from memlens.trace import Bundle, Result
 from memlens.vocab import UNTRUSTED_KINDS
 
 if TYPE_CHECKING:
-    from memlens.memory import Memory
+    from memlens.config import Settings
+
+
+class Rendering(Protocol):
+    """What the context's markdown reads of the engine besides the bundle (a ``Memory`` is one): the entry cap in
+    ``settings`` and the working memory (``tasks.render()``)."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def tasks(self) -> Any: ...
 
 SUMMARY_TOKENS = 40
 _SECTIONS = (
@@ -52,7 +64,7 @@ def block(r: Result, limit: int | None = None) -> str:
     return f"- {caution}**{e.title}**: {text} _({' · '.join(notes)})_"
 
 
-def working_memory_block(mem: Memory | None) -> str:
+def working_memory_block(mem: Rendering | None) -> str:
     tasks = getattr(mem, "tasks", None)
     try:
         return tasks.render() if tasks is not None else ""
@@ -60,10 +72,11 @@ def working_memory_block(mem: Memory | None) -> str:
         return ""
 
 
-def apply_budget(mem: Memory, bundle: Bundle, budget: int) -> None:
-    count = mem.embedder.count_tokens
-    limit = _text_limit(mem)
-    wm = working_memory_block(mem)
+def apply_budget(bundle: Bundle, budget: int, count: Callable[[str], int], limit: int | None, wm: str,
+                 tokenizer: str) -> None:
+    """Fit ``bundle`` into ``budget`` tokens as ``count`` counts them, the working memory block ``wm`` included
+    (each entry's text shown up to ``limit`` characters): notes go first, then patterns are summarised, then
+    marginal decisions trimmed; invariants never. ``tokenizer`` names the model whose tokenizer counted."""
     wm_tokens = count(wm) if wm else 0
     items = bundle.results
     cost = {r.entry.id: count(block(r, limit)) for r in items}
@@ -116,7 +129,7 @@ def apply_budget(mem: Memory, bundle: Bundle, budget: int) -> None:
         "used": used,
         "working_memory_tokens": wm_tokens,
         "over_budget": used > budget,
-        "tokenizer": mem.model_id,
+        "tokenizer": tokenizer,
         "items": [
             {"id": r.entry.id, "type": r.entry.type.value, "tokens": cost[r.entry.id], "action": actions[r.entry.id][0],
              "reason": actions[r.entry.id][1]}
@@ -127,13 +140,13 @@ def apply_budget(mem: Memory, bundle: Bundle, budget: int) -> None:
         bundle.trace.notes.append(f"invariants alone need {used} tokens, over the budget of {budget}: they are never dropped")
 
 
-def _text_limit(mem: Memory | None) -> int | None:
+def _text_limit(mem: Rendering | None) -> int | None:
     """How much of one entry's text context shows: the store's entry cap (stored entries may predate it)."""
     limits = getattr(getattr(mem, "settings", None), "limits", None)
     return getattr(limits, "max_entry_chars", None)
 
 
-def render_context(mem: Memory | None, bundle: Bundle) -> str:
+def render_context(mem: Rendering | None, bundle: Bundle) -> str:
     """Markdown in authority order: working memory first, uncertainty and conflicts marked."""
     t = bundle.trace
     lines = ["# Memory context", ""]

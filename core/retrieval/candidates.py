@@ -54,7 +54,7 @@ def start_lexical(run: Run) -> None:
 
 
 def embed(run: Run) -> None:
-    run.qvec = run.mem.embed([run.text])[0]
+    run.qvec = run.ctx.embed([run.text])[0]
 
 
 def vector(run: Run) -> None:

@@ -11,12 +11,19 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memlens.errors import MemlensError
 
 if TYPE_CHECKING:
-    from memlens.memory import Memory
+    from memlens.trace import Bundle
+
+
+class Searches(Protocol):
+    """What an evaluation asks of the engine: searches (a ``Memory`` is one)."""
+
+    def search(self, query: str, *, profile: str | None = ..., active_wing: str | None = ...,
+               wings: list[str] | None = ..., k: int | None = ..., use_cache: bool = ...) -> Bundle: ...
 
 CUTOFFS = (1, 5, 10)
 
@@ -102,7 +109,7 @@ def mean_metrics(per_query: list[dict[str, Any]]) -> dict[str, float]:
     return {m: round(sum(r[m] for r in per_query) / len(per_query), 4) for m in METRICS}
 
 
-def evaluate(mem: Memory, queries: list[dict[str, Any]], qrels: dict[str, dict[str, float]], *, profile: str = "memory",
+def evaluate(mem: Searches, queries: list[dict[str, Any]], qrels: dict[str, dict[str, float]], *, profile: str = "memory",
              active_wing: str | None = None, wings: list[str] | None = None, k: int = 10) -> dict[str, Any]:
     per_query = []
     for q in queries:

@@ -9,16 +9,37 @@ rank within the scope.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memlens.retrieval.terms import lexical_terms
 from memlens.store.vectors import clean
 
 if TYPE_CHECKING:
-    from memlens.memory import Memory
+    import numpy as np
+
+    from memlens.config import Settings
+    from memlens.models import Entry
+    from memlens.store.reads import Reads
+    from memlens.trace import Bundle
 
 
-def explain(mem: Memory, query: str, entry_id: str, **kwargs: Any) -> dict[str, Any]:
+class Explaining(Protocol):
+    """What "why not?" asks of the engine (a ``Memory`` is one): the entry, a search, its vector, the query's, and
+    the store's read role for the scope's vectors and text matches."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def reads(self) -> Reads: ...
+
+    def get(self, entry_id: str) -> Entry: ...
+    def search(self, query: str, **kwargs: Any) -> Bundle: ...
+    def vector(self, entry_id: str) -> np.ndarray: ...
+    def embed(self, texts: list[str]) -> np.ndarray: ...
+
+
+def explain(mem: Explaining, query: str, entry_id: str, **kwargs: Any) -> dict[str, Any]:
     entry = mem.get(entry_id)
     kwargs.pop("use_cache", None)
     bundle = mem.search(query, use_cache=False, **kwargs)
@@ -36,7 +57,7 @@ def explain(mem: Memory, query: str, entry_id: str, **kwargs: Any) -> dict[str, 
     return {**base, "verdict": "not retrieved", "stage": stage, "detail": detail}
 
 
-def _never_a_candidate(mem: Memory, entry: Any, bundle: Any, kwargs: dict[str, Any]) -> tuple[str, str]:
+def _never_a_candidate(mem: Explaining, entry: Any, bundle: Any, kwargs: dict[str, Any]) -> tuple[str, str]:
     t = bundle.trace
     statuses = t.filters.get("status") or ["active", "under_review"]
     if entry.status.value not in statuses:

@@ -40,7 +40,7 @@ def mark(run: Run) -> None:
     if not hits:
         return
     models = run.store.vector_models([c.rowid for _, c in hits])
-    current = run.mem.model_id
+    current = run.ctx.model_id()
     for r, c in hits:
         made_by = models.get(c.rowid)
         same_text = _same_text(c)

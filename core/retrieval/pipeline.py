@@ -21,15 +21,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from memlens.models import format_ts, utcnow
 from memlens.retrieval import candidates, code_gates, fresh, stages
 from memlens.retrieval.cache import cache_key
+from memlens.retrieval.context import SearchContext
 from memlens.retrieval.hooks import hooks_for
 from memlens.retrieval.plan import Plan
 from memlens.retrieval.run import Run
-from memlens.trace import STAGES, Bundle, Result, Trace
+from memlens.trace import STAGES, Bundle, Result, RetrievalRecord, Trace
 
 FUSION = "minmax-weighted-sum/v1"
 
@@ -44,14 +44,14 @@ class Stage:
 
 def plan(run: Run) -> None:
     o = run.options
-    run.plan = Plan(run.settings, run.mem.profiles, run.store, run.query, o.get("active_wing"), o.get("wings"), o.get("k"),
+    run.plan = Plan(run.settings, run.ctx.profiles, run.store, run.query, o.get("active_wing"), o.get("wings"), o.get("k"),
                     o.get("profile"), o.get("budget"), o.get("user"), o.get("weights"))
     run.hooks = hooks_for(run.plan.profile)
 
 
 def cache(run: Run) -> None:
     """A valid cached bundle for the same question ends the search here (checked against the wing generations)."""
-    s, plan, store, mem = run.settings, run.plan, run.store, run.mem
+    s, plan, store, ctx = run.settings, run.plan, run.store, run.ctx
     run.wings_searched = plan.scope if plan.scope is not None else store.wings()
     if not (run.use_cache and s.cache.enabled):
         return
@@ -61,7 +61,7 @@ def cache(run: Run) -> None:
         run.gens = store.generations(run.wings_searched)
     else:  # every wing of entries; the working memory's counter ("_tasks") is not a wing
         run.gens = {w: g for w, g in store.generations().items() if w != "_tasks"}
-    hit, run.cache_info = mem.cache.get(run.cache_key, run.gens, mem.describe_write)
+    hit, run.cache_info = ctx.cache.get(run.cache_key, run.gens, ctx.describe_write)
     if hit is not None:  # a code result whose file changed since (no write to the store says so): search again
         changed = code_gates.first_failure(hit.results)
         if changed is not None:
@@ -79,7 +79,7 @@ def start_trace(run: Run) -> None:
     run.trace = Trace(
         query=run.query, text=plan.parsed.text, filters=plan.parsed.filters(), active_wing=plan.active_wing,
         user=plan.user, profile=plan.profile.name, profile_settings=plan.profile.model_dump(exclude={"name", "description"}),
-        model=run.mem.model_id, weights=plan.weights.to_dict(), now=format_ts(run.now), wings_searched=run.wings_searched,
+        model=run.ctx.model_id(), weights=plan.weights.to_dict(), now=format_ts(run.now), wings_searched=run.wings_searched,
         fusion={"method": FUSION, "vector_weight": s.search.vector_weight, "lexical_weight": s.search.lexical_weight,
                 "normalise": s.retrieval.normalise, "active_wing_boost": s.retrieval.active_wing_boost,
                 "half_life_days": s.retrieval.half_life_days},
@@ -115,7 +115,7 @@ PIPELINE: tuple[Stage, ...] = (
 
 
 def search(
-    mem: Any,
+    ctx: SearchContext,
     query: str,
     *,
     active_wing: str | None = None,
@@ -128,13 +128,16 @@ def search(
     workspace: str | None = None,
     use_cache: bool = True,
     now: datetime | None = None,
+    client: str = "api",
+    context: bool = False,
 ) -> Bundle:
-    """Rank the entries for ``query``: the stages of ``PIPELINE`` in order, each timed here."""
+    """Rank the entries for ``query``: the stages of ``PIPELINE`` in order, each timed here. The retrieval log gets
+    the search's record (``RetrievalRecord``: these arguments, ``client`` who asked, ``context`` whether the results
+    go into an agent's context)."""
     t_start = time.perf_counter()
     options = {"active_wing": active_wing, "wings": wings, "k": k, "profile": profile, "budget": budget, "user": user,
                "weights": weights}
-    run = Run(mem=mem, store=mem.reads, query=query, options=options, workspace=workspace, use_cache=use_cache,
-              now=now)
+    run = Run(ctx=ctx, query=query, options=options, workspace=workspace, use_cache=use_cache, now=now)
     try:
         with run.store.settled():  # whether another process wrote is asked once for the whole search
             for stage in PIPELINE:
@@ -148,7 +151,10 @@ def search(
     finally:
         if run.lexical_job is not None:  # the search failed before joining its worker: let the worker finish first
             run.lexical_job.settle()
-    return _finish(run, t_start)
+    bundle = _finish(run, t_start)
+    request = {"query": query, **{n: v for n, v in options.items() if v is not None and n != "weights"}}
+    ctx.log(RetrievalRecord(bundle, request, client, context))
+    return bundle
 
 
 def _own_time(run: Run, name: str, elapsed: float) -> float:
@@ -162,8 +168,8 @@ def _own_time(run: Run, name: str, elapsed: float) -> float:
 
 
 def _finish(run: Run, t_start: float) -> Bundle:
-    """Total latency into the trace, the bundle into the cache, a record into the retrieval log."""
-    bundle, mem = run.bundle, run.mem
+    """Total latency into the trace, the bundle into the cache."""
+    bundle = run.bundle
     assert bundle is not None
     total = (time.perf_counter() - t_start) * 1000
     if run.cached:
@@ -173,8 +179,7 @@ def _finish(run: Run, t_start: float) -> Bundle:
         run.trace.latency_ms = {st: round(v, 3) for st, v in run.lat.items()}
         if run.cache_info is not None and not bundle.trace.degraded:
             copy = Bundle(results=_copies(bundle.results), trace=run.trace.model_copy(), context=bundle.context)
-            mem.cache.put(run.cache_key, copy, run.gens)
-    mem.log_retrieval(bundle)
+            run.ctx.cache.put(run.cache_key, copy, run.gens)
     return bundle
 
 

@@ -22,7 +22,7 @@ from memlens.retrieval.scoring import RetrievalWeights
 from memlens.trace import Trace
 
 if TYPE_CHECKING:
-    from memlens.memory import Memory
+    from memlens.config import RerankConfig
 
 _models: dict[str, Any] = {}
 _lock = threading.Lock()
@@ -51,8 +51,7 @@ def load_cross_encoder(path: str | None) -> Any:
         return _models[str(p)]
 
 
-def rerank(mem: Memory, text: str, pool: list[Candidate], weights: RetrievalWeights, trace: Trace) -> None:
-    cfg = mem.settings.rerank
+def rerank(cfg: RerankConfig, text: str, pool: list[Candidate], weights: RetrievalWeights, trace: Trace) -> None:
     model = load_cross_encoder(cfg.model)
     ranked = by_score(pool)
     window, outside = ranked[: cfg.top_n], ranked[cfg.top_n :]

@@ -14,6 +14,8 @@ from memlens.store.reads import Reads
 from memlens.trace import STAGES, Bundle, CacheInfo, Trace
 
 if TYPE_CHECKING:
+    from memlens.config import Settings
+    from memlens.retrieval.context import SearchContext
     from memlens.retrieval.hooks import Hooks
     from memlens.retrieval.lexical_job import Job, Lexical
     from memlens.retrieval.plan import Plan
@@ -21,11 +23,11 @@ if TYPE_CHECKING:
 
 @dataclass(eq=False)
 class Run:
-    """What the stages read and write. ``mem`` is the engine (settings, embedder, cache, profiles, retrieval
-    log); every read of stored entries goes through ``store``."""
+    """What the stages read and write. ``ctx`` is the engine as a search sees it (settings, embedder, cache,
+    profiles, retrieval log: ``memlens.retrieval.context``); every read of stored entries goes through ``store``,
+    its read role."""
 
-    mem: Any
-    store: Reads
+    ctx: SearchContext
     query: str
     options: dict[str, Any]
     workspace: str | None = None
@@ -60,8 +62,12 @@ class Run:
     bundle: Bundle | None = None
 
     @property
-    def settings(self) -> Any:
-        return self.mem.settings
+    def settings(self) -> Settings:
+        return self.ctx.settings
+
+    @property
+    def store(self) -> Reads:
+        return self.ctx.reads
 
     @property
     def text(self) -> str:

@@ -78,7 +78,7 @@ def rerank(run: Run) -> None:
     if s.rerank.enabled and pool and run.text:
         from memlens.retrieval.rerank import rerank as cross_encode
 
-        cross_encode(run.mem, run.text, pool, run.plan.weights, trace)
+        cross_encode(s.rerank, run.text, pool, run.plan.weights, trace)
     elif s.rerank.enabled:
         trace.rerank = {"applied": False, "reason": "no candidates" if not pool else "no free text"}
     else:
@@ -121,7 +121,9 @@ def budget(run: Run) -> None:
         from memlens.retrieval.budget import apply_budget
 
         assert run.bundle is not None
-        apply_budget(run.mem, run.bundle, run.plan.budget)
+        ctx = run.ctx
+        apply_budget(run.bundle, run.plan.budget, ctx.count_tokens, ctx.settings.limits.max_entry_chars,
+                     ctx.working_memory(), ctx.model_id())
 
 
 def count(run: Run) -> None:
