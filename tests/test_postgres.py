@@ -20,7 +20,6 @@ import pytest
 from memlens.errors import StoreError, ValidationError
 from memlens.models import Entry
 from memlens.store.reads import Scope
-from memlens.store.sqlite_reads import reads_of
 from tests.conftest import REPO
 
 pytest.importorskip("psycopg")  # dev installs it (pyproject); a bare install without [postgres] has no backend
@@ -207,7 +206,7 @@ def test_exact_knn_matches_sqlite_vec(mem, pg_uri, hash_embedder, scope):
     """The same entries and vectors in both stores: the same top ids, the same similarities, for each scope."""
     store = open_pg(pg_uri, hash_embedder)
     fill_both(mem, store, 240)
-    sqlite = reads_of(mem)
+    sqlite = mem.store
     rng = random.Random(11)
     for _ in range(5):
         q = hash_embedder.embed([" ".join(rng.sample(WORDS, 4))])[0]

@@ -18,15 +18,14 @@ process killed at any point, sees all the old chunks or all the new ones.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from memlens.models import format_ts, utcnow
 
 if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
-
     import numpy as np
 
     from memlens.models import Entry
@@ -156,26 +155,13 @@ class CatalogWrites:
     ``_unlink_source`` (its entries and their vectors go; returns how many entries), ``_link_source`` and
     ``_delete_source``."""
 
-    def write(self) -> AbstractContextManager[Any]:
-        raise NotImplementedError
-
-    def _source_id(self, conn: Any, wing: str, path: str) -> int | None:
-        raise NotImplementedError
-
-    def _insert_source(self, conn: Any, w: SourceWrite, now: str) -> int:
-        raise NotImplementedError
-
-    def _update_source(self, conn: Any, source_id: int, w: SourceWrite, now: str) -> None:
-        raise NotImplementedError
-
-    def _unlink_source(self, conn: Any, source_id: int) -> int:
-        raise NotImplementedError
-
-    def _link_source(self, conn: Any, source_id: int, entry_ids: list[str]) -> None:
-        raise NotImplementedError
-
-    def _delete_source(self, conn: Any, source_id: int) -> None:
-        raise NotImplementedError
+    write: Callable[[], AbstractContextManager[Any]]
+    _source_id: Callable[[Any, str, str], int | None]
+    _insert_source: Callable[[Any, SourceWrite, str], int]
+    _update_source: Callable[[Any, int, SourceWrite, str], None]
+    _unlink_source: Callable[[Any, int], int]
+    _link_source: Callable[[Any, int, list[str]], None]
+    _delete_source: Callable[[Any, int], None]
 
     def write_sources(self, writes: list[SourceWrite], action: str) -> dict[str, int]:
         out = {"added": 0, "updated": 0, "chunks": 0}

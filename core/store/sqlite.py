@@ -299,14 +299,6 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
             "SELECT (SELECT count(*) FROM audit) - (SELECT count(*) FROM audit WHERE import_id IN (SELECT id FROM imports))"
         ).fetchone()[0])
 
-    def wings(self) -> list[str]:
-        """Every wing holding a visible entry (cached until the next write)."""
-        return self._distinct.values("wing")
-
-    def rooms(self, wing: str | None = None) -> list[str]:
-        """Every non-empty room of a visible entry (of ``wing``), cached until the next write."""
-        return self._distinct.values("room", wing, named_only=True)
-
     # -- the in-process vector index ------------------------------------------------------------
 
     @property
@@ -318,11 +310,6 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
         if self._vindex is None and mode == "memory":
             self._vindex = VectorIndex()
         return self._vindex
-
-    @property
-    def index_host(self) -> SqliteStore:
-        """What the in-process index reads through: this store."""
-        return self
 
     def warm_index(self, *, text: bool = False) -> int:
         """Load the in-process vector index now (long-lived processes); returns vectors held. ``text``: and every
@@ -341,32 +328,13 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
 
     # -- generations ----------------------------------------------------------------------------
 
-    def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
-        gens = self._all_generations()
-        return dict(gens) if wings is None else {w: gens.get(w, 0) for w in wings}
-
     def write_stamp(self) -> tuple[int, int]:
         """Changes whenever any process writes an entry: every write bumps a wing generation."""
         gens = self._all_generations()
         return sum(gens.values()), len(gens)
-
-    def _all_generations(self) -> dict[str, int]:
-        """Every wing's generation, read again only when the database may have changed since the last read on
-        this connection: SQLite's ``data_version`` moves when another connection (of any process) commits,
-        and the connection's ``db.own_changes`` when it writes (its retrieval log aside). A search asks five
-        times or so; this way it reads the table at most once. Inside a transaction (whose writes a rollback may
-        undo) the table is always read and nothing is kept. Not to be mutated: callers get copies."""
-        conn = self.conn
-        if conn.in_transaction:
-            return _read_generations(conn)
-        stamp = db.settled_stamp(conn) or (conn.execute("PRAGMA data_version").fetchone()[0], db.own_changes(conn))
-        return db.kept(conn, "memlens_generations", _read_generations, stamp)
 
     # -- working memory -------------------------------------------------------------------------
 
     def tasks(self) -> SqliteTaskRows:
         return SqliteTaskRows(self.conn)
 
-
-def _read_generations(conn: Any) -> dict[str, int]:
-    return {w: int(g) for w, g in conn.execute("SELECT wing, generation FROM wings").fetchall()}

@@ -7,15 +7,16 @@ import threading
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from memlens.limits import MAX_QUERY_TERMS
 from memlens.store import db, rowcache, staging, textindex
 from memlens.store import rows as entry_rows
+from memlens.store.distinct import DistinctValues
 from memlens.store.lexindex import LexIndex
-from memlens.store.reads import ENTRY_COLUMNS, Reads, entry_filters, fts_query, sql_filters, sql_in
+from memlens.store.reads import ENTRY_COLUMNS, entry_filters, fts_query, sql_filters, sql_in
 from memlens.store.rows import sound_rows
 from memlens.store.scope import Knn, Rows, Scope, query_terms
 from memlens.store.vectors import from_blob, vec0_knn
@@ -30,30 +31,43 @@ def _where(where: list[str]) -> str:
 
 
 class SqliteReads:
-    """``Reads`` with SQLite, sqlite-vec and FTS5: a mixin over this thread's connection.
-
-    The host class provides ``conn`` (this thread's connection), ``vindex`` (the in-process
-    ``VectorIndex`` when in use, else None), ``wings()``, ``rooms()``, ``generations()`` and
-    ``index_host``: what the ``VectorIndex`` methods read the store through (today the ``Memory``).
-    """
+    """``Reads`` with SQLite, sqlite-vec and FTS5, over this thread's connection: the read role of ``SqliteStore``,
+    which provides ``conn`` (this thread's connection), ``vindex`` (the in-process ``VectorIndex`` when in use,
+    else None; it reads the store through this same object: its ``path``, ``dim`` and reads), and ``_distinct``
+    (the wings and rooms, kept until the next write)."""
 
     backend = "sqlite"
     lexical_scorer = "fts5-bm25"
     conn: Any
     vindex: Any
-    index_host: Any
+    _distinct: DistinctValues
     lexical_in_process = True  # rank text matches from postings held in process when the vector index is too
     pinned = False  # True: a copy bound to one connection handed in (``SqliteStore.on_connection``)
     _lex: LexIndex
 
     def wings(self) -> list[str]:
-        raise NotImplementedError
+        """Every wing holding a visible entry (cached until the next write)."""
+        return self._distinct.values("wing")
 
     def rooms(self, wing: str | None = None) -> list[str]:
-        raise NotImplementedError
+        """Every non-empty room of a visible entry (of ``wing``), cached until the next write."""
+        return self._distinct.values("room", wing, named_only=True)
 
     def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
-        raise NotImplementedError
+        gens = self._all_generations()
+        return dict(gens) if wings is None else {w: gens.get(w, 0) for w in wings}
+
+    def _all_generations(self) -> dict[str, int]:
+        """Every wing's generation, read again only when the database may have changed since the last read on
+        this connection: SQLite's ``data_version`` moves when another connection (of any process) commits,
+        and the connection's ``db.own_changes`` when it writes (its retrieval log aside). A search asks five
+        times or so; this way it reads the table at most once. Inside a transaction (whose writes a rollback may
+        undo) the table is always read and nothing is kept. Not to be mutated: callers get copies."""
+        conn = self.conn
+        if conn.in_transaction:
+            return _read_generations(conn)
+        stamp = db.settled_stamp(conn) or (conn.execute("PRAGMA data_version").fetchone()[0], db.own_changes(conn))
+        return db.kept(conn, "memlens_generations", _read_generations, stamp)
 
     @contextmanager
     def settled(self) -> Iterator[None]:
@@ -79,7 +93,7 @@ class SqliteReads:
         return not self.pinned and not self.conn.in_transaction
 
     def knn(self, qvec: np.ndarray, scope: Scope, n: int) -> Knn:
-        mem = self.index_host
+        mem = self  # what the in-process index reads the store through
         vindex = self.vindex
         if vindex is not None:
             gens = self.generations()  # one read for both generators: the blocks and the scope set they check
@@ -136,7 +150,7 @@ class SqliteReads:
         conn = self.conn
         vindex = self.vindex
         if vindex is not None:
-            allowed = vindex.in_scope(self.index_host, scope.wings, scope.index_filters(), gens)
+            allowed = vindex.in_scope(self, scope.wings, scope.index_filters(), gens)
             if self.lexical_in_process and not self.pinned and not conn.in_transaction:  # FTS5's bm25, in process
                 hits = self._lexindex().search(conn, terms, allowed, n)
                 if hits is not None:
@@ -349,52 +363,8 @@ class SqliteReads:
         return [r[0] for r in rows]
 
 
-class ReadsHost(Protocol):
-    """What ``MemoryReads`` reads through: a ``Memory`` (the store never imports the facade)."""
-
-    @property
-    def conn(self) -> Any: ...
-
-    @property
-    def vector_index(self) -> Any: ...
-
-    def wings(self) -> list[str]: ...
-
-    def rooms(self, wing: str | None = None) -> list[str]: ...
-
-    def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]: ...
-
-
-class MemoryReads(SqliteReads):
-    """``SqliteReads`` over a ``Memory``: its connection, in-process index, wings and generations."""
-
-    index_host: ReadsHost
-
-    def __init__(self, mem: ReadsHost) -> None:
-        self.index_host = mem
-
-    @property
-    def conn(self) -> Any:  # read at each use: the connection is per thread
-        return self.index_host.conn
-
-    @property
-    def vindex(self) -> Any:  # created on first use by the host
-        return self.index_host.vector_index
-
-    def wings(self) -> list[str]:
-        return self.index_host.wings()
-
-    def rooms(self, wing: str | None = None) -> list[str]:
-        return self.index_host.rooms(wing)
-
-    def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
-        return self.index_host.generations(wings)
-
-
-def reads_of(mem: Any) -> Reads:
-    """The read interface of a ``Memory``: its own when it has one, else SQLite over its connection."""
-    own = getattr(mem, "reads", None)
-    return own if own is not None else MemoryReads(mem)
+def _read_generations(conn: Any) -> dict[str, int]:
+    return {w: int(g) for w, g in conn.execute("SELECT wing, generation FROM wings").fetchall()}
 
 
 def _any_override(conn: Any) -> bool:
@@ -402,4 +372,4 @@ def _any_override(conn: Any) -> bool:
     return conn.execute("SELECT 1 FROM entries WHERE overrides IS NOT NULL LIMIT 1").fetchone() is not None
 
 
-__all__ = ["MemoryReads", "ReadsHost", "SqliteReads", "reads_of"]
+__all__ = ["SqliteReads"]

@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -63,19 +63,19 @@ def _where(where: list[str]) -> str:
 class PgReads:
     """The read half of the storage interface over ``self.connection()`` (a context manager giving a connection).
 
-    The host provides ``connection()``, ``hnsw_min_rows``, ``ef_search`` and ``generations()``.
+    The host (``PgStore``) provides ``connection()``, ``hnsw_min_rows`` and ``ef_search``.
     """
 
     backend = "postgresql"
     lexical_scorer = "pg-ts_rank_cd"
     hnsw_min_rows: int
     ef_search: int
-
-    def connection(self) -> Any:
-        raise NotImplementedError
+    connection: Callable[[], AbstractContextManager[Any]]  # a connection for one call
 
     def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
-        raise NotImplementedError
+        with self.connection() as conn:
+            gens = {w: int(g) for w, g in conn.execute("SELECT wing, generation FROM wings").fetchall()}
+        return gens if wings is None else {w: gens.get(w, 0) for w in wings}
 
     def settled(self) -> AbstractContextManager[None]:
         return nullcontext()  # nothing is kept between reads of the generations here: each reads the table

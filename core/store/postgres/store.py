@@ -305,11 +305,6 @@ class PgStore(PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
 
     # -- generations ----------------------------------------------------------------------------
 
-    def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
-        with self.connection() as conn:
-            gens = {w: int(g) for w, g in conn.execute("SELECT wing, generation FROM wings").fetchall()}
-        return gens if wings is None else {w: gens.get(w, 0) for w in wings}
-
     def write_stamp(self) -> tuple[int, int]:
         with self.connection() as conn:
             row = conn.execute("SELECT coalesce(sum(generation), 0), count(*) FROM wings").fetchone()
