@@ -19,6 +19,7 @@ from textual.content import Content
 from memlens.errors import MemlensError
 
 from .commands import MemlensCommands
+from .keys import KeysWhereTheCursorIs
 from .messages import ModelFailed, ModelReady, StoreChanged, WorkingMemoryLoaded
 from .screens.impact import ImpactCommands
 from .screens.main import MainScreen
@@ -26,7 +27,7 @@ from .screens.replay import ReplayCommands
 from .service import WATCHED, Lens
 
 
-class MemlensApp(App[None]):
+class MemlensApp(KeysWhereTheCursorIs, App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "memlens"
     COMMANDS = App.COMMANDS | {MemlensCommands, ReplayCommands, ImpactCommands}
@@ -278,7 +279,7 @@ def _opener(store: str | Path | None, **kwargs: Any) -> tuple[Path | str, Any]:
     def open_memory() -> Any:
         from memlens import Memory
 
-        return Memory.open(target, settings=settings, pooled=True, **kwargs)
+        return Memory.open(target, settings=settings, pooled=True, client="app", **kwargs)  # as the retrieval log names it
 
     return shown, open_memory
 

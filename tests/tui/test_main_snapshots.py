@@ -79,6 +79,33 @@ def test_stale_results_after_an_outside_write(make_app, snap_compare, tmp_path):
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
+def test_results_focused_after_escape(make_app, snap_compare):
+    """Escape leaves the search box: the footer then names the letter keys, which act on the results."""
+    async def run_before(pilot):
+        await search(pilot, "callbacks blocking")
+        await pilot.press("escape")
+        await settle(pilot)
+
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=run_before)
+
+
+def test_stale_results_with_the_cursor_on_the_results(make_app, snap_compare):
+    """Out of the search box, the stale line says that r re-runs (in it, Enter does)."""
+    from memlens import Memory
+
+    app = make_app(watch=True, poll_interval=0.2)
+
+    async def run_before(pilot):
+        await search(pilot, "callbacks blocking")
+        await pilot.press("escape")
+        with Memory.open(app.lens.store_path, embedder=app.lens.mem.embedder) as other:
+            other.add("Timer callbacks finish within 10 ms.", wing="lifecore_ros2", id="agent-001", type="invariant")
+        await pilot.pause(0.6)
+        await settle(pilot)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
 class GatedEmbedder:
     """The real embedder, except that ``load()`` waits until the test opens the gate (the model is "loading")."""
 

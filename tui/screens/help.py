@@ -15,6 +15,8 @@ Type a query in the scoped language: `wing=lifecore_ros2 room=architecture|contr
 Keys are `wing`, `room`, `kind`, `type` and `status`. Separate alternatives with `|`; everything else is free text.
 **Tab** or **→** accepts a completion (keys, plus the wings and rooms this store actually has).
 An error points at the token that caused it. Results update as you type, 300 ms after the last key.
+In this box every letter is text: **Enter** runs the query again (when its results are stale too) and moves to
+the results, **Esc** leaves the box. The letter keys (`r`, `d`, `x`, `c`, …) act once the cursor is out of it.
 """,
     "results": """\
 ## Results
@@ -37,8 +39,9 @@ The pane updates within a second when an agent completes or blocks a task in ano
 }
 GENERAL = """\
 ## Keys
-`/` search · `r` re-run · `d` dropped · `enter` entry · `n` new entry · `x` why not? · `c` context preview ·
-`s` assistant shell · `m` metrics · `w` next active wing · `ctrl+p` command palette · `q` quit
+Outside the search box: `/` search · `r` re-run · `d` dropped · `enter` entry · `n` new entry · `x` why not? ·
+`c` context preview · `s` assistant shell · `m` metrics · `w` next active wing · `q` quit.
+In the search box: `esc` leaves it, `enter` runs the query. Anywhere: `ctrl+p` command palette, `F1` help.
 
 Entry screen: `ctrl+s` save · `ctrl+o` deprecate · `ctrl+r` under review · `ctrl+t` delete · `esc` close.
 Context preview: `+`/`-` budget by 100. Shell: `@academic …`, `/memory …`, `:help`; ↑/↓ history, Tab completes.

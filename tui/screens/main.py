@@ -15,6 +15,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from memlens.errors import MemlensError
 
+from ..keys import KeysWhereTheCursorIs, types_text
 from ..messages import SearchDone, SearchFailed
 from ..widgets.results import ResultsTable
 from ..widgets.search_bar import ScopeSuggester, caret_line, check
@@ -27,8 +28,13 @@ if TYPE_CHECKING:
 DEBOUNCE_S = 0.3
 
 
-class MainScreen(Screen[None]):
+class MainScreen(KeysWhereTheCursorIs, Screen[None]):
+    """The letter keys act on the results and the trace; in the search box they type (``memlens.tui.keys``), and
+    Escape leaves the box."""
+
     BINDINGS = [
+        Binding("escape", "leave_search", "Results", id="main.leave_search",
+                tooltip="Leave the search box: the letter keys then act on the results"),
         Binding("slash", "focus_search", "Search", id="main.search", tooltip="Focus the scoped search input"),
         Binding("r", "rerun", "Re-run", id="main.rerun", tooltip="Run the current query again (fresh from the store)"),
         Binding("d", "toggle_dropped", "Dropped", id="main.dropped", tooltip="List the dropped candidates with stage and reason"),
@@ -51,6 +57,7 @@ class MainScreen(Screen[None]):
         self.bundle: Bundle | None = None
         self.query_text = ""
         self.stale: dict | None = None
+        self._stale_what = ""
         self._debounce: Timer | None = None
         self.suggester = ScopeSuggester()
 
@@ -116,10 +123,11 @@ class MainScreen(Screen[None]):
         if self._debounce is not None:
             self._debounce.stop()
         text = event.value.strip()
-        # the debounce may already have started this very query: do not run it twice (r re-runs on purpose)
+        # the debounce may already have started this very query: do not run it twice, unless its results are stale
+        # (Enter is what re-runs from inside the box, where r would type)
         if (
             text
-            and text != self.query_text
+            and (text != self.query_text or self.stale is not None)
             and check(text, getattr(self, "known_wings", []), getattr(self, "known_rooms", [])) is None
         ):
             self.search(text)
@@ -160,8 +168,17 @@ class MainScreen(Screen[None]):
             return
         self.stale = write or {"wings": wings}
         self.query_one(ResultsTable).show(self.bundle, stale=True, keep_cursor=True)
-        what = f"{write.get('action')} {write.get('entry_id')} in {write.get('wing')}" if write else ", ".join(wings)
-        self._status(f"⚠ stale since {what} · r re-runs", "stale")
+        self._stale_what = f"{write.get('action')} {write.get('entry_id')} in {write.get('wing')}" if write else ", ".join(wings)
+        self._stale_status()
+
+    def _stale_status(self) -> None:
+        """The stale line names the key that re-runs where the cursor is: Enter in the search box, r elsewhere."""
+        key = "enter" if types_text(self.focused) else "r"
+        self._status(f"⚠ stale since {self._stale_what} · {key} re-runs", "stale")
+
+    def on_descendant_focus(self) -> None:
+        if self.stale is not None:
+            self._stale_status()
 
     # -- trace ------------------------------------------------------------------------------
 
@@ -191,6 +208,14 @@ class MainScreen(Screen[None]):
 
     def action_focus_search(self) -> None:
         self.query_one("#query", Input).focus()
+
+    def action_leave_search(self) -> None:
+        self.query_one(ResultsTable).focus()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "leave_search":  # Escape means something only inside the search box
+            return types_text(self.focused)
+        return super().check_action(action, parameters)
 
     def action_rerun(self) -> None:
         if self.query_text:

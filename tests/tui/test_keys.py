@@ -1,0 +1,165 @@
+"""Keys work where the cursor is: in a text field the footer names only keys that act there, Escape leaves the
+search box, the stale line names the key that re-runs from where the cursor is, and a key meant as a command never
+lands in the query (where it would be searched, logged and replayed as text)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from textual.keys import _character_to_key
+
+from memlens.tui.keys import types_text
+
+from .conftest import search, settle
+
+pytestmark = pytest.mark.model
+
+SIZE = (120, 40)
+TYPED = {_character_to_key(chr(c)) for c in range(32, 127)}  # the key names of the printable characters
+
+
+def footer(app) -> dict[str, object]:
+    """What the footer shows now: key -> binding."""
+    return {k: b.binding for k, b in app.screen.active_bindings.items() if b.binding.show}
+
+
+def typed_by_the_field(app) -> list[str]:
+    """Footer keys that the focused text field would take as text instead (none may be shown)."""
+    if not types_text(app.focused):
+        return []
+    out = []
+    for key, binding in footer(app).items():
+        if key in TYPED and not binding.priority:
+            out.append(key)
+    return out
+
+
+class Searches:
+    """Records every query the app searches (and so logs)."""
+
+    def __init__(self, app) -> None:
+        self.real, self.queries = app.lens.search, []
+        app.lens.search = self
+
+    def __call__(self, query, **kwargs):
+        self.queries.append(query)
+        return self.real(query, **kwargs)
+
+
+def test_search_box_hints_name_keys_that_work_there_and_escape_leaves_it(make_app):
+    app = make_app()
+
+    async def run() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await search(pilot, "callbacks blocking")
+            main, query = app.main, app.main.query_one("#query")
+            assert app.focused is query  # the default
+            shown = footer(app)
+            assert typed_by_the_field(app) == [], shown
+            assert "escape" in shown and "r" not in shown and "q" not in shown
+            await pilot.press("escape")
+            assert app.focused is main.query_one("#results")
+            shown = footer(app)
+            assert {"r", "d", "x", "c", "s", "q"} <= set(shown) and "escape" not in shown
+            assert query.value == "callbacks blocking"
+            await pilot.press("slash")  # and back in
+            assert app.focused is query and typed_by_the_field(app) == []
+
+    asyncio.run(run())
+
+
+def test_stray_keys_outside_the_box_never_edit_the_query(make_app):
+    app = make_app()
+    searches = Searches(app)
+
+    async def run() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await search(pilot, "callbacks blocking")
+            main, query = app.main, app.main.query_one("#query")
+            await pilot.press("escape", "r", "z", "1", "d", "d", "k")
+            await settle(pilot)
+            assert query.value == "callbacks blocking"
+            assert main.query_text == "callbacks blocking"
+            assert set(searches.queries) == {"callbacks blocking"} and len(searches.queries) == 2  # typed, then r
+            assert main.show_dropped is False
+
+    asyncio.run(run())
+
+
+def _write_elsewhere(app) -> None:
+    from memlens import Memory
+
+    with Memory.open(app.lens.store_path, embedder=app.lens.mem.embedder) as other:
+        n = other.count()
+        other.add(f"Timer callbacks finish within {n} ms.", wing="lifecore_ros2", type="invariant")
+
+
+def test_the_stale_line_names_the_key_that_reruns_where_the_cursor_is(make_app):
+    app = make_app(watch=True, poll_interval=0.2)
+    searches = Searches(app)
+
+    async def stale(pilot) -> str:
+        _write_elsewhere(app)
+        for _ in range(50):
+            await pilot.pause(0.1)
+            if app.main.stale is not None:
+                break
+        return str(app.main.query_one("#status").render())
+
+    async def run() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await search(pilot, "callbacks blocking")
+            main, query = app.main, app.main.query_one("#query")
+            assert app.focused is query
+            assert stale_line(await stale(pilot)) == "enter re-runs"
+            await pilot.press("enter")  # the same query again: its results were stale
+            await settle(pilot)
+            assert main.stale is None and len(searches.queries) == 2
+            assert app.focused is main.query_one("#results")  # Enter moved on to the results
+
+            assert stale_line(await stale(pilot)) == "r re-runs"
+            await pilot.press("slash")
+            assert stale_line(str(main.query_one("#status").render())) == "enter re-runs"
+            await pilot.press("escape")
+            assert stale_line(str(main.query_one("#status").render())) == "r re-runs"
+            await pilot.press("r")
+            await settle(pilot)
+            assert main.stale is None and len(searches.queries) == 3
+            assert query.value == "callbacks blocking" and set(searches.queries) == {"callbacks blocking"}
+
+    asyncio.run(run())
+
+
+def stale_line(status: str) -> str:
+    assert status.startswith("⚠ stale since "), status
+    return status.rpartition(" · ")[2]
+
+
+def test_no_screen_hints_a_key_its_text_field_would_type(make_app):
+    """The entry editor, the assistant shell, the context preview and "why not?" each have a text field with
+    focus: the footer there (the app's q included) names no key the field would take as text."""
+    app = make_app()
+
+    async def run() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await search(pilot, "callbacks blocking")
+            for key in ("n", "s", "c", "x"):
+                await pilot.press("escape")  # out of the search box (or back from the screen)
+                assert app.screen is app.main
+                await pilot.press(key)
+                await settle(pilot)
+                assert app.screen is not app.main, key
+                fields = [w for w in app.screen.query("Input, TextArea") if w.can_focus]
+                assert fields, key
+                fields[0].focus()
+                await pilot.pause()
+                assert types_text(app.focused)
+                assert typed_by_the_field(app) == [], (key, footer(app))
+                await pilot.press("escape")
+                await settle(pilot)
+                if app.screen is not app.main:  # a form with edits asks first
+                    await pilot.press("y")
+                    await settle(pilot)
+
+    asyncio.run(run())
