@@ -371,6 +371,18 @@ def test_the_app_runs_no_sql():
     assert not bad, "the app touches the database directly:\n" + "\n".join(bad)
 
 
+def test_the_app_reaches_the_engine_only_through_its_service():
+    """Screens and widgets ask ``Lens`` (tui/service.py); none takes the engine's ``Memory`` out of it."""
+    bad = []
+    for name, path in _modules().items():
+        if not name.startswith("memlens.tui") or name == "memlens.tui.service":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr in ("mem", "_mem"):
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: .{node.attr}")
+    assert not bad, "the app reaches past tui/service.py:\n" + "\n".join(bad)
+
+
 def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
     """The checker itself: an import inside a function and a relative one are found, a TYPE_CHECKING one as such,
     and the app importing the CLI is named as a violation with its file and line."""

@@ -266,6 +266,35 @@ class Lens:
 
         return self.call(run)
 
+    def replay_report(self, last: int) -> dict[str, Any]:
+        """The latest ``last`` logged queries replayed on the store as it is now (``memlens.replay.replay``; not
+        logged), with the title of every entry the report names."""
+        from memlens.errors import NotFoundError
+        from memlens.replay.replay import replay
+
+        def run() -> dict[str, Any]:
+            report = replay(self.mem, last=last)
+            titles: dict[str, str] = {}
+            for q in report["queries"]:
+                for eid in [*q.get("before", []), *q.get("after", [])]:
+                    if eid not in titles:
+                        try:
+                            titles[eid] = self.mem.get(eid).title
+                        except NotFoundError:
+                            titles[eid] = "(deleted)"
+            report["titles"] = titles
+            return report
+
+        return self.call(run)
+
+    def entry_impact(self, entry_id: str) -> dict[str, Any]:
+        """The entry's access log and what deprecating it would change (``memlens.replay``; writes nothing)."""
+        from memlens.replay.access import entry_access
+        from memlens.replay.impact import preview
+
+        return self.call(lambda: {"access": entry_access(self.mem, entry_id, limit=200),
+                                  "preview": preview(self.mem, lambda m: m.set_status(entry_id, "deprecated"))})
+
     def entry_access(self, entry_id: str, limit: int = 50) -> list[dict[str, Any]]:
         """When the entry was retrieved, newest first: ``{seq, ts, query, client, rank, score, in_context}``."""
         from memlens.replay.access import entry_access

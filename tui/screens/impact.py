@@ -24,15 +24,6 @@ from textual.widgets import DataTable, Footer, Header, Static
 TITLE = "Impact: who retrieves the selected entry, and what deprecating it would change"
 
 
-def entry_impact(mem: Any, entry_id: str) -> dict[str, Any]:
-    """Access log and deprecation preview of ``entry_id`` (runs on an engine thread; writes nothing)."""
-    from memlens.replay.access import entry_access
-    from memlens.replay.impact import preview
-
-    return {"access": entry_access(mem, entry_id, limit=200),
-            "preview": preview(mem, lambda m: m.set_status(entry_id, "deprecated"))}
-
-
 def _clip(text: str, width: int) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= width else text[: width - 1] + "…"
@@ -104,7 +95,7 @@ class ImpactScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="impact", exit_on_error=False)
     def _load(self) -> None:
-        self.post_message(self.Loaded(self.lens.call(entry_impact, self.lens.mem, self.entry_id)))
+        self.post_message(self.Loaded(self.lens.entry_impact(self.entry_id)))
 
     def on_impact_screen_loaded(self, message: Loaded) -> None:
         self.data = data = message.data

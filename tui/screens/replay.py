@@ -25,24 +25,6 @@ LAST = 20
 TITLE = "Replay: re-run the latest logged queries and diff their rankings"
 
 
-def replay_report(mem: Any, last: int = LAST) -> dict[str, Any]:
-    """The engine's replay report, with the title of every entry it names (runs on an engine thread)."""
-    from memlens.errors import NotFoundError
-    from memlens.replay.replay import replay
-
-    report = replay(mem, last=last)
-    titles: dict[str, str] = {}
-    for q in report["queries"]:
-        for eid in [*q.get("before", []), *q.get("after", [])]:
-            if eid not in titles:
-                try:
-                    titles[eid] = mem.get(eid).title
-                except NotFoundError:
-                    titles[eid] = "(deleted)"
-    report["titles"] = titles
-    return report
-
-
 def _clip(text: str, width: int) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= width else text[: width - 1] + "…"
@@ -128,7 +110,7 @@ class ReplayScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="replay", exit_on_error=False)
     def _load(self) -> None:
-        self.post_message(self.Loaded(self.lens.call(replay_report, self.lens.mem)))
+        self.post_message(self.Loaded(self.lens.replay_report(LAST)))
 
     def on_replay_screen_loaded(self, message: Loaded) -> None:
         report = message.report
