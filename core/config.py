@@ -110,10 +110,6 @@ class SearchConfig(_Section):
     vector_index: Literal["auto", "sqlite-vec", "memory"] = Field(
         "auto", description="'auto': sqlite-vec until Memory.warm_index() loads the in-process index"
     )
-    lexical_alongside_embed: bool = Field(
-        False, description="run the lexical search on a worker thread while the query is embedded (needs a core "
-        "the model leaves idle: see embedding.threads; SQLite stores)"
-    )
 
 
 class StoreConfig(_Section):

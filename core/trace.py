@@ -139,10 +139,6 @@ class Trace(BaseModel):
     cache_hit: bool = False
     cache: CacheInfo = Field(default_factory=CacheInfo)
     latency_ms: dict[str, float] = Field(default_factory=dict)
-    # stages that ran on a worker thread alongside others: {"lexical": {"alongside": ["embed", "vector"],
-    # "waited_ms": the calling thread's wait at the join}}; their latency_ms is their own time, so the
-    # stages then add up to more than ``total``
-    concurrent: dict[str, dict[str, Any]] = Field(default_factory=dict)
     wings_searched: list[str] = Field(default_factory=list)
     results_per_wing: dict[str, int] = Field(default_factory=dict)
     counts: dict[str, int] = Field(default_factory=dict)

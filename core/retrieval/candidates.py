@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from memlens.limits import MAX_QUERY_TERMS, knn_rows
-from memlens.retrieval import lexical_job
 from memlens.retrieval.policy import Candidate
 from memlens.retrieval.run import Run
+from memlens.retrieval.terms import lexical_terms
 from memlens.store.scope import StoredRow
 from memlens.store.vectors import clean, degenerate
 from memlens.trace import Components
@@ -41,16 +41,6 @@ def has_text(run: Run) -> bool:
 
 def is_listing(run: Run) -> bool:
     return run.mode == "listing"
-
-
-def alongside(run: Run) -> bool:
-    """The lexical stage can run on a worker while the query is embedded (``memlens.retrieval.lexical_job``)."""
-    return run.mode == "text" and run.settings.search.lexical_alongside_embed and lexical_job.can_run_alongside(run.store)
-
-
-def start_lexical(run: Run) -> None:
-    """Hand the lexical stage to a worker thread (None when every worker is busy: it runs inline)."""
-    run.lexical_job = lexical_job.start(run.store, run.text, run.plan.search_scope, run.n_cand)
 
 
 def embed(run: Run) -> None:
@@ -80,23 +70,15 @@ def vector(run: Run) -> None:
 
 def lexical(run: Run) -> None:
     """The lexical generator: the best text matches inside the scope, for every term of the query up to the cap
-    (``memlens.retrieval.terms``); the trace lists the terms used. Joins the worker that ran it alongside the
-    embed, if one did (its error, if any, is raised here)."""
-    job, run.lexical_job = run.lexical_job, None
-    if job is not None:
-        found = job.result()
-        run.alongside["lexical"] = found.ms
-        run.trace.concurrent["lexical"] = {"alongside": ["embed", "vector"]}
-        run.prefetched = found
-    else:
-        found = lexical_job.find(run.store, run.text, run.plan.search_scope, run.n_cand, run.knn_gens, False)
-    sel = found.sel
+    (``memlens.retrieval.terms``); the trace lists the terms used."""
+    sel = lexical_terms(run.text)
+    hits = run.store.lexical(sel.text, run.plan.search_scope, run.n_cand, run.knn_gens)
     run.trace.fusion["lexical_terms"] = sel.terms
     if sel.cut:
         run.trace.notes.append(f"the lexical search used the first {MAX_QUERY_TERMS} of the query's {sel.distinct} "
                                "distinct terms")
-    run.bm25.update(found.hits)
-    run.bm25_rank.update(zip([rowid for rowid, _ in found.hits], range(1, len(found.hits) + 1)))
+    run.bm25.update(hits)
+    run.bm25_rank.update(zip([rowid for rowid, _ in hits], range(1, len(hits) + 1)))
     run.ordered = list(dict.fromkeys([*run.sims, *run.bm25]))
 
 
@@ -106,23 +88,12 @@ def listing(run: Run) -> None:
 
 
 def _rows(run: Run, rowids: list[int]) -> list[StoredRow]:
-    """The sound rows of ``rowids``, in that order: those the lexical worker read (once), the rest read here."""
-    pre, have = run.prefetched, {}
-    ask = rowids
-    if pre is not None:
-        run.prefetched = None
-        run.trace.notes.extend(pre.damaged)
-        run.vectors.update(pre.vectors)
-        have = pre.rows
-        hits = {r for r, _ in pre.hits}
-        ask = [r for r in rowids if r not in hits]
-    if ask:
-        got = run.store.rows(ask)
-        run.trace.notes.extend(got.damaged)
-        if not have:
-            return got.rows
-        have.update((r[0], r) for r in got.rows)
-    return [have[r] for r in rowids if r in have]
+    """The sound rows of ``rowids``, in that order (a row that does not decode is left out, noted in the trace)."""
+    if not rowids:
+        return []
+    got = run.store.rows(rowids)
+    run.trace.notes.extend(got.damaged)
+    return got.rows
 
 
 def _load(run: Run, rowids: list[int], pool: dict[int, Candidate]) -> tuple[list[Candidate], list[Candidate]]:

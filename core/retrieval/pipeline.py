@@ -1,17 +1,23 @@
 """The retrieval pipeline: one code path that ranks and records why.
 
-    plan → cache? → gate → (lexical started on a worker) → embed → vector → lexical (or: listing) → load
-    → score → code gates → policy → rerank → order → results → workspace fallback? → budget → fresh → count
+    plan → cache? → trace → gate → embed → vector → lexical (or: listing) → load
+    → score → code gates → policy → rerank → order → results → workspace fallback? → budget → fresh → count   (then: log)
 
 Each stage is a function of the search's state (``memlens.retrieval.run.Run``)
 in its own module: ``candidates`` (gate to load), ``stages`` (score to count).
 What a profile changes it swaps in as hooks (``memlens.retrieval.hooks``).
 The pipeline times each stage into the trace's ``latency_ms`` (the key each
 stage is counted under; some stages are not timed); the stages never time
-themselves, except the lexical stage when it runs on a worker thread alongside the
-embed (``memlens.retrieval.lexical_job``): its entry is the worker's own time,
-and the trace's ``concurrent`` says so. Storage is reached only through
-``memlens.store.reads.Reads``.
+themselves. The engine is reached only through the search's context
+(``memlens.retrieval.context.SearchContext``: the store's read role, the
+embedder, the cache, the profiles, the log), and what the search logs is
+the record built here (``RetrievalRecord``), handed to ``ctx.log``.
+
+To add a stage: write ``def my_stage(run: Run) -> None`` (read the parts of
+``run`` the stages before it set, write the ones after it read), add
+``Stage("my_stage", my_stage, latency_key_or_None, when=condition_or_None)``
+to ``PIPELINE`` at its place, and test it with ``run_until`` in
+tests/test_stages.py (the pipeline up to a stage, on a fake store).
 """
 
 from __future__ import annotations
@@ -67,7 +73,7 @@ def cache(run: Run) -> None:
         if changed is not None:
             run.cache_info.invalidated_by, hit = changed, None
     if hit is not None:
-        trace = hit.trace.model_copy(update={"cache_hit": True, "cache": run.cache_info, "concurrent": {}})  # nothing ran
+        trace = hit.trace.model_copy(update={"cache_hit": True, "cache": run.cache_info})
         trace.latency_ms = {st: 0.0 for st in STAGES}
         run.bundle = Bundle(results=_copies(hit.results), trace=trace, context=hit.context)
         run.cached = True
@@ -95,7 +101,6 @@ PIPELINE: tuple[Stage, ...] = (
     Stage("cache", cache),
     Stage("trace", start_trace),
     Stage("gate", candidates.gate),
-    Stage("lexical_start", candidates.start_lexical, when=candidates.alongside),  # the lexical stage, on a worker
     Stage("embed", candidates.embed, "embed", when=candidates.has_text),
     Stage("vector", candidates.vector, "vector", when=candidates.has_text),
     Stage("listing", candidates.listing, "vector", when=candidates.is_listing),
@@ -138,33 +143,19 @@ def search(
     options = {"active_wing": active_wing, "wings": wings, "k": k, "profile": profile, "budget": budget, "user": user,
                "weights": weights}
     run = Run(ctx=ctx, query=query, options=options, workspace=workspace, use_cache=use_cache, now=now)
-    try:
-        with run.store.settled():  # whether another process wrote is asked once for the whole search
-            for stage in PIPELINE:
-                if stage.when is None or stage.when(run):
-                    t = time.perf_counter()
-                    stage.run(run)
-                    if stage.latency is not None:
-                        run.lat[stage.latency] += _own_time(run, stage.name, (time.perf_counter() - t) * 1000)
-                if run.cached:
-                    break
-    finally:
-        if run.lexical_job is not None:  # the search failed before joining its worker: let the worker finish first
-            run.lexical_job.settle()
+    with run.store.settled():  # whether another process wrote is asked once for the whole search
+        for stage in PIPELINE:
+            if stage.when is None or stage.when(run):
+                t = time.perf_counter()
+                stage.run(run)
+                if stage.latency is not None:
+                    run.lat[stage.latency] += (time.perf_counter() - t) * 1000
+            if run.cached:
+                break
     bundle = _finish(run, t_start)
     request = {"query": query, **{n: v for n, v in options.items() if v is not None and n != "weights"}}
     ctx.log(RetrievalRecord(bundle, request, client, context))
     return bundle
-
-
-def _own_time(run: Run, name: str, elapsed: float) -> float:
-    """A stage's time: ``elapsed`` on this thread, or, for a stage whose work ran on a worker thread alongside
-    others, the worker's own time (``elapsed`` was the wait at the join; the trace's ``concurrent`` keeps it)."""
-    worker = run.alongside.pop(name, None)
-    if worker is None:
-        return elapsed
-    run.trace.concurrent[name]["waited_ms"] = round(elapsed, 3)
-    return worker
 
 
 def _finish(run: Run, t_start: float) -> Bundle:

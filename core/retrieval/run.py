@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from memlens.config import Settings
     from memlens.retrieval.context import SearchContext
     from memlens.retrieval.hooks import Hooks
-    from memlens.retrieval.lexical_job import Job, Lexical
     from memlens.retrieval.plan import Plan
 
 
@@ -53,9 +52,6 @@ class Run:
     bm25: dict[int, float] = field(default_factory=dict)
     bm25_rank: dict[int, int] = field(default_factory=dict)
     ordered: list[int] = field(default_factory=list)
-    lexical_job: Job | None = None  # the lexical stage running on a worker alongside the embed, until joined
-    prefetched: Lexical | None = None  # what that worker found, until the load stage takes its rows and vectors
-    alongside: dict[str, float] = field(default_factory=dict)  # stage -> its own time (ms) on a worker thread
     # the pool
     pool: list[Candidate] = field(default_factory=list)
     vectors: dict[int, np.ndarray] = field(default_factory=dict)

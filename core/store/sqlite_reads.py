@@ -86,12 +86,6 @@ class SqliteReads:
     def vector_index(self) -> str:
         return "memory" if self.vindex is not None else "sqlite-vec"
 
-    def serves_threads(self) -> bool:
-        """Another thread reading this store now sees what this thread would: it reads through its own
-        connection, and this thread's connection is its own (not one handed in) and not inside a transaction
-        (whose uncommitted writes the other connection could not see)."""
-        return not self.pinned and not self.conn.in_transaction
-
     def knn(self, qvec: np.ndarray, scope: Scope, n: int) -> Knn:
         mem = self  # what the in-process index reads the store through
         vindex = self.vindex

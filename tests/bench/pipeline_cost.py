@@ -204,7 +204,6 @@ def real_corpus(quick: bool, res: dict[str, Any]) -> None:
         cpus: dict[str, list[float]] = {"sqlite-vec": [], "memory": []}
         lat: dict[str, list[dict[str, float]]] = {"sqlite-vec": [], "memory": []}
         first: list[float] = []  # in-process, the first time each question is asked: pipeline excl. embed (ms)
-        alongside = {"sqlite-vec": 0, "memory": 0}  # searches whose lexical stage ran on a worker beside the embed
         notes: dict[str, int] = {}
         ranked_chroma: dict[str, list[str]] = {}
         for _ in range(1):  # warm-up pass: pages, prepared statements, chromadb's index in memory
@@ -237,7 +236,6 @@ def real_corpus(quick: bool, res: dict[str, Any]) -> None:
                     lat[path_name].append(dict(b.trace.latency_ms))
                     if path_name == "memory" and p == 0:
                         first.append(b.trace.latency_ms["total"] - b.trace.latency_ms.get("embed", 0.0))
-                    alongside[path_name] += "lexical" in b.trace.concurrent
                     if path_name == "sqlite-vec" and p == 0:
                         for n in b.trace.notes:
                             key = n.split(":")[0][:80]
@@ -251,7 +249,7 @@ def real_corpus(quick: bool, res: dict[str, Any]) -> None:
         res["latency"][path_name] = {"wall": summary(walls[path_name]), "stages_p50": stage_p50,
                                      "pipeline_excl_embed": summary([x / 1000 for x in excl]),
                                      "cpu_excl_embed": summary(cpus[path_name]),
-                                     "lexical_alongside_embed": alongside[path_name], "searches": len(per)}
+                                     "searches": len(per)}
     res["latency"]["memory"]["pipeline_excl_embed_first_pass"] = summary([x / 1000 for x in first])
     if chroma is not None:
         res["latency"]["chromadb"] = {"wall": summary(walls["chromadb"])}
@@ -352,17 +350,6 @@ def render(res: dict[str, Any]) -> str:
         qual += f" · chromadb MRR@10 {q['chromadb']['mrr@10']:.3f}, R@10 {q['chromadb']['recall@10']:.3f}"
     L.append(f"| Quality (`memlens eval` machinery) | {qual} | | not below the previous run | see below |")
     L.append("")
-    side = [lat[p].get("lexical_alongside_embed") for p in ("sqlite-vec", "memory")]
-    if side == [0, 0]:
-        L.append("The lexical stage ran inline in every search (`search.lexical_alongside_embed` is off, the default).")
-        L.append("")
-    elif all(x is not None for x in side):
-        L.append(f"The lexical stage ran on a worker thread alongside the embed in {side[0]} and {side[1]} of the "
-                 f"{lat['memory']['searches']} searches per path (sqlite-vec, in-process; the trace's `concurrent`): its "
-                 "`latency_ms` is then the worker's own time, *pipeline excl. embed* is the search's wall time outside "
-                 "the embed (the embed itself may be slower for sharing the cores: the end-to-end rows are what the overlap "
-                 "is judged by), and *CPU excl. embed* counts the calling thread only, not the worker.")
-        L.append("")
     L.append("Where the pipeline spends its time (p50 of each stage of `trace.latency_ms`, ms):")
     L.append("")
     L.append("| Path | " + " | ".join(STAGE_KEYS) + " | total |")
