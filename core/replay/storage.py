@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-# stdlib only at import time: the CLI imports this module before an MCP server answers ``initialize``
+# light at import time: only the JSON encoder
 from memlens.compact_json import dumps
 
 if TYPE_CHECKING:
