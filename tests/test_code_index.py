@@ -238,10 +238,10 @@ def test_watch_periodic_rescan_catches_what_events_missed(mem, ws, monkeypatch):
 
 def test_deadline_leaves_the_rest_for_the_next_run(mem, ws):
     out = index(mem, ws, wing="proj", deadline_s=1e-9)
-    assert out["added"] == 0 and out["removed"] == 0
+    assert out["added"] == 0 and out["removed"] == 0 and out["complete"] is False
     assert storage.runs(mem, "index")[0]["status"] == "partial"
     full = index(mem, ws, wing="proj")
-    assert full["added"] > 10
+    assert full["added"] > 10 and full["complete"] is True
 
 
 def test_cli_index_and_status(tmp_path):
@@ -251,7 +251,7 @@ def test_cli_index_and_status(tmp_path):
     r = run_cli("--store", store, "index", str(ws), "--wing", "proj", "--json", timeout=600)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert list(out) == ["added", "updated", "unchanged", "removed", "chunks", "skipped", "seconds"]
+    assert list(out) == ["added", "updated", "unchanged", "removed", "chunks", "skipped", "seconds", "complete"]
     assert {"path": str(ws / "blob.bin"), "reason": "binary (a NUL byte in the first 8 KB)"} in out["skipped"]
     r = run_cli("--store", store, "index", "status", "--json", timeout=120)
     assert r.returncode == 0, r.stderr
@@ -308,6 +308,7 @@ def test_other_grammars_on_real_files(mem, tmp_path, pattern, language):
     index(mem, ws, wing="proj")
     entries = list(mem.entries("proj"))
     assert entries and {e.meta["parser"] for e in entries} == {f"code:tree-sitter:{language}"}
-    for e in entries:
+    for e in entries:  # exactly the file's lines, or for a piece of a minified line its columns in that line
         a, b = e.meta["lines"]
-        assert e.text == "\n".join((ws / e.meta["path"]).read_text().split("\n")[a - 1 : b])
+        lines = "\n".join((ws / e.meta["path"]).read_text().split("\n")[a - 1 : b])
+        assert e.text == (lines[slice(*e.meta["cols"])] if "cols" in e.meta else lines)

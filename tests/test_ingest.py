@@ -178,8 +178,8 @@ def test_cli_json_summary_is_exactly_the_contract(tmp_path):
     r = run_cli("--store", store, "ingest", str(docs), "--wing", "docs", "--json", timeout=300)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert list(out) == ["added", "updated", "unchanged", "removed", "chunks", "skipped", "seconds"]
-    assert out["added"] == 3 and out["chunks"] > 0 and isinstance(out["seconds"], float)
+    assert list(out) == ["added", "updated", "unchanged", "removed", "chunks", "skipped", "seconds", "complete"]
+    assert out["added"] == 3 and out["chunks"] > 0 and isinstance(out["seconds"], float) and out["complete"] is True
     assert "\r" not in r.stderr  # no progress bar when stderr is not a terminal
 
 

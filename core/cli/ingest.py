@@ -35,7 +35,7 @@ def register(sub: Any) -> None:
     s.add_argument("--wing", required=True)
     s.add_argument("--room", default="")
     s.add_argument("--json", action="store_true",
-                   help='print {"added", "updated", "unchanged", "removed", "chunks", "skipped", "seconds"}')
+                   help='print {"added", "updated", "unchanged", "removed", "chunks", "skipped", "seconds", "complete"}')
 
     s = sub.add_parser("index", help="index a workspace's code (incremental; --watch keeps it fresh); 'index status'")
     _store_arg(s)
@@ -86,7 +86,8 @@ def _print_summary(verb: str, out: dict[str, Any], as_json: bool) -> None:
         print(json.dumps(out, ensure_ascii=False))
         return
     print(f"{verb}: {out['added']} added, {out['updated']} updated, {out['unchanged']} unchanged, {out['removed']} removed, "
-          f"{out['chunks']} chunks written, {len(out['skipped'])} skipped in {out['seconds']:.2f} s")
+          f"{out['chunks']} chunks written, {len(out['skipped'])} skipped in {out['seconds']:.2f} s"
+          + ("" if out["complete"] else "; stopped at the deadline, the next run goes on from there"))
     for s in out["skipped"][:SKIPS_SHOWN]:
         print(f"  skipped {s['path']}: {s['reason']}", file=sys.stderr)
     if len(out["skipped"]) > SKIPS_SHOWN:

@@ -6,9 +6,10 @@
     status = index_status(mem)
 
 Both return the summary object ``{"added", "updated", "unchanged", "removed",
-"chunks", "skipped": [{"path", "reason"}], "seconds"}`` (counts of sources,
-except ``chunks``). ``progress`` receives small dicts (``stage``, ``files``,
-``chunks``, ``path``) as the run advances. See ``memlens.ingest.pipeline``.
+"chunks", "skipped": [{"path", "reason"}], "seconds", "complete"}`` (counts of sources,
+except ``chunks``; ``complete`` is false when a deadline stopped the run before every
+file was seen). ``progress`` receives small dicts (``stage``, ``files``, ``chunks``,
+``path``) as the run advances. See ``memlens.ingest.pipeline``.
 """
 
 from __future__ import annotations

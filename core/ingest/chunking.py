@@ -112,13 +112,22 @@ def line_windows(lines: list[str], first_line: int, title_for: Callable[[int, in
 
     ``first_line`` is the 1-based number of ``lines[0]``; each chunk's position is its line range, and its text is
     exactly those lines (what the retrieval gate compares with the file later). A single line longer than the
-    window stays whole: the model reads its beginning.
+    window (minified code, a data literal) is cut into pieces that fit, each with its line and its character
+    range in that line (``cols``, end excluded), so no part of it is left unread.
     """
     out: list[Chunk] = []
     budget = text_budget(count, title_for(first_line, first_line + len(lines)))
     start, used = 0, 0
     for i, line in enumerate(lines):
         n = count(line)
+        if n > budget:
+            if i > start:
+                out.append(_window(lines, start, i, first_line, title_for))
+            no = first_line + i
+            out += [Chunk(title_for(no, no), line[a:b], {"lines": [no, no], "cols": [a, b]})
+                    for a, b in cut_line(line, budget, count)]
+            start, used = i + 1, 0
+            continue
         if i > start and (used + n > budget or i - start >= max_lines):
             out.append(_window(lines, start, i, first_line, title_for))
             start, used = i, 0
@@ -126,6 +135,35 @@ def line_windows(lines: list[str], first_line: int, title_for: Callable[[int, in
     if start < len(lines):
         out.append(_window(lines, start, len(lines), first_line, title_for))
     return [c for c in out if c.text.strip()]
+
+
+def cut_line(line: str, budget: int, count: TokenCounter) -> list[tuple[int, int]]:
+    """Character ranges ``(start, end)`` that cut ``line`` into consecutive pieces of at most ``budget`` tokens.
+
+    Cuts fall before a word where they can; a word longer than the budget (a base64 blob) is cut by characters.
+    The pieces cover the line exactly, so each is a verbatim slice of it.
+    """
+    out: list[tuple[int, int]] = []
+    start, used = 0, 0
+    for m in re.finditer(r"\S+", line):
+        n = count.word(m.group())
+        if n > budget:
+            if used:
+                out.append((start, m.start()))
+                start = m.start()
+            step = max(8, len(m.group()) * budget // max(n, 1) - 1)
+            while m.end() - start > step:
+                out.append((start, start + step))
+                start += step
+            used = count.word(line[start : m.end()])
+            continue
+        if used and used + n > budget:
+            out.append((start, m.start()))
+            start, used = m.start(), 0
+        used += n
+    if start < len(line):
+        out.append((start, len(line)))
+    return out
 
 
 def _window(lines: list[str], a: int, b: int, first_line: int, title_for: Callable[[int, int], str]) -> Chunk:

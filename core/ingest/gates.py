@@ -7,7 +7,8 @@ is still true; the first gate it fails names the stage it is dropped at:
 - ``code_workspace`` (``outside_workspace``): the file's real path left the indexed workspace (a link now
   leads elsewhere);
 - ``code_binary`` (``binary``): the file now holds binary data, is not UTF-8, or is too large to be code;
-- ``code_stale`` (``stale``): the file's lines at the chunk's range are not the chunk's text (edited since).
+- ``code_stale`` (``stale``): the file's lines at the chunk's range (and columns, for a piece of one long
+  line) are not the chunk's text (edited since).
 
 The file is stat'ed and its path resolved at every check (a few microseconds); it is read
 and compared only when its (inode, size, mtime, ctime) differ from the last check of the
@@ -53,10 +54,13 @@ def check(meta: dict[str, Any], text: str, roots: dict[str, str] | None = None) 
         real_root = roots[root] = os.path.realpath(root)
     if not inside(real, real_root):
         return "code_workspace", "outside_workspace", f"{source} resolves to {real}, outside the indexed workspace"
-    key = (real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, lines[0], lines[1], len(text), hash(text))
+    cols = meta.get("cols")  # a piece of one long line: its character range in that line
+    span = (cols[0], cols[1]) if isinstance(cols, list) and len(cols) == 2 and all(isinstance(c, int) for c in cols) else None
+    key = (real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, lines[0], lines[1], span, len(text),
+           hash(text))
     if key in _verdicts:
         return _verdicts[key]
-    verdict = _read(source, real, lines, text)
+    verdict = _read(source, real, lines, span, text)
     if time.time() - st.st_mtime_ns / 1e9 > RACY_S:
         if len(_verdicts) >= VERDICTS_KEPT:
             _verdicts.clear()
@@ -64,7 +68,7 @@ def check(meta: dict[str, Any], text: str, roots: dict[str, str] | None = None) 
     return verdict
 
 
-def _read(source: str, real: str, lines: list[Any], text: str) -> Verdict:
+def _read(source: str, real: str, lines: list[Any], span: tuple[int, int] | None, text: str) -> Verdict:
     try:
         with open(real, "rb") as fh:
             data = fh.read(MAX_CODE_BYTES + 1)
@@ -77,6 +81,7 @@ def _read(source: str, real: str, lines: list[Any], text: str) -> Verdict:
     except UnicodeDecodeError:
         return "code_binary", "binary", f"{source} is no longer UTF-8 text"
     a, b = lines
-    if "\n".join(now.split("\n")[a - 1 : b]) != text:
+    held = "\n".join(now.split("\n")[a - 1 : b])
+    if (held if span is None else held[span[0] : span[1]]) != text:
         return "code_stale", "stale", f"{source}:{a}-{b} changed since it was indexed"
     return None

@@ -27,8 +27,8 @@ from memlens.errors import MemlensError, ValidationError
 from memlens.ingest import storage
 from memlens.ingest.chunking import CHUNKER_VERSION, Chunk, TokenCounter, counter_for
 from memlens.ingest.code_chunks import CODE_EXTENSIONS, code_chunks
-from memlens.ingest.readers import PARSER_VERSIONS, Unreadable, decode, parser_for, read_document
-from memlens.ingest.walker import MAX_CODE_BYTES, MAX_DOC_BYTES, Found, Skip, inside, walk
+from memlens.ingest.readers import PARSER_VERSIONS, Unreadable, decode, parser_for, read_document, reason
+from memlens.ingest.walker import MAX_CODE_BYTES, MAX_DOC_BYTES, Found, Skip, inside, shown, walk
 from memlens.limits import entry_text_limit
 from memlens.models import content_hash
 from memlens.store.writes import validate_entry
@@ -82,6 +82,8 @@ def resolve_targets(paths: list[str | Path], *, want_dir: bool = False) -> list[
         if not raw.strip():
             raise ValidationError("an empty path was given")
         real = os.path.realpath(os.path.expanduser(raw))
+        if shown(real) != real:  # a name with bytes that are not UTF-8 could be neither stored nor shown as text
+            raise ValidationError(f"{shown(raw)}: the path is not valid UTF-8 (rename it to read it)")
         if not os.path.exists(real):
             raise MemlensError(f"{raw}: no such file or folder")
         is_dir = os.path.isdir(real)
@@ -104,10 +106,10 @@ def version_of(parser: str, count: TokenCounter) -> str:
     return f"{parser}/{PARSER_VERSIONS.get(parser.split(':')[0], 1)};chunk/{CHUNKER_VERSION};tokens/{count.max_tokens}"
 
 
-def _files(targets: list[Target], skips: list[Skip]) -> Iterator[tuple[Target, Found]]:
+def _files(targets: list[Target], skips: list[Skip], stop: Callable[[], bool]) -> Iterator[tuple[Target, Found]]:
     for t in targets:
         if t.is_dir:
-            for f in walk(t.path, skips):
+            for f in walk(t.path, skips, stop):
                 yield t, f
         else:
             try:
@@ -228,6 +230,10 @@ def run_pipeline(mem: Memory, targets: list[Target], run: Run, *, progress: Prog
     the rest (and the removal of vanished files) to the next run. ``only``: look at these paths only (the watcher).
     """
     t0 = time.perf_counter()
+
+    def past_deadline() -> bool:
+        return deadline is not None and time.monotonic() > deadline
+
     mem.store.check_writable()
     mem.check_model()
     count = counter_for(mem.embedder)
@@ -242,11 +248,10 @@ def run_pipeline(mem: Memory, targets: list[Target], run: Run, *, progress: Prog
     dropped: list[storage.Source] = []
     try:
         with entry_text_limit(mem.settings.limits.max_entry_chars):
-            for target, f in _files(targets, skips):
+            for target, f in _files(targets, skips, past_deadline):
                 if only is not None and f.path not in only:
                     continue
-                if deadline is not None and time.monotonic() > deadline:
-                    run.complete = False
+                if past_deadline():
                     break
                 if target.is_dir:
                     seen[target.path].add(f.path)
@@ -265,6 +270,8 @@ def run_pipeline(mem: Memory, targets: list[Target], run: Run, *, progress: Prog
                     batch, batch_chunks = [], 0
                 if progress:
                     progress({"stage": "read", "files": run.files_done, "path": f.path})
+            if past_deadline():  # the walk or the reading was cut: what was not seen is not gone
+                run.complete = False
             if batch:
                 writer.put(batch)
         writer.join_checked()
@@ -291,7 +298,7 @@ def run_pipeline(mem: Memory, targets: list[Target], run: Run, *, progress: Prog
 def summary(run: Run, seconds: float) -> dict[str, Any]:
     c = run.counts
     return {"added": c["added"], "updated": c["updated"], "unchanged": c["unchanged"], "removed": c["removed"],
-            "chunks": c["chunks"], "skipped": run.skipped, "seconds": round(seconds, 3)}
+            "chunks": c["chunks"], "skipped": run.skipped, "seconds": round(seconds, 3), "complete": run.complete}
 
 
 def _plan_file(mem: Memory, run: Run, target: Target, f: Found, known: storage.Source | None, count: TokenCounter,
@@ -326,6 +333,9 @@ def _plan_file(mem: Memory, run: Run, target: Target, f: Found, known: storage.S
         chunks, kind, parser, info = _chunks_for(run, target, f, data, count)
     except (Unreadable, ValidationError) as exc:
         skips.append(Skip(f.path, str(exc)))
+        return None
+    except Exception as exc:  # a parser's fault on this file (lxml, pypdf, tree-sitter): this file is skipped, not the run
+        skips.append(Skip(f.path, f"cannot be parsed ({reason(exc)})"))
         return None
     del data
     if not chunks and kind == "document":

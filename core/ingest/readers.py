@@ -16,7 +16,7 @@ from typing import Any
 
 from memlens.ingest.chunking import Chunk, TokenCounter, blocks_of, pack_blocks, text_budget
 
-PARSER_VERSIONS = {"markdown": 1, "html": 2, "text": 1, "pdf": 1, "code": 1}
+PARSER_VERSIONS = {"markdown": 1, "html": 2, "text": 1, "pdf": 1, "code": 2}  # code 2: long lines cut into pieces
 MARKDOWN = frozenset({".md", ".markdown", ".mdown", ".mkd"})
 HTML = frozenset({".html", ".htm", ".xhtml"})
 PDF = frozenset({".pdf"})
@@ -29,6 +29,12 @@ _SETEXT = re.compile(r"^ {0,3}(=+|-+)\s*$")
 
 class Unreadable(Exception):
     """The file cannot be read as its type; the message is the skip reason."""
+
+
+def reason(exc: BaseException) -> str:
+    """A parser's error in one short line: its type and the start of its message."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:120]}" if text else type(exc).__name__
 
 
 def parser_for(path: str | Path) -> str | None:
@@ -147,7 +153,6 @@ def read_pdf(data: bytes, doc_title: str, count: TokenCounter) -> tuple[list[Chu
     """Page by page: each chunk knows its page."""
     try:
         from pypdf import PdfReader
-        from pypdf.errors import PdfReadError
     except ImportError:  # pragma: no cover - a declared dependency
         raise Unreadable("reading PDF needs pypdf (pip install pypdf)") from None
     import logging
@@ -170,8 +175,8 @@ def read_pdf(data: bytes, doc_title: str, count: TokenCounter) -> tuple[list[Chu
         info["pages"] = len(reader.pages)
     except Unreadable:
         raise
-    except (PdfReadError, ValueError, KeyError, TypeError, AttributeError, RecursionError, OSError) as exc:
-        raise Unreadable(f"unreadable PDF ({type(exc).__name__}: {str(exc)[:120]})".replace("\n", " ")) from None
+    except Exception as exc:  # any fault of the file (pypdf's limits on decompression bombs included) is a skip
+        raise Unreadable(f"unreadable PDF ({reason(exc)})") from None
     return chunks, info
 
 

@@ -1,7 +1,7 @@
 """Walking a directory for ingestion or indexing: what to read, and every skip with its reason.
 
 Honours ``.gitignore`` files (each applies below its own folder, read with
-pathspec) and a default skip list of folders nobody wants indexed. Symbolic
+pathspec and matched by RE2, in linear time) and a default skip list of folders nobody wants indexed. Symbolic
 links are never followed: one that leads out of the walked folder is reported
 as such, and one inside it is skipped because its target is walked where it
 lives (this also keeps link loops out). Files that are not regular files
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,43 @@ class Skip:
     reason: str
 
     def to_dict(self) -> dict[str, str]:
-        return {"path": self.path, "reason": self.reason}
+        return {"path": shown(self.path), "reason": self.reason}
+
+
+NOT_UTF8 = "its name is not valid UTF-8 (rename it to read it)"
+
+
+def shown(path: str) -> str:
+    """``path`` as text that can be printed and stored: bytes of a name that are not UTF-8 appear as ``\\xNN``."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:  # Python keeps such bytes as lone surrogates, which no text output accepts
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
+    return path
+
+
+def _compile(lines: list[str]) -> Any:
+    """The rules of one .gitignore, matched by RE2 (linear time: no pattern can make a match backtrack).
+
+    Python's own regular expressions backtrack, and a pattern such as ``*a*a*a*a*a*a*a*a*a*a*a*ab``
+    against a long name of ``a``s would take minutes. A pattern RE2 cannot compile (pathspec turns
+    POSIX classes like ``[[:alpha:]]``, which it does not support, into nested sets) is left out;
+    with Python's engine it matched nothing either.
+    """
+    import pathspec
+
+    try:
+        return pathspec.GitIgnoreSpec.from_lines(lines, backend="re2")
+    except Exception:
+        pass
+    kept = []
+    for line in lines:
+        try:
+            pathspec.GitIgnoreSpec.from_lines([line], backend="re2")
+        except Exception:
+            continue
+        kept.append(line)
+    return pathspec.GitIgnoreSpec.from_lines(kept, backend="re2")
 
 
 def _load_gitignore(folder: str) -> Any | None:
@@ -54,11 +90,9 @@ def _load_gitignore(folder: str) -> Any | None:
             lines = fh.read().splitlines()
     except OSError:
         return None
-    import pathspec
-
     try:
-        return pathspec.GitIgnoreSpec.from_lines(lines)
-    except Exception:  # a malformed pattern: ignore the file rather than fail the walk
+        return _compile(lines)
+    except Exception:  # rules RE2 cannot hold at all: ignore the file rather than fail the walk
         return None
 
 
@@ -75,13 +109,18 @@ def _ignored(specs: list[tuple[str, Any]], rel: str, is_dir: bool) -> bool:
     return verdict
 
 
-def walk(root: str, skips: list[Skip]) -> Iterator[Found]:
-    """Regular files under ``root`` (a real, absolute folder), sorted by path; skips are appended to ``skips``."""
+def walk(root: str, skips: list[Skip], stop: Callable[[], bool] | None = None) -> Iterator[Found]:
+    """Regular files under ``root`` (a real, absolute folder), sorted by path; skips are appended to ``skips``.
+
+    ``stop``: asked before each entry; when it says so the walk ends there (a deadline that holds even in a
+    folder whose entries are all skipped).
+    """
     specs: list[tuple[str, Any]] = []
-    yield from _walk(root, "", specs, skips, root)
+    yield from _walk(root, "", specs, skips, root, stop or (lambda: False))
 
 
-def _walk(root: str, rel_dir: str, specs: list[tuple[str, Any]], skips: list[Skip], real_root: str) -> Iterator[Found]:
+def _walk(root: str, rel_dir: str, specs: list[tuple[str, Any]], skips: list[Skip], real_root: str,
+          stop: Callable[[], bool]) -> Iterator[Found]:
     folder = os.path.join(root, rel_dir) if rel_dir else root
     spec = _load_gitignore(folder)
     if spec is not None:
@@ -93,6 +132,8 @@ def _walk(root: str, rel_dir: str, specs: list[tuple[str, Any]], skips: list[Ski
         skips.append(Skip(folder, f"cannot read folder: {exc.strerror or exc}"))
         entries = []
     for e in entries:
+        if stop():
+            break
         rel = f"{rel_dir}/{e.name}" if rel_dir else e.name
         try:
             if e.is_symlink():
@@ -104,8 +145,10 @@ def _walk(root: str, rel_dir: str, specs: list[tuple[str, Any]], skips: list[Ski
                     skips.append(Skip(e.path, "folder on the default skip list"))
                 elif _ignored(specs, rel, True):
                     skips.append(Skip(e.path, "ignored by .gitignore"))
+                elif shown(e.name) != e.name:
+                    skips.append(Skip(e.path, NOT_UTF8))
                 else:
-                    yield from _walk(root, rel, specs, skips, real_root)
+                    yield from _walk(root, rel, specs, skips, real_root, stop)
                 continue
             if e.name == ".gitignore":
                 continue
@@ -117,6 +160,8 @@ def _walk(root: str, rel_dir: str, specs: list[tuple[str, Any]], skips: list[Ski
             skips.append(Skip(e.path, "not a regular file"))
         elif _ignored(specs, rel, False):
             skips.append(Skip(e.path, "ignored by .gitignore"))
+        elif shown(e.name) != e.name:
+            skips.append(Skip(e.path, NOT_UTF8))
         else:
             yield Found(e.path, rel, st.st_size, st.st_mtime_ns)
     if spec is not None:

@@ -153,7 +153,7 @@ class CatalogWrites:
     """``write_sources`` and ``remove_sources`` over the store's write protocol; the host store gives ``write()``
     and, for the SQL on a writer's connection, the hooks ``_source_id``, ``_insert_source``, ``_update_source``,
     ``_unlink_source`` (its entries and their vectors go; returns how many entries), ``_link_source`` and
-    ``_delete_source``."""
+    ``_delete_source`` (whether the source's row was still there)."""
 
     write: Callable[[], AbstractContextManager[Any]]
     _source_id: Callable[[Any, str, str], int | None]
@@ -161,7 +161,7 @@ class CatalogWrites:
     _update_source: Callable[[Any, int, SourceWrite, str], None]
     _unlink_source: Callable[[Any, int], int]
     _link_source: Callable[[Any, int, list[str]], None]
-    _delete_source: Callable[[Any, int], None]
+    _delete_source: Callable[[Any, int], bool]
 
     def write_sources(self, writes: list[SourceWrite], action: str) -> dict[str, int]:
         out = {"added": 0, "updated": 0, "chunks": 0}
@@ -198,9 +198,13 @@ class CatalogWrites:
         with self.write() as writer:
             conn = writer.conn
             last_seq = 0
+            gone = []
             for s in sources:
                 removed = self._unlink_source(conn, s.id)
-                self._delete_source(conn, s.id)
+                if not self._delete_source(conn, s.id):
+                    continue  # another run removed it since this one read the catalog: not counted twice
+                gone.append(s)
                 last_seq = writer.audit(f"{action}_remove", None, s.wing, None, None, {"source": s.path, "removed": removed})
-            writer.bump({s.wing for s in sources}, last_seq)
-        return len(sources)
+            if gone:
+                writer.bump({s.wing for s in gone}, last_seq)
+        return len(gone)

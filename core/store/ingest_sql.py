@@ -122,8 +122,8 @@ class SqliteIngest(CatalogWrites):
     def _link_source(self, conn: Any, source_id: int, entry_ids: list[str]) -> None:
         conn.executemany("INSERT INTO source_entries(source_id, entry_id) VALUES (?, ?)", [(source_id, i) for i in entry_ids])
 
-    def _delete_source(self, conn: Any, source_id: int) -> None:
-        conn.execute("DELETE FROM sources WHERE id = ?", (source_id,))
+    def _delete_source(self, conn: Any, source_id: int) -> bool:
+        return bool(conn.execute("DELETE FROM sources WHERE id = ?", (source_id,)).rowcount)
 
     def refresh_source_stat(self, source_id: int, size: int, mtime_ns: int) -> None:
         from memlens.store import db

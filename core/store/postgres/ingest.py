@@ -114,8 +114,8 @@ class PgIngest(CatalogWrites):
             conn.execute("INSERT INTO source_entries(source_id, entry_id) SELECT %s, unnest(%s::text[])",
                          (source_id, entry_ids))
 
-    def _delete_source(self, conn: Any, source_id: int) -> None:
-        conn.execute("DELETE FROM sources WHERE id = %s", (source_id,))
+    def _delete_source(self, conn: Any, source_id: int) -> bool:
+        return bool(conn.execute("DELETE FROM sources WHERE id = %s", (source_id,)).rowcount)
 
     def refresh_source_stat(self, source_id: int, size: int, mtime_ns: int) -> None:
         with self.connection() as conn, conn.transaction():
