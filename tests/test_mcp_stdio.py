@@ -135,9 +135,11 @@ def test_stdout_stays_pure_json_rpc(store):
     """Prints, fd-1 writes, warnings and logs at start-up and model load, and a crash: all on stderr."""
     c = RawClient([sys.executable, "-c", NOISY, "--store", str(store), "mcp"])
     try:
-        c.send({"jsonrpc": "2.0", "id": "junk"})  # not a request: answered with an error, not fatal
+        c.send({"jsonrpc": "2.0", "id": "junk"})  # not a request, and no id to answer: reported on stderr, not fatal
         c.send({"this is": "not json-rpc"})
         c.proc.stdin.write(b"{not json at all\n")
+        c.proc.stdin.flush()
+        assert c.recv()["error"]["code"] == -32700  # not JSON: a parse error (id null)
         c.initialize()
         # a search waits for the (noisy) model load
         assert c.call("memory_search", query="callbacks", k=1)["structuredContent"]["results"]
@@ -181,6 +183,8 @@ def test_lines_the_sdk_cannot_parse_are_answered_or_reported(store):
         deep = b'{"jsonrpc": "2.0", "id": 0, "method": "ping", "params": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n"
         c.proc.stdin.write(deep)  # first line: the early-initialize reader must survive it
         c.proc.stdin.flush()
+        reply = c.recv()  # too deep to parse: a parse error, for the id read from the line's top
+        assert reply["id"] == 0 and reply["error"]["code"] == -32700 and "recursion limit" in reply["error"]["message"]
         init = c.initialize()
         assert init["result"]["serverInfo"]["name"] == "memlens"
         # a lone surrogate: Python's json reads it, the SDK's parser refuses it; the client still gets its answer
@@ -190,6 +194,7 @@ def test_lines_the_sdk_cannot_parse_are_answered_or_reported(store):
         c.proc.stdin.flush()
         reply = c.recv()
         assert reply["id"] == 77 and reply["error"]["code"] == -32600 and "surrogate" in reply["error"]["message"]
+        assert c.recv()["error"]["code"] == -32700  # the deep line again
         assert c.request("ping")["result"] == {}  # and the session goes on
         c.err.wait_for(b"invalid message: Invalid JSON: recursion limit")
     finally:

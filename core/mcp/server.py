@@ -116,8 +116,16 @@ def _serve_stdio(store: str | None, read_only: bool) -> int:
     return 0
 
 
+DRAIN_S = 300.0  # after the end of input, how long requests still running may take to be answered
+
+
 async def _serve_wire(server: Any, wire: Any) -> None:
-    """The SDK server on the wire's lines: what the SDK's ``stdio_server`` does, minus its extra thread hops."""
+    """The SDK server on the wire's lines: what the SDK's ``stdio_server`` does, minus its extra thread hops.
+
+    At the end of input the session does not end at once (the SDK would cancel the requests still
+    running, some of them already committed, and answer none of them): it ends when every request
+    read has been answered, or after ``DRAIN_S``.
+    """
     import asyncio
     import math
 
@@ -128,11 +136,32 @@ async def _serve_wire(server: Any, wire: Any) -> None:
     loop = asyncio.get_running_loop()
     read_send, read_recv = anyio.create_memory_object_stream[Any](math.inf)
     write_send, write_recv = anyio.create_memory_object_stream[Any](0)
+    unanswered: set[Any] = set()  # ids of the requests handed to the SDK and not answered yet (loop thread only)
+    ended = False
+
+    def end_if_drained() -> None:
+        if ended and not unanswered:
+            read_send.close()  # the session ends once every request read was answered
+
+    def receive(item: Any) -> None:  # on the loop
+        msg = item.message
+        if isinstance(msg, types.JSONRPCRequest):
+            unanswered.add(msg.id)
+        elif isinstance(msg, types.JSONRPCNotification) and msg.method == "notifications/cancelled":
+            unanswered.discard((msg.params or {}).get("requestId"))  # a request the client cancelled gets no answer
+        read_send.send_nowait(item)
+
+    def end_of_input() -> None:  # on the loop
+        nonlocal ended
+        ended = True
+        if unanswered:
+            loop.call_later(DRAIN_S, read_send.close)
+        end_if_drained()
 
     def deliver(line: bytes | None) -> None:  # on the reader thread
         try:
             if line is None:
-                loop.call_soon_threadsafe(read_send.close)  # end of input ends the session
+                loop.call_soon_threadsafe(end_of_input)
                 return
             try:
                 item: Any = SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
@@ -141,7 +170,7 @@ async def _serve_wire(server: Any, wire: Any) -> None:
                 if answer is not None:
                     wire.write(answer)
                 return
-            loop.call_soon_threadsafe(read_send.send_nowait, item)
+            loop.call_soon_threadsafe(receive, item)
         except RuntimeError:
             pass  # the loop has ended: the session is over
 
@@ -150,6 +179,9 @@ async def _serve_wire(server: Any, wire: Any) -> None:
             async for message in write_recv:
                 data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                 wire.write(data.encode("utf-8") + b"\n")
+                if isinstance(message.message, (types.JSONRPCResponse, types.JSONRPCError)):
+                    unanswered.discard(message.message.id)
+                    end_if_drained()
 
     wire.attach(deliver)
     low = server._lowlevel_server  # the SDK's own run_stdio_async drives it the same way
@@ -162,27 +194,34 @@ async def _serve_wire(server: Any, wire: Any) -> None:
 
 
 def invalid_message_answer(line: bytes, exc: Exception) -> bytes | None:
-    """The JSON-RPC error for a request line that is not a valid message (a lone surrogate, deep nesting, ...).
+    """The JSON-RPC error for a line that is not a valid message, or None when it cannot be answered.
 
     The SDK drops such a line silently, and the client would wait for an answer that never
-    comes. When a plain JSON reading finds the request's id, the error answers it; otherwise
-    (MCP has no error without an id) the line is only reported on stderr.
+    comes. A line that is not JSON at all (invalid UTF-8, nesting too deep to parse, a syntax
+    error) gets a parse error (-32700); a JSON request the SDK refuses (a lone surrogate, a wrong
+    field) gets an invalid-request error (-32600). Either answers the request's id when it can be
+    read (for a parse error, from the top of the line without parsing the rest), else null for a
+    parse error. JSON without an id (a malformed notification) is only reported on stderr.
     """
     import json
+
+    from memlens.mcp.stdio import INVALID_REQUEST, PARSE_ERROR, error_line, request_id
 
     errors = getattr(exc, "errors", None)
     first = errors()[0].get("msg") if callable(errors) and errors() else str(exc)
     detail = " ".join(str(first).split())[:300]
     print(f"memlens mcp: invalid message: {detail}", file=sys.stderr, flush=True)
     try:
-        msg = json.loads(line)
+        text = line.decode("utf-8")
+        msg = json.loads(text)
+    except UnicodeDecodeError:
+        return error_line(request_id(line.decode("utf-8", "replace")), PARSE_ERROR, "parse error: the line is not UTF-8")
     except (ValueError, RecursionError):
-        return None
+        return error_line(request_id(text), PARSE_ERROR, f"parse error: {detail}")
     rid = msg.get("id") if isinstance(msg, dict) and "method" in msg else None
     if not isinstance(rid, (int, str)) or isinstance(rid, bool):
         return None
-    answer = {"jsonrpc": "2.0", "id": rid, "error": {"code": -32600, "message": f"invalid request: {detail}"}}
-    return json.dumps(answer, ensure_ascii=True, separators=(",", ":")).encode() + b"\n"
+    return error_line(rid, INVALID_REQUEST, f"invalid request: {detail}")
 
 
 def _close(engine: Any) -> None:

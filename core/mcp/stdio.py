@@ -15,6 +15,10 @@ long before the model loads.
    answer to that id is dropped here (and compared: a difference is logged).
    ``MEMLENS_MCP_EARLY_INIT=0`` turns this off.
 
+3. Bounded lines. A request line may be ``MAX_LINE`` bytes long; a longer one is
+   read past in blocks, never held whole, and answered with an error (its id is
+   looked for in its first bytes).
+
 The server (``memlens.mcp.server``) attaches a ``deliver`` callback that parses
 each line into the SDK's message type and hands it to the event loop, and
 writes the SDK's answers with ``Wire.write``: one thread hop per message each
@@ -26,12 +30,78 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from memlens.mcp.meta import initialize_result
+
+MAX_LINE = 64 << 20  # bytes in one request line (an entry of 10M characters, JSON-escaped, still fits)
+_HEAD = 64 << 10  # of a longer line, the bytes kept to find its id
+PARSE_ERROR, INVALID_REQUEST = -32700, -32600
+_DELIMS = re.compile(r'["\[\]{}]')
+_SCALAR_END = re.compile(r"[\s,\]}]")
+_WS = re.compile(r"\s*")
+
+
+def error_line(rid: Any, code: int, message: str) -> bytes:
+    """One JSON-RPC error answer (``rid`` None: the request's id could not be read)."""
+    answer = {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
+    return json.dumps(answer, ensure_ascii=True, separators=(",", ":")).encode() + b"\n"
+
+
+def request_id(text: str) -> int | str | None:
+    """The top-level ``"id"`` of a JSON object, read without parsing the other members (they may nest too
+    deeply to parse, or be cut off); None when there is none before the text stops being a JSON object.
+    Linear in the text: nested values are skipped by counting brackets outside strings."""
+    try:
+        i = _WS.match(text, 0).end()  # type: ignore[union-attr]  # \s* always matches
+        if text[i : i + 1] != "{":
+            return None
+        i += 1
+        while True:
+            i = _WS.match(text, i).end()  # type: ignore[union-attr]
+            if text[i : i + 1] != '"':
+                return None
+            key, i = json.decoder.scanstring(text, i + 1)  # type: ignore[attr-defined]  # the stdlib's string scanner
+            i = _WS.match(text, i).end()  # type: ignore[union-attr]
+            if text[i : i + 1] != ":":
+                return None
+            i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
+            if key == "id":
+                value = json.JSONDecoder().raw_decode(text, i)[0] if text[i : i + 1] not in ("[", "{") else None
+                return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+            i = _WS.match(text, _skip_value(text, i)).end()  # type: ignore[union-attr]
+            if text[i : i + 1] != ",":
+                return None
+            i += 1
+    except (ValueError, IndexError):
+        return None
+
+
+def _skip_value(text: str, i: int) -> int:
+    """Where the JSON value at ``i`` ends (ValueError if it does not before the text does)."""
+    if text[i] == '"':
+        return int(json.decoder.scanstring(text, i + 1)[1])  # type: ignore[attr-defined]
+    if text[i] not in "[{":
+        m = _SCALAR_END.search(text, i)
+        return m.start() if m else len(text)
+    depth = 0
+    while True:
+        m = _DELIMS.search(text, i)
+        if m is None:
+            raise ValueError("unterminated")
+        ch, i = m.group(), m.end()
+        if ch == '"':
+            i = json.decoder.scanstring(text, i)[1]  # type: ignore[attr-defined]
+        elif ch in "[{":
+            depth += 1
+        else:
+            depth -= 1
+            if depth == 0:
+                return i
 
 
 def _dup_private(fd: int) -> int:
@@ -112,7 +182,10 @@ class Wire:
         first = True
         try:
             with open(self.wire_in, "rb", closefd=False) as src:
-                for line in src:
+                while line := src.readline(MAX_LINE + 1):
+                    if len(line) > MAX_LINE and not line.endswith(b"\n"):
+                        self._too_long(line[:_HEAD], src)
+                        continue
                     if not line.strip():
                         continue
                     if first:
@@ -124,6 +197,16 @@ class Wire:
             print(f"memlens mcp: stdin: {exc}", file=sys.stderr, flush=True)
         finally:
             self._hand(None)  # end of input: the session ends
+
+    def _too_long(self, head: bytes, src: Any) -> None:
+        """Read past the rest of an over-long line (a block at a time) and answer it with an error."""
+        rest = src.readline(1 << 20)
+        while rest and not rest.endswith(b"\n"):
+            rest = src.readline(1 << 20)
+        rid = request_id(head.decode("utf-8", "replace"))
+        print(f"memlens mcp: invalid message: a line longer than {MAX_LINE} bytes (id {rid!r}) was dropped",
+              file=sys.stderr, flush=True)
+        self._send(error_line(rid, INVALID_REQUEST, f"invalid request: longer than {MAX_LINE} bytes"))
 
     def _answer_early(self, line: bytes) -> None:
         try:

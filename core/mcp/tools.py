@@ -162,6 +162,17 @@ def trace_summary(trace: Any, waited_ms: float) -> dict[str, Any]:
             "model_wait_ms": round(waited_ms, 1)}
 
 
+def _strict(server: MCPServer, name: str) -> None:
+    """Arguments of tool ``name`` taken as their declared JSON types only: ``k: true`` or ``k: "5"`` and
+    ``full_trace: "yes"`` are refused, where pydantic's default (lax) mode would turn them into 1, 5 and True.
+    (An array or object sent as a JSON string is still read as one: the SDK does that before validation.)"""
+    tool = server._tool_manager.get_tool(name)  # the SDK builds the argument model; it has no public hook for its mode
+    assert tool is not None
+    model = tool.fn_metadata.arg_model
+    model.model_config = {**model.model_config, "strict": True}
+    model.model_rebuild(force=True)
+
+
 def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> list[str]:
     """Add the tools to ``server`` (only the read tools when ``read_only``); returns their names."""
     from memlens.mcp.meta import DESCRIPTIONS
@@ -189,6 +200,7 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
                                     idempotent_hint=idempotent, open_world_hint=False)
             server.add_tool(fn, name=name, title=title, description=DESCRIPTIONS[name], annotations=hints,
                             structured_output=structured)
+            _strict(server, name)
             names.append(name)
             return fn
         return deco

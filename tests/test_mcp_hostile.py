@@ -1,0 +1,129 @@
+"""`memlens mcp` over stdio against clients that misbehave: input that ends mid-work, lax argument types,
+lines that are not JSON, lines too long to hold. A plain JSON-RPC client on a real server process; every
+read has a timeout (``mcp_helpers.TIMEOUT``), and the piped run a process timeout."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from .conftest import MEMLENS
+from .mcp_helpers import RawClient, server_env
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture
+def store(demo_store, tmp_path, real_embedder):
+    path = tmp_path / "hostile.db"
+    shutil.copy(demo_store, path)
+    return path
+
+
+def raw(store):
+    return RawClient([MEMLENS, "--store", str(store), "mcp"])
+
+
+def test_requests_piped_in_before_the_end_of_input_are_all_answered(store):
+    """40 adds written at once, then stdin closed: each is committed and answered before the server exits."""
+    lines = [{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "pipe", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"}]
+    lines += [{"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
+        "name": "memory_add", "arguments": {"text": f"Piped fact number {i}.", "wing": "piped"}}} for i in range(1, 41)]
+    p = subprocess.run([MEMLENS, "--store", str(store), "mcp"], input=b"".join(json.dumps(x).encode() + b"\n" for x in lines),
+                       capture_output=True, env=server_env(), timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    answers = {m["id"]: m for m in map(json.loads, p.stdout.splitlines())}
+    assert sorted(answers) == list(range(41))
+    added = {answers[i]["result"]["structuredContent"]["id"] for i in range(1, 41)}
+    assert all(answers[i]["result"]["structuredContent"]["status"] == "created" for i in range(1, 41))
+    from memlens import Memory
+
+    with Memory.open(store) as mem:
+        assert {e.id for e in mem.entries("piped")} == added and len(added) == 40
+
+
+LAX = [  # what pydantic's default mode would have converted: true -> 1, "5" -> 5, "yes" -> True, 1 -> True ...
+    ("memory_search", {"query": "callbacks", "k": True}, "k"),
+    ("memory_search", {"query": "callbacks", "k": "5"}, "k"),
+    ("memory_search", {"query": "callbacks", "full_trace": "yes"}, "full_trace"),
+    ("memory_search", {"query": "callbacks", "budget": 1.0}, "budget"),
+    ("memory_add", {"text": "x", "wing": "w", "salience": "0.5"}, "salience"),
+    ("memory_get", {"id": 12}, "id"),
+    ("memory_delete", {"id": "lc-arch-001", "dry_run": 1}, "dry_run"),
+]
+
+
+def test_arguments_of_another_type_are_refused_not_converted(store):
+    c = raw(store)
+    try:
+        c.initialize()
+        for tool, arguments, argument in LAX:
+            res = c.call(tool, **arguments)
+            assert res["isError"] is True, (tool, arguments, res)
+            text = res["content"][0]["text"]
+            assert "\n" not in text and text.startswith(f"{tool}: argument '{argument}': "), text
+        ok = c.call("memory_search", query="callbacks", k=2, full_trace=False, budget=500)  # the declared types work
+        assert ok.get("isError") is not True and ok["structuredContent"]["results"]
+        ok = c.call("memory_add", text="Typed right.", wing="typed", salience=1)  # an integer is a number
+        assert ok.get("isError") is not True
+    finally:
+        assert c.close() == 0
+    from memlens import Memory
+
+    with Memory.open(store) as mem:
+        assert mem.get("lc-arch-001").status.value == "active" and "w" not in mem.wings()
+
+
+def test_a_line_that_is_not_json_gets_a_parse_error(store):
+    c = raw(store)
+    try:
+        c.initialize()
+        c.proc.stdin.write(b'{"jsonrpc": "2.0", "id": 5, "method": "ping", "params": {"note": "caf\xe9"}}\n')  # Latin-1
+        c.proc.stdin.flush()
+        assert c.recv() == {"jsonrpc": "2.0", "id": 5,
+                            "error": {"code": -32700, "message": "parse error: the line is not UTF-8"}}
+        c.proc.stdin.write(b'{"jsonrpc": "2.0", "id": "deep", "method": "ping", "params": '
+                           + b"[" * 100_000 + b"]" * 100_000 + b"}\n")
+        c.proc.stdin.flush()
+        reply = c.recv()
+        assert reply["id"] == "deep" and reply["error"]["code"] == -32700, reply
+        c.proc.stdin.write(b"{not json at all\n")
+        c.proc.stdin.flush()
+        reply = c.recv()
+        assert reply["id"] is None and reply["error"]["code"] == -32700, reply
+        assert c.request("ping")["result"] == {}  # the session goes on
+    finally:
+        assert c.close() == 0
+    assert b"Traceback" not in b"".join(c.err.seen)
+
+
+def _peak_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(ln.split()[1]) for ln in f if ln.startswith("VmHWM:")) / 1024
+
+
+def test_an_over_long_line_is_read_past_in_bounded_memory_and_answered(store):
+    c = raw(store)
+    try:
+        c.initialize()
+        assert c.call("memory_search", query="callbacks", k=1)["structuredContent"]["results"]  # the model is loaded
+        before = _peak_rss_mb(c.proc.pid)
+        c.proc.stdin.write(b'{"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "memory_add", '
+                           b'"arguments": {"wing": "w", "text": "')
+        block = b"a" * (1 << 20)
+        for _ in range(256):  # 256 MB on one line, sent a block at a time
+            c.proc.stdin.write(block)
+        c.proc.stdin.write(b'"}}}\n')
+        c.proc.stdin.flush()
+        reply = c.recv()
+        assert reply["id"] == 9 and reply["error"]["code"] == -32600 and "longer than" in reply["error"]["message"]
+        grew = _peak_rss_mb(c.proc.pid) - before
+        assert grew < 160, f"peak RSS grew by {grew:.0f} MB for a 256 MB line"
+        assert c.request("ping")["result"] == {}
+    finally:
+        assert c.close() == 0
