@@ -100,6 +100,26 @@ def test_unreachable_server_and_sqlite_only_commands_are_one_line(tmp_path):
         assert "s3cret" not in proc.stderr
 
 
+def test_the_pools_connection_warnings_are_one_line_each(tmp_path):
+    """A pooled store (the app, the MCP server) whose server is down: the pool warns per attempt, one line each."""
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = ("from memlens.store.postgres.connect import Pool\n"
+            "try:\n"
+            f"    Pool('postgresql://ann:s3cret@127.0.0.1:{port}/memory', 'the store', timeout_s=3)\n"
+            "except Exception as exc:\n"
+            "    print(exc)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    warnings = proc.stderr.splitlines()
+    assert warnings and all(w.startswith("error connecting in 'memlens': connection failed") for w in warnings), warnings
+    assert all("Is the server running" in w for w in warnings)  # libpq's hint, kept on the same line
+    assert "cannot connect to the store" in proc.stdout and "s3cret" not in proc.stderr + proc.stdout
+
+
 @pytest.mark.model  # the server embeds what memory_add stores
 def test_mcp_server_on_a_postgres_store(pg_uri, real_embedder):
     async def body(client):

@@ -16,6 +16,7 @@ Two ways to hold connections, both behind ``connection()``:
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -183,8 +184,17 @@ class Single:
             self._all.clear()
 
 
+def _one_line(record: Any) -> bool:
+    """A logging filter: the record's message on one line (libpq's errors add a hint line, indented)."""
+    record.msg, record.args = " ".join(record.getMessage().split()), None
+    return True
+
+
 class Pool:
-    """``psycopg_pool.ConnectionPool``: connections checked when taken, broken ones discarded when returned."""
+    """``psycopg_pool.ConnectionPool``: connections checked when taken, broken ones discarded when returned.
+
+    The pool logs a warning for each failed attempt to connect; each is kept to one line on stderr.
+    """
 
     def __init__(self, uri: str, store: str, configure: Callable[[Any], None] | None = None, *,
                  min_size: int = 1, max_size: int = 8, timeout_s: float = 30.0) -> None:
@@ -194,6 +204,9 @@ class Pool:
         except ImportError:
             raise StoreError("a pooled postgresql:// store needs psycopg-pool: pip install 'memlens[postgres]'") from None
         self.store = store
+        logger = logging.getLogger("psycopg.pool")
+        if _one_line not in logger.filters:
+            logger.addFilter(_one_line)
         self._pool = ConnectionPool(
             uri, min_size=min_size, max_size=max_size, timeout=timeout_s, open=False, configure=configure,
             check=ConnectionPool.check_connection, name="memlens",
