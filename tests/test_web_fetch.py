@@ -10,7 +10,7 @@ from memlens.config import WebConfig
 from memlens.web.context import gather, gather_sync
 from memlens.web.sanitize import FLAG_MARK
 from tests.conftest import bounded
-from tests.web_servers import GOOD_TEXT, INJECTION, Site, install_no_network, real_html_file
+from tests.web_servers import GOOD_TEXT, INJECTION, TRICKLE_TEXT, Site, install_no_network, real_html_file
 
 
 @pytest.fixture(autouse=True)
@@ -108,6 +108,30 @@ def test_a_hanging_url_costs_the_others_nothing(site):
     assert by_url(ctx, good)["ok"] and GOOD_TEXT in ctx.context
     assert by_url(ctx, missing)["status"] == 404
     assert "/hang" in site.paths()  # the request went out and was never answered
+
+
+def test_pages_that_trickle_do_not_starve_a_fast_one_and_keep_their_text(site):
+    """Four pages sending a byte a second hold the four fetch slots; the fifth, fast one still gets its turn."""
+    bounded(lambda: gather_sync(cfg(), urls=[site.url("/good")]), 60)  # an extraction worker is ready
+    slow = [site.url(f"/trickle?n={i}") for i in range(4)]
+    fast = site.url("/good")
+    conf = cfg(deadline_seconds=12, read_timeout=20, max_concurrency=4)
+    ctx = bounded(lambda: gather_sync(conf, urls=[*slow, fast]), 60)
+    f = by_url(ctx, fast)
+    assert f["ok"] and f["error"] is None and GOOD_TEXT in ctx.context, f
+    for url in slow:  # each stopped at its share of the deadline, with what it had sent
+        s = by_url(ctx, url)
+        assert s["ok"] and s["truncated"] and s["error"] is None, s
+    assert ctx.context.count(TRICKLE_TEXT) == 4
+    assert ctx.context.count("[truncated: the page was still arriving at its time limit") == 4
+
+
+def test_a_page_still_arriving_at_the_deadline_keeps_what_it_sent(site):
+    bounded(lambda: gather_sync(cfg(), urls=[site.url("/good")]), 60)
+    url = site.url("/trickle")
+    ctx = bounded(lambda: gather_sync(cfg(deadline_seconds=4, read_timeout=20), urls=[url]), 60)
+    s = by_url(ctx, url)
+    assert s["ok"] and s["truncated"] and TRICKLE_TEXT in ctx.context, s
 
 
 def test_a_page_far_over_the_byte_cap_is_cut_while_streaming(site):

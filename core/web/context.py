@@ -3,8 +3,11 @@
 ``gather(cfg, urls=..., query=...)`` is the coroutine; ``gather_sync`` runs it from
 any thread, including one whose event loop is running (it then runs the call in
 a worker thread with its own loop and waits for it). Every URL gets one status;
-a URL that fails or hangs never costs the others their text: at the deadline,
-what finished is kept and the rest is reported as not finished.
+a URL that fails or hangs never costs the others their text: each page gets a
+share of the deadline when it starts fetching (``Shares``), so slow pages cannot
+hold every fetch slot while others wait, and a page still arriving at the end of
+its share keeps the text it sent by then, marked truncated. At the deadline, what
+finished is kept and the rest is reported as not finished.
 
 The text is wrapped in delimiters carrying a random nonce made for this call
 after nothing could have seen it, so no page can write a line that closes the
@@ -133,11 +136,45 @@ def check_urls(urls: Iterable[str] | str | None, limit: int) -> list[str]:
     return out
 
 
-async def _one(url: str, fetcher: Any, extractor: Any, sem: asyncio.Semaphore, cfg: Any) -> Source:
+class Shares:
+    """Each page's share of the deadline, fixed when it gets one of the ``slots`` fetch slots.
+
+    Pages that trickle (a byte a second never trips the read timeout) must not hold every slot
+    until the deadline while the others wait. A page that starts fetching gets the time left
+    before ``read_end`` divided by the rounds of slots still needed for the pages not yet done,
+    so every page gets its turn; a page that stops at its share keeps the text it sent by then.
+    The last ``min(2 s, a fifth of the deadline)`` are left for extracting what was read.
+    """
+
+    def __init__(self, deadline: float, start: float, pages: int, slots: int) -> None:
+        self.deadline = deadline
+        self.read_end = start + deadline - min(2.0, deadline / 5)
+        self.unfinished = pages
+        self.slots = slots
+
+    def budget(self) -> Any:
+        from memlens.web.fetch import Budget  # (the HTTP client loads only when a page is fetched)
+
+        now = time.monotonic()
+        rounds = -(-self.unfinished // self.slots)
+        if rounds <= 1:
+            return Budget(self.read_end, f"not finished within the {self.deadline:g} s deadline")
+        share = max(self.read_end - now, 0.0) / rounds
+        return Budget(now + share, f"not finished within its {share:.1f} s share of the {self.deadline:g} s deadline "
+                                   f"({self.unfinished} pages, {self.slots} at a time)")
+
+    def done(self) -> None:
+        self.unfinished -= 1
+
+
+async def _one(url: str, fetcher: Any, extractor: Any, sem: asyncio.Semaphore, cfg: Any, shares: Shares) -> Source:
     src = Source(url=url)
     try:
         async with sem:
-            page = await fetcher.fetch_page(url)
+            try:
+                page = await fetcher.fetch_page(url, shares.budget())
+            finally:
+                shares.done()
         src.status, src.final_url = page.status, page.final_url
         if not page.ok:
             src.error = page.error
@@ -153,7 +190,9 @@ async def _one(url: str, fetcher: Any, extractor: Any, sem: asyncio.Semaphore, c
             src.error = "no text found on the page"
             return src
         src.text, cut = cap_text(cleaned.text, cfg.source_chars)
-        if len(raw) > limit and not cut:
+        if page.timed_out and not cut:
+            src.text += "\n[truncated: the page was still arriving at its time limit; the text sent until then is kept]"
+        elif len(raw) > limit and not cut:
             src.text += f"\n[truncated: the page's text after its first {limit} characters is left out]"
         src.truncated = page.truncated or cut or len(raw) > limit
         src.ok = True
@@ -203,7 +242,8 @@ async def gather(cfg: Any, *, urls: Iterable[str] | str | None = None, query: st
             extractor.warm()
             async with Fetcher(cfg, resolver=resolver) as fetcher:
                 sem = asyncio.Semaphore(cfg.max_concurrency)
-                tasks = [asyncio.ensure_future(_one(u, fetcher, extractor, sem, cfg)) for u in wanted]
+                shares = Shares(cfg.deadline_seconds, start, len(wanted), cfg.max_concurrency)
+                tasks = [asyncio.ensure_future(_one(u, fetcher, extractor, sem, cfg, shares)) for u in wanted]
                 try:
                     left = max(cfg.deadline_seconds - (time.monotonic() - start), 0.0)
                     await asyncio.wait(tasks, timeout=left)

@@ -11,8 +11,10 @@ would serve a second host under the first one's name).
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urljoin
 from urllib.robotparser import RobotFileParser
 
@@ -23,7 +25,7 @@ from memlens.web.guard import AllowList, Refused, Resolver, Target, check_url, s
 ACCEPTED_TYPES = ("text/html", "text/plain")
 REDIRECTS = (301, 302, 303, 307, 308)
 ROBOTS_MAX_BYTES = 512 * 1024
-_CHUNK = 16 * 1024
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -39,6 +41,15 @@ class Page:
     charset: str | None = None
     body: bytes = b""
     truncated: bool = False
+    timed_out: bool = False  # the body was cut at the page's time limit (what came until then is kept)
+
+
+@dataclass
+class Budget:
+    """When one page's fetch must stop (a ``time.monotonic()`` value), and the error if it has no body by then."""
+
+    stop_at: float
+    why: str
 
 
 class FetchFailed(Exception):
@@ -91,19 +102,30 @@ class Fetcher:
     async def check(self, url: str) -> Target:
         return await check_url(url, self.allow, self.resolver, timeout=self.cfg.connect_timeout)
 
-    async def _hops(self, url: str, *, accept: str, cap: int, robots: bool, types: tuple[str, ...] = ()) -> Page:
+    @staticmethod
+    async def _until(step: Awaitable[_T], budget: Budget | None) -> _T:
+        """``step``, or FetchFailed with the budget's reason when it has not finished by the budget's end."""
+        if budget is None:
+            return await step
+        try:
+            return await asyncio.wait_for(step, max(budget.stop_at - time.monotonic(), 0.0))
+        except asyncio.TimeoutError:
+            raise FetchFailed(budget.why) from None
+
+    async def _hops(self, url: str, *, accept: str, cap: int, robots: bool, types: tuple[str, ...] = (),
+                    budget: Budget | None = None) -> Page:
         """GET ``url`` following up to ``max_redirects`` redirects, each checked before it is requested."""
         page = Page(url=url)
         current = url
         for hop in range(self.cfg.max_redirects + 1):
-            target = await self.check(current)
-            if robots and not await self.robots_allow(target):
+            target = await self._until(self.check(current), budget)
+            if robots and not await self._until(self.robots_allow(target), budget):
                 raise FetchFailed(f"robots.txt of {target.origin} disallows {current}")
             request = self.client.build_request(
                 "GET", target.connect_url(), headers={"Host": target.host_header(), "Accept": accept},
                 extensions={"sni_hostname": target.host},
             )
-            response = await self.client.send(request, stream=True)
+            response = await self._until(self.client.send(request, stream=True), budget)
             try:
                 self.client.cookies.clear()  # nothing carries from one host (or page) to the next
                 page.status = response.status_code
@@ -124,32 +146,43 @@ class Fetcher:
                 if types and page.content_type not in types:  # refused before the body is read
                     raise FetchFailed(f"content type {page.content_type or 'missing'} is not {' or '.join(types)}",
                                       response.status_code)
-                page.body, page.truncated = await self._read(response, cap)
+                page.body, page.truncated, page.timed_out = await self._read(response, cap, budget)
                 return page
             finally:
                 await response.aclose()
         raise FetchFailed(f"more than {self.cfg.max_redirects} redirects", page.status)  # pragma: no cover (loop returns)
 
     @staticmethod
-    async def _read(response: httpx.Response, cap: int) -> tuple[bytes, bool]:
-        """At most ``cap`` bytes of the body, and whether more was sent (the rest is not read)."""
+    async def _read(response: httpx.Response, cap: int, budget: Budget | None) -> tuple[bytes, bool, bool]:
+        """At most ``cap`` bytes of the body, whether it was cut (more was sent, or its time ran out), and whether
+        by time: a page that trickles keeps what it sent until the budget's end."""
         parts: list[bytes] = []
         size = 0
-        async for chunk in response.aiter_bytes(_CHUNK):
+        chunks = response.aiter_bytes().__aiter__()  # as the bytes arrive (a fixed chunk size would hold a trickle back)
+        while True:
+            try:
+                left = None if budget is None else max(budget.stop_at - time.monotonic(), 0.0)
+                chunk = await asyncio.wait_for(chunks.__anext__(), left)
+            except StopAsyncIteration:
+                return b"".join(parts), False, False
+            except asyncio.TimeoutError:
+                return b"".join(parts), True, True
             room = cap - size
             if len(chunk) > room:
                 parts.append(chunk[:room])
-                return b"".join(parts), True
+                return b"".join(parts), True, False
             parts.append(chunk)
             size += len(chunk)
-        return b"".join(parts), False
 
-    async def fetch_page(self, url: str) -> Page:
-        """The page at ``url``: ok with its body, or not ok with a one-line error. Never raises for the page's faults."""
+    async def fetch_page(self, url: str, budget: Budget | None = None) -> Page:
+        """The page at ``url``: ok with its body, or not ok with a one-line error. Never raises for the page's faults.
+
+        ``budget``: the fetch stops at its end; a body still coming then is kept as far as it came (``timed_out``).
+        """
         page = Page(url=url)
         try:
             got = await self._hops(url, accept="text/html, text/plain;q=0.9", cap=self.cfg.max_bytes,
-                                   robots=self.cfg.respect_robots, types=ACCEPTED_TYPES)
+                                   robots=self.cfg.respect_robots, types=ACCEPTED_TYPES, budget=budget)
         except Refused as exc:
             page.error = f"refused: {exc}"
             return page
