@@ -496,3 +496,85 @@ def test_check_reports_a_zero_vector_and_salvage_embeds_it_again(mem, store_path
     out = bounded(lambda: salvage(store_path, new, settings=mem.settings, embedder=mem._embedder))
     assert out["saved"] == 3 and out["embedded"] == 1
     assert bounded(lambda: check_store(new))["ok"]
+
+
+def scatter(src: Path, dst: Path, seed: int, n: int = 5000) -> Path:
+    """A copy of ``src`` with ``n`` bytes set to random values all over the file, except its schema's pages
+    (with those hit, every command stops at the schema, which the cases above already cover)."""
+    from memlens.store import db
+
+    conn = db.connect(src, create=False)
+    try:
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+        schema = {p for (p,) in conn.execute("SELECT pageno FROM dbstat WHERE name = 'sqlite_schema'")}
+    finally:
+        conn.close()
+    data = bytearray(src.read_bytes())
+    rnd = random.Random(seed)
+    done = 0
+    while done < n:
+        at = rnd.randrange(100, len(data))
+        if at // size + 1 not in schema:
+            data[at] = rnd.randrange(256)
+            done += 1
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("seed", [1, 12])
+def test_bytes_changed_all_over_the_file_are_one_line_and_salvage_copies_the_rest(demo_store, tmp_path, seed):
+    """Text that no longer decodes as UTF-8 is the same one-line corrupt-store error as any other damage,
+    and salvage copies what reads back (an id seen twice, once in its row and once in the audit, is one entry)."""
+    bad = scatter(demo_store, tmp_path / "bad.db", seed)
+    before = digest(bad)
+    failed = 0
+    for args in (["search", "callbacks blocking"], ["stats"], ["export"], ["add", "a new rule", "--wing", "python"]):
+        p = run_cli("--store", str(bad), *args, timeout=120)
+        assert p.returncode in (0, 2) and "Traceback" not in p.stderr, (args, p.stderr[-3000:])
+        if p.returncode == 2:
+            failed += 1
+            assert "is corrupt" in one_line_error(p), (args, p.stderr)
+            assert digest(bad) == before, args  # a command that met the damage wrote nothing
+        before = digest(bad)
+    assert failed >= 3
+    new = tmp_path / "new.db"
+    p = run_cli("--store", str(bad), "salvage", str(new), "--json", timeout=600)
+    assert p.returncode in (0, 1), p.stderr[-3000:]
+    out = json.loads(p.stdout)
+    assert out["saved"] + out["recovered_from_audit"] > 100, out
+    assert run_cli("--store", str(new), "check", timeout=180).returncode == 0
+    assert digest(bad) == before
+
+
+@pytest.mark.model
+def test_salvage_reads_vectors_without_sqlite_vec(demo_store, tmp_path, settings, real_embedder):
+    """The vec0 table is never queried by salvage (sqlite-vec trusts sizes and offsets read from a damaged file):
+    with its definition broken so that sqlite-vec refuses it, every vector is still read back and reused."""
+    from memlens.store import db
+    from memlens.store.salvage import salvage
+
+    bad = tmp_path / "bad.db"
+    shutil.copy(demo_store, bad)
+    conn = db.connect(bad, create=False)
+    sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'entries_vec'").fetchone()[0]
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute("UPDATE sqlite_master SET sql = ? WHERE name = 'entries_vec'", (sql.replace("float[384]", "bit[384]"),))
+    conn.commit()
+    conn.close()
+    out = bounded(lambda: salvage(bad, tmp_path / "new.db", settings=settings, embedder=real_embedder), 300)
+    assert out["saved"] == 167 and out["vectors_reused"] == 167 and out["embedded"] == 0, out
+
+
+def test_salvage_embeds_again_a_vector_whose_bytes_changed(mem, store_path, tmp_path):
+    from memlens.store.salvage import salvage
+
+    entries = [mem.add(f"Rule {i}: callbacks must not block.", wing="w") for i in range(3)]
+    conn = mem.conn
+    rowid = conn.execute("SELECT rowid FROM entries WHERE id = ?", (entries[2].id,)).fetchone()[0]
+    vec = bytearray(conn.execute("SELECT embedding FROM entries_vec WHERE rowid = ?", (rowid,)).fetchone()[0])
+    vec[7] ^= 0x40  # one byte of one component: still finite, no longer of unit length
+    conn.execute("UPDATE entries_vec SET embedding = ? WHERE rowid = ?", (bytes(vec), rowid))
+    mem.close()
+    out = bounded(lambda: salvage(store_path, tmp_path / "new.db", settings=mem.settings, embedder=mem._embedder))
+    assert out["saved"] == 3 and out["vectors_reused"] == 2 and out["embedded"] == 1

@@ -31,6 +31,8 @@ _VEC_DAMAGE = re.compile(
     r"could not extract metadata value|rowids shadow table|vec0 deletion error|validity bit",
     re.IGNORECASE,
 )
+_NOT_UTF8 = "Could not decode to UTF-8"  # the driver's message for TEXT bytes that are not UTF-8
+_COLUMN = re.compile(r"column '([^']{1,64})'")
 _lock = threading.Lock()
 _seen: dict[str, str] = {}  # store key -> the first damage this process saw in it
 _verified: set[str] = set()  # stores this process checked before its first write
@@ -43,13 +45,19 @@ def store_key(path: Path | str) -> str:
 
 
 def is_corruption(exc: BaseException) -> bool:
-    """Whether a driver error means damaged pages (not a lock, a full disk or a bad statement)."""
+    """Whether a driver error means damaged pages (not a lock, a full disk or a bad statement).
+
+    Text that is not UTF-8 in a TEXT column (the driver cannot decode it) is damage too: memlens
+    writes only valid text, so only changed bytes on disk produce it.
+    """
+    if isinstance(exc, UnicodeDecodeError):
+        return True
     code = getattr(exc, "sqlite_errorcode", None)
     if isinstance(code, int) and code & 0xFF == _SQLITE_CORRUPT:
         return True
     msg = str(exc)
     # not "malformed JSON" (json_extract of a hand-edited value) nor "malformed MATCH expression"
-    return "disk image is malformed" in msg or bool(_VEC_DAMAGE.search(msg))
+    return "disk image is malformed" in msg or bool(_VEC_DAMAGE.search(msg)) or msg.startswith(_NOT_UTF8)
 
 
 def hint(path: Path | str) -> str:
@@ -114,6 +122,9 @@ def classify(conn: Any, exc: BaseException) -> StoreCorruptError:
     """Record the damage ``exc`` reports on ``conn``'s store; the one-line error to raise for it."""
     label = getattr(conn, "store_label", "") or "?"
     detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, UnicodeDecodeError) or detail.startswith(_NOT_UTF8):  # (its message quotes the damaged text)
+        column = _COLUMN.search(detail)
+        detail = "text that is not UTF-8" + (f" in column {column.group(1)}" if column else "")
     mark(label, detail)
     return corrupt_error(label, detail)
 
@@ -146,7 +157,7 @@ def _make_classes(sq: ModuleType) -> tuple[type, type]:
         def execute(self, sql: str, parameters: Any = ()) -> Any:
             try:
                 return super().execute(sql, parameters)
-            except err as exc:
+            except (err, UnicodeDecodeError) as exc:
                 if is_corruption(exc):
                     raise classify(self.connection, exc) from None
                 raise
@@ -154,7 +165,7 @@ def _make_classes(sq: ModuleType) -> tuple[type, type]:
         def executemany(self, sql: str, seq: Any) -> Any:
             try:
                 return super().executemany(sql, seq)
-            except err as exc:
+            except (err, UnicodeDecodeError) as exc:
                 if is_corruption(exc):
                     raise classify(self.connection, exc) from None
                 raise
@@ -162,7 +173,7 @@ def _make_classes(sq: ModuleType) -> tuple[type, type]:
         def __next__(self) -> Any:
             try:
                 return super().__next__()
-            except err as exc:
+            except (err, UnicodeDecodeError) as exc:
                 if is_corruption(exc):
                     raise classify(self.connection, exc) from None
                 raise
@@ -170,7 +181,7 @@ def _make_classes(sq: ModuleType) -> tuple[type, type]:
         def fetchone(self) -> Any:
             try:
                 return super().fetchone()
-            except err as exc:
+            except (err, UnicodeDecodeError) as exc:
                 if is_corruption(exc):
                     raise classify(self.connection, exc) from None
                 raise
@@ -178,7 +189,7 @@ def _make_classes(sq: ModuleType) -> tuple[type, type]:
         def fetchmany(self, size: int | None = None) -> Any:
             try:
                 return super().fetchmany(self.arraysize if size is None else size)
-            except err as exc:
+            except (err, UnicodeDecodeError) as exc:
                 if is_corruption(exc):
                     raise classify(self.connection, exc) from None
                 raise
@@ -186,7 +197,7 @@ def _make_classes(sq: ModuleType) -> tuple[type, type]:
         def fetchall(self) -> Any:
             try:
                 return super().fetchall()
-            except err as exc:
+            except (err, UnicodeDecodeError) as exc:
                 if is_corruption(exc):
                     raise classify(self.connection, exc) from None
                 raise

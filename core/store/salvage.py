@@ -4,8 +4,10 @@ The damaged store is only read (see ``check.open_read_only``). Entry rows are
 read in rowid order around damaged pages (``check.read_by_key``); a row that
 reads but does not validate is lost like an unreadable one. Entries
 the audit history says should exist but whose row was lost are rebuilt from
-their last audited version. Readable vectors of the same model are reused;
-the rest are embedded again. Readable audit rows (the write history), tasks
+their last audited version (an id seen twice is written once). Readable vectors
+of the same model are reused, read from the vec0 table's own tables and checked
+(``_vectors``: sqlite-vec itself never reads the damaged file); the rest are
+embedded again. Readable audit rows (the write history), tasks
 and blockers are copied as they are, and so are the rows of the retrieval log
 and of the golden queries that decode (``memlens.store.salvage_replay``).
 Everything is written to the new store in one transaction through the engine's
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 
 ENTRY_ACTIONS = ("add", "import", "update", "salvage")
 FIELDS = COLUMNS
+_RANK = {"audit": 0, "entries": 1}  # where a salvaged entry came from; an entry row wins over the audit's copy
 
 
 def salvage(src: Path, dst: Path, *, settings: Any = None, embedder: Any = None,
@@ -62,8 +65,10 @@ def salvage(src: Path, dst: Path, *, settings: Any = None, embedder: Any = None,
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     try:
+        meta, _ = safe(conn, "SELECT key, value FROM store_meta")
+        old_model = dict(meta or []).get("model")
         say("reading entries")
-        found = _read(conn)
+        found = _read(conn, dict(meta or []).get("dim"))
         say("reading the audit history")
         audit, lost_audit = _read_audit(conn)
         tasks = _read_table(
@@ -72,8 +77,6 @@ def salvage(src: Path, dst: Path, *, settings: Any = None, embedder: Any = None,
         blockers = _read_table(conn, "blockers", "id, task_id, reason, blocked_at, resolved_at, resolution")
         say("reading the retrieval log and the golden queries")
         replay_rows = salvage_replay.read(conn, audit)
-        meta, _ = safe(conn, "SELECT key, value FROM store_meta")
-        old_model = dict(meta or []).get("model")
     finally:
         conn.close()
         if tmp is not None:
@@ -132,7 +135,7 @@ def _staged(conn: Any, table: str, key: str) -> set[int]:
     return {int(r[0]) for r in rows or []}
 
 
-def _read(conn: Any) -> dict[str, Any]:
+def _read(conn: Any, dim: Any) -> dict[str, Any]:
     staged = _staged(conn, "entries", "rowid")
     known: set[int] = set()
     for sql in ("SELECT rowid FROM entries_vec_rowids", "SELECT id FROM entries_fts_docsize"):
@@ -160,13 +163,43 @@ def _read(conn: Any) -> dict[str, Any]:
         good.append((rowid, rec))
         ids.add(rec["id"])
     unreadable += sorted(known - read)  # the FTS5 index or the vectors know of it, but its row is gone
-    vectors: dict[int, bytes] = {}
-    for rowid, _ in good:
-        rows, _ = safe(conn, "SELECT embedding FROM entries_vec WHERE rowid = ?", (rowid,))
-        if rows:
-            vectors[rowid] = rows[0][0]
+    vectors = _vectors(conn, [rowid for rowid, _ in good], int(dim)) if str(dim).isdigit() and int(dim) > 0 else {}
     return {"good": good, "unreadable": unreadable, "invalid": invalid, "ids": ids, "vectors": vectors,
             "staged": len(staged)}
+
+
+def _vectors(conn: Any, rowids: list[int], dim: int) -> dict[int, bytes]:
+    """The vectors of ``rowids`` that read back intact, from the tables the vec0 table keeps them in.
+
+    The vec0 virtual table itself is never queried: sqlite-vec's C code trusts the sizes and offsets it
+    finds in those tables, and on a damaged file it can crash the process. Here SQLite reads them (it
+    reports damage as errors) and each value is checked before it is trusted: the row's chunk and its
+    offset in it, the chunk's validity bit and its rowid at that offset, and the vector's byte length.
+    A vector that fails any of these is embedded again.
+    """
+    size = dim * 4
+    chunks: dict[int, tuple[Any, ...] | None] = {}
+    out: dict[int, bytes] = {}
+    for rowid in rowids:
+        pos, _ = safe(conn, "SELECT chunk_id, chunk_offset FROM entries_vec_rowids WHERE rowid = ?", (rowid,))
+        if not pos or not all(isinstance(v, int) for v in pos[0]):
+            continue
+        chunk_id, off = pos[0]
+        if chunk_id not in chunks:
+            rows, _ = safe(conn, "SELECT size, validity, rowids FROM entries_vec_chunks WHERE chunk_id = ?", (chunk_id,))
+            chunks[chunk_id] = tuple(rows[0]) if rows else None
+        chunk = chunks[chunk_id]
+        if chunk is None or not isinstance(chunk[0], int) or not all(isinstance(b, bytes) for b in chunk[1:]):
+            continue
+        n, validity, ids = chunk
+        if not (0 <= off < n and len(validity) * 8 >= n and len(ids) >= 8 * n and validity[off // 8] >> (off % 8) & 1
+                and int.from_bytes(ids[8 * off : 8 * off + 8], "little", signed=True) == rowid):
+            continue
+        got, _ = safe(conn, "SELECT substr(vectors, ?, ?) FROM entries_vec_vector_chunks00 WHERE rowid = ?",
+                      (off * size + 1, size, chunk_id))
+        if got and isinstance(got[0][0], bytes) and len(got[0][0]) == size:
+            out[rowid] = got[0][0]
+    return out
 
 
 def _read_audit(conn: Any) -> tuple[list[tuple[Any, ...]], int]:
@@ -242,18 +275,25 @@ def _write(store: SqliteStore, embed: Callable[[list[str]], np.ndarray], src: Pa
     same_model = old_model == store.model_id
     for rowid, rec in found["good"]:
         blob = found["vectors"].get(rowid) if same_model else None
-        if blob is not None and (len(blob) != dim * 4 or degenerate(np.frombuffer(blob, dtype="<f4"))):
+        if blob is not None and (len(blob) != dim * 4 or _damaged(np.frombuffer(blob, dtype="<f4"))):
             blob = None  # embedded again
         entries.append((rec, blob, "entries"))
     for rec in recovered:
         entries.append((rec, None, "audit"))
-    valid: list[tuple[Entry, bytes | None, str]] = []
+    kept: dict[str, tuple[Entry, bytes | None, str]] = {}
     for rec, blob, source in entries:
         try:
-            valid.append((validate_entry({k: rec.get(k) for k in FIELDS if k in rec}), blob, source))
+            e = validate_entry({k: rec.get(k) for k in FIELDS if k in rec})
         except ValidationError:
             rejected += 1
-    ids = {e.id for e, _, _ in valid}
+            continue
+        # one entry per id: damage can show an id twice (an audit row whose entry_id was hit names another
+        # entry than its record does); the entry row wins over the audit, then the newer version
+        other = kept.get(e.id)
+        if other is None or (_RANK[other[2]], str(other[0].updated_at)) < (_RANK[source], str(e.updated_at)):
+            kept[e.id] = (e, blob, source)
+    valid = list(kept.values())
+    ids = set(kept)
     dropped_overrides = []
     for e, _, _ in valid:
         if e.overrides and e.overrides not in ids:
@@ -302,6 +342,12 @@ def _write(store: SqliteStore, embed: Callable[[list[str]], np.ndarray], src: Pa
         "tasks": copied_tasks,
         "blockers": copied_blockers,
     }
+
+
+def _damaged(vec: np.ndarray) -> bool:
+    """A vector that cannot be the model's: no direction, or not of unit length (the model's vectors are
+    normalised, so a changed byte in one nearly always shows in its length)."""
+    return bool(degenerate(vec)) or abs(float(np.linalg.norm(vec.astype(np.float64))) - 1.0) > 1e-3
 
 
 def _try(conn: Any, sql: str, row: tuple[Any, ...]) -> int:
