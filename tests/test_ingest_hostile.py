@@ -178,7 +178,7 @@ def test_a_one_line_file_longer_than_an_entry_is_cut_into_chunks(mem, tmp_path):
     assert len(chunks) > 100 and "".join(c.text for c in chunks) == line
     assert all(c.meta["lines"] == [1, 1] and line[slice(*c.meta["cols"])] == c.text for c in chunks)
     assert all(gates.check(c.meta, c.text) is None for c in chunks)  # served as it is while the file holds it
-    (ws / "vocab.py").write_text(line.replace('"[PAD]"', '"[PAD2]"', 1) + "\n", encoding="utf-8")
+    (ws / "vocab.py").write_text(line.replace('"[PAD]"', '"[PAX]"', 1) + "\n", encoding="utf-8")
     verdicts = [gates.check(c.meta, c.text) for c in chunks]
     assert sum(v is not None and v[0] == "code_stale" for v in verdicts) == 1  # only the piece that changed
 
