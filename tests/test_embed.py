@@ -1,12 +1,15 @@
 """The real all-MiniLM-L6-v2: both backends agree, the weights are verified, nothing is online."""
 
+import json
 import shutil
+import sys
 
 import numpy as np
 import pytest
 
 from memlens.config import BUNDLED_SHA256, EmbeddingConfig
-from memlens.embed import SentenceTransformerEmbedder, make_embedder, resolve_model, verified_sha256
+from memlens.embed import OnnxEmbedder, make_embedder, resolve_model, verified_sha256
+from memlens.embed_st import SentenceTransformerEmbedder
 from memlens.errors import ModelError
 
 TEXTS = [
@@ -29,6 +32,7 @@ def test_onnx_and_sentence_transformers_give_the_same_vectors(real_embedder, st_
     b = st_embedder.embed(TEXTS)
     assert a.shape == b.shape == (len(TEXTS), 384)
     assert np.abs(a - b).max() < 1e-5
+    assert (a * b).sum(axis=1).min() >= 0.99999
     assert real_embedder.model_id == st_embedder.model_id == f"all-MiniLM-L6-v2@{BUNDLED_SHA256[:12]}"
 
 
@@ -49,6 +53,16 @@ def test_vectors_are_unit_length_and_meaningful(real_embedder):
 def test_onnx_graph_is_cached_under_the_weights_hash(real_embedder):
     assert real_embedder.onnx_path.is_file()
     assert BUNDLED_SHA256[:24] in str(real_embedder.onnx_path)
+    assert real_embedder.onnx_path.stat().st_mode & 0o777 == 0o600
+
+
+def test_texts_of_every_length_in_one_call(real_embedder):
+    """Runs group texts by token count: a call mixing lengths (and repeats) gives each text its own vector."""
+    texts = [" ".join(["word"] * n) for n in (1, 3, 3, 250, 400, 3, 1)]
+    got = real_embedder.embed(texts)
+    for i, t in enumerate(texts):
+        assert np.abs(got[i] - real_embedder.embed([t])[0]).max() < 1e-5
+    assert np.abs(got[1] - got[2]).max() == 0 and np.abs(got[3] - got[4]).max() > 1e-3  # 400 words: cut at 256 tokens
 
 
 def test_token_count_uses_the_model_tokenizer(real_embedder):
@@ -89,11 +103,36 @@ def test_corruption_after_verification_is_caught(tmp_path, settings):
         make_embedder(cfg, tmp_path / "cache")
 
 
-def test_unusable_cached_onnx_file_is_removed_with_a_clear_error(tmp_path, settings):
-    cfg = settings.embedding
-    emb = make_embedder(cfg, tmp_path)
+def test_unusable_cached_onnx_file_is_built_again(tmp_path, settings, real_embedder):
+    emb = make_embedder(settings.embedding, tmp_path)
+    assert isinstance(emb, OnnxEmbedder)
     emb.onnx_path.parent.mkdir(parents=True)
     emb.onnx_path.write_bytes(b"not an onnx graph")
-    with pytest.raises(ModelError, match="unusable"):
-        emb.load()
-    assert not emb.onnx_path.exists()
+    emb.load()
+    assert emb.onnx_path.stat().st_size > 1_000_000 and emb.onnx_path.stat().st_mode & 0o777 == 0o600
+    assert np.abs(emb.embed(TEXTS[:2]) - real_embedder.embed(TEXTS[:2])).max() < 1e-6
+
+
+def _model_copy(tmp_path, settings, **config):
+    copy = tmp_path / "model"
+    shutil.copytree(resolve_model(settings.embedding).path, copy)
+    cfg = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**cfg, **config}))
+    return copy
+
+
+def test_a_model_the_graph_cannot_reproduce_names_the_other_backend(tmp_path, settings):
+    copy = _model_copy(tmp_path, settings, model_type="roberta")
+    with pytest.raises(ModelError, match=r"model_type 'roberta'.*memlens\[sentence-transformers\]") as exc:
+        make_embedder(EmbeddingConfig(model=str(copy)), tmp_path / "cache")
+    assert "\n" not in str(exc.value)
+
+
+def test_the_sentence_transformers_backend_without_its_extra_is_one_line(tmp_path, settings, monkeypatch):
+    from memlens.retrieval.rerank import load_cross_encoder
+
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # as if the extra were not installed
+    emb = make_embedder(EmbeddingConfig(backend="sentence-transformers"), tmp_path)
+    for call in (emb.load, lambda: load_cross_encoder(str(tmp_path))):
+        with pytest.raises(ModelError, match=r"optional extra sentence-transformers.*'memlens\[sentence-transformers\]'"):
+            call()

@@ -46,11 +46,11 @@ def test_verified_stamp_is_owner_only(tmp_path, settings, umask022):
 
 
 @pytest.mark.model
-def test_onnx_export_is_owner_only(tmp_path, settings, umask022):
-    from memlens.embed import export_onnx, resolve_model
+def test_model_graph_is_owner_only(tmp_path, settings, umask022):
+    from memlens.embed import resolve_model, write_graph
 
     target = tmp_path / "cache" / "onnx" / "abc" / "model.onnx"
-    export_onnx(resolve_model(settings.embedding), target)
+    write_graph(resolve_model(settings.embedding), target)
     assert mode(target) == 0o600
     for d in (tmp_path / "cache", tmp_path / "cache" / "onnx", target.parent):
         assert mode(d) == 0o700, d
@@ -59,12 +59,12 @@ def test_onnx_export_is_owner_only(tmp_path, settings, umask022):
 
 @pytest.mark.model  # reads the real weights before it writes
 def test_an_unusable_cache_dir_is_one_line(tmp_path, settings):
-    from memlens.embed import export_onnx, resolve_model
+    from memlens.embed import resolve_model, write_graph
     from memlens.errors import ModelError
 
     (tmp_path / "file").write_text("x")
     with pytest.raises(ModelError, match="cannot write the model cache"):
-        export_onnx(resolve_model(settings.embedding), tmp_path / "file" / "onnx" / "model.onnx")
+        write_graph(resolve_model(settings.embedding), tmp_path / "file" / "onnx" / "model.onnx")
 
 
 # -- files.py ------------------------------------------------------------------------------------

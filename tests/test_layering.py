@@ -3,7 +3,7 @@
 Layers, lowest first; a module may import its own layer or a lower one, never a higher one:
 
     0 foundation   memlens (the package), errors ids vocab models limits files config profiles
-                   trace embed attribution
+                   trace embed embed_model embed_st bert_onnx attribution
     1 store        memlens.store.*
     2 engine       memlens.retrieval.*, memlens.working.*, memlens.io.*
     3 facade       memlens.memory and the engine calls the front ends share (stats, demo, browse)
@@ -42,6 +42,9 @@ FOUNDATION = {
     "profiles",
     "trace",
     "embed",
+    "embed_model",
+    "embed_st",
+    "bert_onnx",
     "attribution",
     "compact_json",
     "setting_checks",

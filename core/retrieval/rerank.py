@@ -1,7 +1,7 @@
 """Optional cross-encoder rerank, off by default (it costs a second model run per candidate).
 
 The model is a local ``sentence_transformers.CrossEncoder`` directory given in
-``rerank.model``: no hub is reachable, so nothing is downloaded. The top
+``rerank.model`` (the optional extra ``memlens[sentence-transformers]``): no hub is reachable, so nothing is downloaded. The top
 ``rerank.top_n`` candidates by score are rescored. The cross-encoder's
 probability replaces relevance in the same formula, and the rank before and
 after is kept in each result's components. A candidate outside the rerank
@@ -38,14 +38,12 @@ def load_cross_encoder(path: str | None) -> Any:
         if str(p) not in _models:
             import os
 
+            from memlens.embed_st import sentence_transformers
+
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            st = sentence_transformers()  # the optional extra: a one-line error naming it when missing
             try:
-                from sentence_transformers import CrossEncoder
-
-                from memlens.embed import quiet_transformers
-
-                quiet_transformers()
-                _models[str(p)] = CrossEncoder(str(p), device="cpu", local_files_only=True)
+                _models[str(p)] = st.CrossEncoder(str(p), device="cpu", local_files_only=True)
             except Exception as exc:
                 raise ModelError(f"cannot load cross-encoder {p}: {exc}".splitlines()[0]) from None
         return _models[str(p)]
