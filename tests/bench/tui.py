@@ -67,10 +67,11 @@ class PtyApp:
     still running.
     """
 
-    def __init__(self, argv: list[str], *, cols: int = 120, rows: int = 40, env: dict[str, str] | None = None) -> None:
+    def __init__(self, argv: list[str], *, cols: int = 120, rows: int = 40, env: dict[str, str] | None = None,
+                 cwd: str | None = None) -> None:
         import pyte
 
-        self.argv, self.cols, self.rows = argv, cols, rows
+        self.argv, self.cols, self.rows, self.cwd = argv, cols, rows, cwd
         self.env = {**(os.environ if env is None else env), "TERM": "xterm-256color", "COLUMNS": str(cols),
                     "LINES": str(rows)}  # fmt: skip
         self.env.pop("NO_COLOR", None)
@@ -89,7 +90,7 @@ class PtyApp:
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", self.rows, self.cols, 0, 0))
         self.t0 = time.perf_counter()
         try:
-            self.proc = subprocess.Popen(self.argv, stdin=slave, stdout=slave, stderr=slave, env=self.env,
+            self.proc = subprocess.Popen(self.argv, stdin=slave, stdout=slave, stderr=slave, env=self.env, cwd=self.cwd,
                                          start_new_session=True, close_fds=True)  # fmt: skip
         finally:
             os.close(slave)
