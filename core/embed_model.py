@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,10 @@ from memlens.files import CONFIG_MAX_BYTES, STAMP_MAX_BYTES, make_private_dirs, 
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
+
+for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):  # before any Hugging Face import
+    os.environ.setdefault(_var, "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 @dataclass(frozen=True)
