@@ -166,7 +166,7 @@ def test_mcp_initialize_and_memory_search(installed):
                                    env=installed.env, cwd=str(installed.work))
 
     async def body(client):
-        assert client.initialize_result.server_info.name
+        assert client.server_info is not None and client.server_info.name == "memlens"
         return result_data(await client.call_tool("memory_search", {"query": "callbacks blocking",
                                                                    "active_wing": "lifecore_ros2"}))
 
