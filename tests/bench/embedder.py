@@ -109,7 +109,11 @@ def chroma_model_dir(scratch: Path) -> Path:
 def engines(scratch: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     import onnxruntime as ort
     import torch
-    from chromadb.utils.embedding_functions.onnx_mini_lm_l6_v2 import ONNXMiniLM_L6_V2
+
+    try:
+        from chromadb.utils.embedding_functions.onnx_mini_lm_l6_v2 import ONNXMiniLM_L6_V2
+    except ImportError:
+        raise SystemExit("the embedder suite compares with chromadb: pip install chromadb into the bench venv") from None
 
     from memlens.config import load_settings
     from memlens.embed import make_embedder
