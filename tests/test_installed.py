@@ -45,7 +45,7 @@ sys.addaudithook(_guard)
 '''
 
 
-def _run(*cmd: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout: float = 600) -> str:
+def _run(*cmd: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout: float = 1800) -> str:
     proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"{cmd}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
@@ -71,7 +71,7 @@ class Installed:
         }
         self.store = self.work / "memory.db"
 
-    def memlens(self, *args: str | Path, timeout: float = 600) -> str:
+    def memlens(self, *args: str | Path, timeout: float = 900) -> str:
         return _run(self.bin / "memlens", "--store", self.store, *args, cwd=self.work, env=self.env, timeout=timeout)
 
 
