@@ -15,6 +15,7 @@ from textual import work
 from textual.app import App
 from textual.binding import Binding
 from textual.content import Content
+from textual.widgets import Input, TextArea
 
 from memlens.errors import MemlensError
 
@@ -31,7 +32,12 @@ class MemlensApp(KeysWhereTheCursorIs, App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "memlens"
     COMMANDS = App.COMMANDS | {MemlensCommands, ReplayCommands, ImpactCommands}
-    BINDINGS = [Binding("q", "quit", "Quit", id="app.quit", tooltip="Quit memlens")]
+    BINDINGS = [
+        # q has its own action: switched off while a text field has focus, unlike Textual's ctrl+q (action quit)
+        Binding("q", "quit_key", "Quit", id="app.quit", tooltip="Quit memlens"),
+        # ctrl+c copies a selection in a text field (the field's own binding) and otherwise says how to quit
+        Binding("ctrl+c", "copy_or_quit_hint", show=False, priority=True),
+    ]
 
     def __init__(self, lens: Lens, *, demo: bool = False, poll_interval: float = 1.0, watch: bool = True,
                  cursor_blink: bool = True) -> None:
@@ -49,6 +55,20 @@ class MemlensApp(KeysWhereTheCursorIs, App[None]):
         self._shell: Any = None
         self.health: dict[str, Any] | None = None
         """Golden queries' verdicts and the stale vector count (``Lens.health``), shown in the header."""
+
+    # -- quitting ----------------------------------------------------------------------------
+
+    def action_quit_key(self) -> None:
+        self.exit()
+
+    def action_copy_or_quit_hint(self) -> None:
+        field = self.focused
+        if isinstance(field, (Input, TextArea)) and field.selected_text:
+            field.action_copy()
+        elif self.screen.get_selected_text():
+            self.screen.action_copy_text()
+        else:
+            self.action_help_quit()
 
     # -- start-up ---------------------------------------------------------------------------
 
