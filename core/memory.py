@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from memlens import untrusted
 from memlens.config import Settings, load_settings
 from memlens.errors import MemlensError, NotFoundError, StoreError, ValidationError
 from memlens.limits import MAX_LIST, check_int, entry_text_limit
-from memlens.models import EDITABLE_FIELDS, Entry, Status, utcnow
+from memlens.models import EDITABLE_FIELDS, Entry, Status, format_ts, utcnow
 from memlens.store import writes
 from memlens.store.newstore import store_target
 from memlens.store.postgres.connect import is_uri
@@ -181,19 +182,27 @@ class Memory:
         with entry_text_limit(self.settings.limits.max_entry_chars if capped else None):
             return writes.validate_entry(record)
 
+    def _prepare_new(self, record: dict[str, Any]) -> Entry:
+        entry = self._prepare(record)
+        untrusted.refuse_new_promotion(entry.kind, entry.meta)
+        return entry
+
     def add(self, text: str, *, wing: str, **fields: Any) -> Entry:
         """Add one entry; returns it with its id. Fields as in ``memlens.models.Entry``."""
-        entry = self._prepare({"text": text, "wing": wing, **fields})
+        entry = self._prepare_new({"text": text, "wing": wing, **fields})
         self.store.check_writable()
         writes.check_overrides(self.store, [entry])
         return writes.add(self.store, entry, self._vectors_for([entry])[0])
 
-    def update(self, entry_id: str, *, expected_updated_at: str | datetime | None = None, **changes: Any) -> Entry:
+    def update(self, entry_id: str, *, expected_updated_at: str | datetime | None = None, promoted_by: str | None = None,
+               **changes: Any) -> Entry:
         """Change fields of an entry; a new text or title is re-embedded.
 
         ``expected_updated_at``: the ``updated_at`` (or ``created_at``) the caller read; when the entry
         changed since, the update is refused (StaleUpdateError) instead of overwriting that edit. The
         check runs again inside the write transaction, so a concurrent writer's edit is never lost.
+        ``promoted_by``: ``"cli"`` or ``"app"`` when a person promotes web text to an invariant or decision
+        (``memlens.untrusted``); without it, web text keeps its origin and never gets an authority type.
         """
         unknown = set(changes) - set(EDITABLE_FIELDS)
         if unknown:
@@ -205,12 +214,13 @@ class Memory:
         record = before.to_record()
         record.update({k: (v.value if hasattr(v, "value") else v) for k, v in changes.items()})
         record["updated_at"] = utcnow()
+        untrusted.carry_origin(before, record, promoted_by, format_ts(record["updated_at"]))
         # the cap applies to a new text or meta; an entry stored before it keeps its other fields editable
         after = self._prepare(record, capped=bool({"text", "meta"} & set(changes)))
         if "overrides" in changes:
             writes.check_overrides(self.store, [after])
         vec = None if after.embed_text == before.embed_text else self._vectors_for([after])[0]
-        return writes.update(self.store, entry_id, after, vec, expected_updated_at)
+        return writes.update(self.store, entry_id, after, vec, expected_updated_at, promoted=promoted_by is not None)
 
     def set_status(self, entry_id: str, status: str | Status) -> Entry:
         """Deprecate, mark under review or reactivate an entry."""
@@ -225,7 +235,7 @@ class Memory:
 
     def add_unique(self, text: str, *, wing: str, **fields: Any) -> tuple[Entry, bool, list[dict[str, Any]]]:
         """Add unless the wing holds the same content: ``(entry, created, similar)`` (see ``memlens.store.writes``)."""
-        entry = self._prepare({"text": text, "wing": wing, **fields})
+        entry = self._prepare_new({"text": text, "wing": wing, **fields})
         self.store.check_writable()
         writes.check_overrides(self.store, [entry])
         return writes.add_unique(self.store, entry, self._vectors_for([entry])[0])

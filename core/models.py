@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from memlens import vocab
 from memlens.ids import new_id
 from memlens.limits import entry_field_problem, entry_text_problem
+from memlens.untrusted import authority_problem
 from memlens.vocab import NAME_RE  # noqa: E402 (one definition, shared with the pydantic-free query parser)
 
 ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
@@ -248,10 +249,8 @@ class Entry(BaseModel):
             object.__setattr__(self, "title", first if len(first) <= 60 else first[:59].rstrip() + "…")
         if self.overrides == self.id:
             raise ValueError("an entry cannot override itself")
-        if self.kind.value in vocab.UNTRUSTED_KINDS and self.type in (EntryType.invariant, EntryType.decision):
-            raise ValueError(f"a {self.kind.value} entry is untrusted text and cannot be an {self.type.value}"
-                             if self.type is EntryType.invariant else
-                             f"a {self.kind.value} entry is untrusted text and cannot be a {self.type.value}")
+        if why := authority_problem(self.id, self.kind, self.type, self.text, self.meta):  # web text sets no rules
+            raise ValueError(why)
         return self
 
     @property

@@ -84,6 +84,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     _store_arg(s)
     s.add_argument("entry_id", metavar="ID")
     s.add_argument("changes", nargs="+", metavar="FIELD=VALUE", help="e.g. title='New title' salience=0.9")
+    s.add_argument("--promote", action="store_true",
+                   help="you, a person, vouch for web text: let this edit make it an invariant or decision (audited)")
     s.add_argument("--dry-run", action="store_true")
     s.add_argument("--json", action="store_true")
     return {"replay": cmd_replay, "golden": cmd_golden, "access": cmd_access, "reembed": cmd_reembed,
@@ -239,7 +241,8 @@ def _change(args: argparse.Namespace) -> Callable[[Any], Any]:
     if args.command == "delete":
         return lambda m: m.delete(eid)
     changes = _parse_changes(args.changes)
-    return lambda m: m.update(eid, **changes)
+    promoted_by = "cli" if args.promote else None
+    return lambda m: m.update(eid, promoted_by=promoted_by, **changes)
 
 
 def cmd_write(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from memlens import untrusted
 from memlens.errors import NotFoundError, StaleUpdateError, ValidationError  # StaleUpdateError: re-exported
 from memlens.models import Entry, content_hash, format_ts, parse_ts
 from memlens.store.rows import vec_blob
@@ -121,8 +122,12 @@ def add(store: Writes, entry: Entry, vec: np.ndarray) -> Entry:
     return entry
 
 
-def update(store: Writes, entry_id: str, after: Entry, vec: np.ndarray | None, expected: str | datetime | None) -> Entry:
-    """Replace the stored ``entry_id`` by ``after`` (``vec=None``: the text is unchanged, keep the vector)."""
+def update(store: Writes, entry_id: str, after: Entry, vec: np.ndarray | None, expected: str | datetime | None, *,
+           promoted: bool = False) -> Entry:
+    """Replace the stored ``entry_id`` by ``after`` (``vec=None``: the text is unchanged, keep the vector).
+
+    Web text keeps its origin (``memlens.untrusted``): checked again here against the row as it is now;
+    ``promoted``: this write is a person's promotion of web text, recorded in the audit row."""
     with store.write() as w:
         found = w.find(entry_id)
         if found is None:
@@ -130,8 +135,12 @@ def update(store: Writes, entry_id: str, after: Entry, vec: np.ndarray | None, e
         rowid, before = found  # the audit records what this write replaced
         if expected is not None:
             refuse_if_changed(before, expected)
+        untrusted.check_edit(before, after.kind, after.meta, promoting=promoted)
         w.replace(rowid, after, None if vec is None else vec_blob(vec))
-        seq = w.audit("update", after.id, after.wing, before.to_record(), after.to_record(), {"reembedded": vec is not None})
+        detail: dict[str, Any] = {"reembedded": vec is not None}
+        if promoted:
+            detail["promoted"] = after.meta.get(untrusted.PROMOTED)
+        seq = w.audit("update", after.id, after.wing, before.to_record(), after.to_record(), detail)
         w.bump({before.wing, after.wing}, seq)
     return after
 

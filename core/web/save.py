@@ -2,8 +2,8 @@
 
 Each source that gave text becomes one entry of kind ``web``, type ``note``,
 status ``under_review``, with ``meta.untrusted = true`` and ``meta.source`` (the
-URL the text came from). A web entry can never be an invariant or a decision
-(the data model refuses it). The same page text saved twice in a wing is
+URL the text came from). A web entry is never an invariant or a decision
+(unless a person promotes it, see ``memlens.untrusted``). The same page text saved twice in a wing is
 stored once.
 """
 

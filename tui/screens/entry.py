@@ -261,8 +261,41 @@ class EntryScreen(Screen[None]):
             self._start("add", fields)
         elif not changes:
             self._error("nothing to save", "muted")
+        elif self._needs_promotion(changes):
+            self._ask_promotion(changes)
         else:
             self._start("status" if set(changes) == {"status"} else "update", changes)
+
+    # -- web text: a person's promotion to an invariant or decision, asked for explicitly ---------------
+
+    def _needs_promotion(self, changes: dict[str, str]) -> bool:
+        """Whether these edits would give web text an authority type that no promotion covers yet."""
+        from memlens.untrusted import authority_problem, is_untrusted
+
+        e = self.entry
+        if e is None or not is_untrusted(e.kind):
+            return False
+        return authority_problem(e.id, e.kind, changes.get("type", e.type.value), changes.get("text", e.text),
+                                 e.meta) is not None
+
+    def _ask_promotion(self, changes: dict[str, str]) -> None:
+        from .confirm import ConfirmScreen
+
+        e = self.entry
+        assert e is not None
+        to = changes.get("type", e.type.value)
+        body = (f"This text was saved from {e.meta.get('source') or 'the web'}: a page's author wrote it, "
+                f"not you. As {'an' if to == 'invariant' else 'a'} {to} it binds every agent that reads this wing.\n\n"
+                "Promote it only if you have read it and vouch for it. The promotion is recorded with the entry "
+                "and in its audit history, and it stays marked as web text.")
+        self.app.push_screen(ConfirmScreen(f"Promote web text to {to}?", body, yes="Promote", no="Keep editing"),
+                             partial(self._promotion_answer, changes))  # type: ignore[arg-type]
+
+    def _promotion_answer(self, changes: dict[str, Any], yes: bool | None) -> None:
+        if yes:
+            self._start("update", {**changes, "promoted_by": "app"})
+        else:
+            self._error("not promoted: nothing written", "muted")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """A new entry has nothing to delete; the details key matters only on a narrow terminal."""
@@ -346,7 +379,7 @@ class EntryScreen(Screen[None]):
             title, yes, no, body = f"Make {self.entry_id} {fields['status']}?", "Write", "Cancel", ""
         else:
             title, yes, no = f"Save the edits to {self.entry_id}?", "Save", "Keep editing"
-            body = f"Changed: {', '.join(sorted(fields))}"
+            body = f"Changed: {', '.join(sorted(k for k in fields if k != 'promoted_by'))}"
         if message.error:
             body = (body + "\n\n" if body else "") + f"(no impact preview: {message.error})"
         answer = partial(self._preview_answer, action, fields)
