@@ -48,6 +48,8 @@ FOUNDATION = {
     "attribution",
     "compact_json",
     "setting_checks",
+    "untrusted",
+    "visible",
 }
 SUBPACKAGE_LAYER = {
     "store": 1,

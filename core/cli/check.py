@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from memlens.cli.output import progress_stream
+
 PROG = "memlens"
 
 
@@ -36,7 +38,7 @@ def _store(args: argparse.Namespace) -> Path:
 
 def _progress(stage: str) -> None:
     if sys.stderr.isatty():
-        print(f"\r{stage}…\033[K", end="", file=sys.stderr, flush=True)
+        print(f"\r{stage}…\033[K", end="", file=progress_stream(), flush=True)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -48,7 +50,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     with terminate_as_exit():  # SIGTERM unwinds like Ctrl-C: the private copy goes
         report = check_store(path, _progress)
     if sys.stderr.isatty():
-        print("\r\033[K", end="", file=sys.stderr)
+        print("\r\033[K", end="", file=progress_stream())
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
         return 0 if report["ok"] else 1
@@ -74,7 +76,7 @@ def cmd_salvage(args: argparse.Namespace) -> int:
     with terminate_as_exit():  # SIGTERM unwinds like Ctrl-C: the half-made new store and any scratch copy go
         report = salvage(path, Path(args.new).expanduser(), settings=load_settings(), progress=_progress)
     if sys.stderr.isatty():
-        print("\r\033[K", end="", file=sys.stderr)
+        print("\r\033[K", end="", file=progress_stream())
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
         return 0 if report["lost"] == 0 else 1

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from memlens.cli.output import progress_stream
 from memlens.errors import StoreError
 
 BAR = 30
@@ -48,7 +49,7 @@ def _target(raw: str) -> str | Path:
 def _bar(done: int, total: int) -> None:
     frac = done / total if total else 1.0
     filled = int(BAR * frac)
-    print(f"\rcopying entries [{'#' * filled}{'.' * (BAR - filled)}] {done}/{total}", end="", file=sys.stderr, flush=True)
+    print(f"\rcopying entries [{'#' * filled}{'.' * (BAR - filled)}] {done}/{total}", end="", file=progress_stream(), flush=True)
 
 
 def cmd_copy(args: argparse.Namespace) -> int:

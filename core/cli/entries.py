@@ -10,6 +10,7 @@ from typing import Any
 
 from memlens.cli.args import PROG, unit_float
 from memlens.cli.common import format_results, open_store, store_arg
+from memlens.cli.output import progress_stream
 from memlens.errors import MemlensError
 
 
@@ -73,7 +74,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     def progress(stage: str, done: int, total: int) -> None:
         if interactive and total:
-            print(f"\r{stage}: {done}/{total}", end="", file=sys.stderr, flush=True)
+            print(f"\r{stage}: {done}/{total}", end="", file=progress_stream(), flush=True)
 
     from memlens.store.staging import terminate_as_exit
 

@@ -17,6 +17,7 @@ import sys
 import time
 from typing import Any
 
+from memlens.cli.output import progress_stream
 from memlens.errors import ValidationError
 
 SKIPS_SHOWN = 20
@@ -67,10 +68,10 @@ class _Bar:
         else:
             head = f"{files} files"
         tail = f" · {chunks} chunks written" if chunks is not None else ""
-        print(f"\r{self.label}: {head}{tail}\033[K", end="", file=sys.stderr, flush=True)
+        print(f"\r{self.label}: {head}{tail}\033[K", end="", file=progress_stream(), flush=True)
 
     def done(self) -> None:
-        print("\r\033[K", end="", file=sys.stderr, flush=True)
+        print("\r\033[K", end="", file=progress_stream(), flush=True)
 
 
 def _progress(label: str, targets: list[Any]) -> _Bar | None:

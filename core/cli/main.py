@@ -25,6 +25,7 @@ from memlens.cli import tasks as cli_tasks
 from memlens.cli import web as cli_web
 from memlens.cli.args import PROG, Parser, check_text_args
 from memlens.cli.common import store_arg
+from memlens.cli.output import for_people
 from memlens.errors import MemlensError
 from memlens.limits import check_query
 
@@ -80,6 +81,11 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = COMMANDS.get(args.command or "tui", cli_serve.cmd_tui)
+    with for_people(args):  # what a person reads carries no terminal control sequence
+        return _handle(args, handler)
+
+
+def _handle(args: argparse.Namespace, handler: Callable[[argparse.Namespace], int]) -> int:
     try:
         check_text_args(args)
         if args.command in ("search", "context", "explain") and isinstance(getattr(args, "query", None), str):

@@ -11,6 +11,7 @@ from typing import Any
 
 from memlens.cli.args import K_ARG, Parser, _bounded
 from memlens.cli.common import open_store, store_arg
+from memlens.cli.output import progress_stream
 from memlens.errors import ValidationError
 from memlens.limits import MAX_LIST
 
@@ -209,7 +210,8 @@ def cmd_reembed(args: argparse.Namespace) -> int:
         if interactive and total:
             width = 30
             fill = int(width * done / total)
-            print(f"\rre-embedding [{'#' * fill}{'.' * (width - fill)}] {done}/{total}", end="", file=sys.stderr, flush=True)
+            print(f"\rre-embedding [{'#' * fill}{'.' * (width - fill)}] {done}/{total}", end="", file=progress_stream(),
+                  flush=True)
 
     with open_for_write(args.store) as mem:
         report = reembed(mem, wing=args.wing, progress=progress)
