@@ -53,8 +53,8 @@ def for_people(args: argparse.Namespace) -> Iterator[None]:
         return
     saved = sys.stdout, sys.stderr
     if not machine_output(args):
-        sys.stdout = TerminalText(sys.stdout)  # type: ignore[assignment]
-    sys.stderr = TerminalText(sys.stderr)  # type: ignore[assignment]
+        sys.stdout = TerminalText(sys.stdout)
+    sys.stderr = TerminalText(sys.stderr)
     try:
         yield
     finally:
