@@ -11,13 +11,17 @@ import gc
 from pathlib import Path
 from typing import Any
 
+from rich.segment import Segment
 from textual import work
 from textual.app import App
 from textual.binding import Binding
+from textual.color import Color
 from textual.content import Content
+from textual.filter import LineFilter
 from textual.widgets import Input, TextArea
 
 from memlens.errors import MemlensError
+from memlens.visible import strip_controls
 
 from .commands import MemlensCommands
 from .keys import KeysWhereTheCursorIs
@@ -26,6 +30,21 @@ from .screens.impact import ImpactCommands
 from .screens.main import MainScreen
 from .screens.replay import ReplayCommands
 from .service import WATCHED, Lens
+
+
+class NoControls(LineFilter):
+    """Every rendered line without control characters: text from the store, a file name, a page or a model is
+    drawn, never sent to the terminal as a command (ESC starts a sequence that can clear the screen or set the
+    window title). Textual removes only a few controls itself; the ones dropped here take no cell, so every
+    column stays in place. The app's own cursor moves are control segments, left as they are."""
+
+    def apply(self, segments: list[Segment], background: Color) -> list[Segment]:
+        if all(seg.control or seg.text.isprintable() for seg in segments):
+            return segments
+        return [seg if seg.control else Segment(strip_controls(seg.text), seg.style) for seg in segments]
+
+
+_NO_CONTROLS = NoControls()
 
 
 class MemlensApp(KeysWhereTheCursorIs, App[None]):
@@ -55,6 +74,9 @@ class MemlensApp(KeysWhereTheCursorIs, App[None]):
         self._shell: Any = None
         self.health: dict[str, Any] | None = None
         """Golden queries' verdicts and the stale vector count (``Lens.health``), shown in the header."""
+
+    def get_line_filters(self) -> list[LineFilter]:
+        return [*super().get_line_filters(), _NO_CONTROLS]
 
     # -- quitting ----------------------------------------------------------------------------
 

@@ -35,8 +35,8 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(self.title_text, id="confirm-title")
-            yield Static(self.body, id="confirm-body")
+            yield Static(self.title_text, id="confirm-title", markup=False)  # they quote titles and text: shown as is
+            yield Static(self.body, id="confirm-body", markup=False)
             with Horizontal():
                 yield Button(f"{self.yes} (y)", id="yes", variant="error")
                 yield Button(f"{self.no} (n / esc)", id="no", variant="primary")

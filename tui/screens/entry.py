@@ -26,6 +26,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, Select, Static, TextArea
@@ -246,7 +247,7 @@ class EntryScreen(Screen[None]):
     def _error(self, text: str, kind: str = "error") -> None:
         status = self.query_one("#entry-error", Static)
         status.set_classes(kind)
-        status.update(text)
+        status.update(Content(text))  # an engine error may quote the value typed: text, never markup
 
     def action_save(self, status: str | None = None) -> None:
         if self._busy or (self.entry_id is not None and self.entry is None):

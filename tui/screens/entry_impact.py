@@ -60,9 +60,9 @@ class ImpactConfirmScreen(ConfirmScreen):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(self.title_text, id="confirm-title")
+            yield Static(self.title_text, id="confirm-title", markup=False)
             if self.body:
-                yield Static(self.body, id="confirm-body")
+                yield Static(self.body, id="confirm-body", markup=False)
             yield Static(verdict(self.preview), id="confirm-verdict")
             with VerticalScroll(id="confirm-impact") as box:
                 box.border_title = "Impact preview · nothing is written until you confirm"
@@ -86,5 +86,5 @@ def access_table(rows: list[dict[str, Any]], now: datetime, width: int = 48) -> 
         except (ValueError, TypeError):
             when = str(a["ts"])[:11]
         table.add_row(when, Text(_clip(a["client"] or "", 8), style="cyan"), str(a["rank"]),
-                      Text("✓", style="green") if a["in_context"] else "", _clip(a["query"] or "", 60))
+                      Text("✓", style="green") if a["in_context"] else "", Text(_clip(a["query"] or "", 60)))
     return table

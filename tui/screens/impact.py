@@ -108,7 +108,7 @@ class ImpactScreen(Screen[None]):
         table = self.query_one("#impact-access", DataTable)
         table.clear()
         for a in acc["accesses"]:
-            table.add_row(a["ts"][:19].replace("T", " "), _clip(a["client"], 24), _clip(a["query"] or "", 50),
+            table.add_row(a["ts"][:19].replace("T", " "), Text(_clip(a["client"], 24)), Text(_clip(a["query"] or "", 50)),
                           str(a["rank"]), f"{a['score']:.3f}", "yes" if a["in_context"] else "")
         self.query_one("#impact-preview", Static).update(preview_text(data["preview"]))
 

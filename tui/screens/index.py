@@ -162,7 +162,7 @@ class IndexScreen(Screen[None]):
         for ix in s["indexes"]:
             last = ix["last_run"] or {}
             stale = ix["stale_ratio"]
-            table.add_row(ix["wing"], _clip_left(ix["workspace"], 40), _ago(ix["indexed_at"], now),
+            table.add_row(ix["wing"], Text(_clip_left(ix["workspace"], 40)), _ago(ix["indexed_at"], now),
                           Text(str(ix["files"]), justify="right"), Text(str(ix["chunks"]), justify="right"),
                           Text(f"{ix['stale_files']} · {stale:.0%}", style="yellow" if stale else "green"),
                           Text(last.get("status", "—"), style=STATUS_STYLE.get(last.get("status", ""), "")),
@@ -183,7 +183,7 @@ class IndexScreen(Screen[None]):
         for ix, sk in skipped:
             path = sk["path"]
             root = ix["workspace"].rstrip("/") + "/"
-            table.add_row(_clip_left(path[len(root):] if path.startswith(root) else path, 60), sk["reason"])
+            table.add_row(Text(_clip_left(path[len(root):] if path.startswith(root) else path, 60)), Text(sk["reason"]))
         if not skipped:
             table.add_row(Text("nothing skipped", style="dim"), "")
 

@@ -8,6 +8,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.timer import Timer
@@ -202,7 +203,7 @@ class MainScreen(KeysWhereTheCursorIs, Screen[None]):
     def _status(self, text: str, kind: str = "") -> None:
         status = self.query_one("#status", Static)
         status.set_classes(kind)
-        status.update(text)
+        status.update(Content(text))  # it may quote the query or an engine error: text, never markup
 
     # -- actions ----------------------------------------------------------------------------
 

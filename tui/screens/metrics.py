@@ -191,7 +191,7 @@ class MetricsScreen(Screen[None]):
             if r.get("degraded"):
                 cache.append(" · degraded", style="bold yellow")
             total = float((r.get("latency_ms") or {}).get("total", 0.0))
-            table.add_row(when, ago, _clip(r.get("query", ""), 44), r.get("profile") or "",
+            table.add_row(when, ago, Text(_clip(r.get("query", ""), 44)), Text(r.get("profile") or ""),
                           Text(str(r.get("total_count", 0)), justify="right"), Text(str(r.get("dropped", 0)), justify="right"),
                           Text(ms(total), justify="right"), cache, key=str(r.get("seq")))
 

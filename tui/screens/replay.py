@@ -126,7 +126,7 @@ class ReplayScreen(Screen[None]):
         for q in queries:
             mark = Text("●", style="yellow") if q["changed"] else Text("·", style="dim")
             tau_q = "-" if q["tau"] is None else f"{q['tau']:.2f}"
-            table.add_row(mark, _clip(q["query"], 60), str(len(q["entered"])), str(len(q["left"])), str(len(q["moved"])),
+            table.add_row(mark, Text(_clip(q["query"], 60)), str(len(q["entered"])), str(len(q["left"])), str(len(q["moved"])),
                           tau_q, key=str(q["seq"]))
         self._show(0)
 

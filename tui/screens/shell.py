@@ -227,7 +227,7 @@ class ShellScreen(Screen[None]):
     def _status(self, text: str = HINT, error: bool = False) -> None:
         status = self.query_one("#shell-status", Static)
         status.set_class(error, "error")
-        status.update(Text(f"✗ {text}") if error else text)
+        status.update(Text(f"✗ {text}") if error else Text(text))
 
     # -- completion values ------------------------------------------------------------------
 

@@ -137,7 +137,7 @@ def call_section(bundle: Bundle, show_dropped: bool) -> RenderableType:
         table.add_column("stage", style="yellow", no_wrap=True)
         table.add_column("why", overflow="fold")
         for d in t.dropped:
-            table.add_row(d.id, d.wing or "", d.stage, d.detail)
+            table.add_row(d.id, d.wing or "", d.stage, Text(d.detail))
         parts.append(table)
     return Group(*parts)
 
