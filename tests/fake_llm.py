@@ -10,7 +10,11 @@ thread; ``base_url`` is what ``[llm] base_url`` takes. Modes:
 * ``hold``: ``hold_after`` tokens, then waits for :meth:`release` before sending the rest and [DONE];
 * ``status``: answers HTTP ``status`` with an OpenAI-style error body;
 * ``json``: ignores ``"stream": true`` and sends the whole completion as one JSON object;
-* ``truncated``: the tokens, then a clean end of body without ``finish_reason`` or ``[DONE]``.
+* ``truncated``: the tokens, then a clean end of body without ``finish_reason`` or ``[DONE]``;
+* ``echo``: a server that repeats the request's ``Authorization`` header (a leaky proxy, a hostile
+  endpoint): in a 401 body (``echo_in="status"``), in an error event midway (``"event"``) or in
+  the answer itself, split over several tokens (``"answer"``);
+* ``longline``: ``data: `` and then ``longline_bytes`` bytes without a newline, ever.
 
 ``tokens`` is a list of strings or a function of the request body returning
 one (to cite ids that were actually sent). Every request is recorded
@@ -59,8 +63,9 @@ def cited_answer(body: dict[str, Any]) -> list[str]:
 
 class FakeLLM:
     def __init__(self, mode: str = "stream", tokens: list[str] | Callable[[dict[str, Any]], list[str]] | None = None, *,
-                 status: int = 500, die_after: int = 2, hold_after: int = 3, drip_s: float = 0.2) -> None:
-        self.mode, self.status = mode, status
+                 status: int = 500, die_after: int = 2, hold_after: int = 3, drip_s: float = 0.2,
+                 echo_in: str = "status", longline_bytes: int = 0) -> None:
+        self.mode, self.status, self.echo_in, self.longline_bytes = mode, status, echo_in, longline_bytes
         self.tokens = tokens if tokens is not None else ["Hello", " from", " the", " fake", " model."]
         self.die_after, self.hold_after, self.drip_s = die_after, hold_after, drip_s
         self.requests: list[dict[str, Any]] = []
@@ -79,6 +84,9 @@ class FakeLLM:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 fake.requests.append({"path": self.path, "body": body, "headers": dict(self.headers)})
                 try:
+                    if fake.mode == "echo":
+                        fake._echo(self, str(self.headers.get("Authorization")))
+                        return
                     fake._answer(self, body)
                 except (BrokenPipeError, ConnectionResetError):
                     pass
@@ -109,6 +117,29 @@ class FakeLLM:
 
     # -- one response -----------------------------------------------------------------------------
 
+    def _echo(self, h: BaseHTTPRequestHandler, auth: str) -> None:
+        if self.echo_in == "status":
+            data = json.dumps({"error": {"message": f"invalid credentials: {auth}", "type": "auth"}}).encode()
+            h.send_response(401)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            h.wfile.write(data)
+            return
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+        h.wfile.write(chunk(event(delta("Before the error. "))))
+        if self.echo_in == "event":
+            h.wfile.write(chunk(event({"error": {"message": f"upstream rejected {auth}"}})))
+        else:
+            for i in range(0, len(auth), 3):  # the header's text split over tokens
+                h.wfile.write(chunk(event(delta(auth[i:i + 3]))))
+            h.wfile.write(chunk(event(delta(" was your header.", "stop"))) + chunk(event("[DONE]")))
+        h.wfile.write(b"0\r\n\r\n")
+        h.wfile.flush()
+
     def _answer(self, h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         tokens = self.tokens(body) if callable(self.tokens) else list(self.tokens)
         if self.mode == "status":
@@ -138,6 +169,13 @@ class FakeLLM:
             h.wfile.flush()
 
         send(": fake keep-alive comment\n\n")
+        if self.mode == "longline":
+            send("data: ")
+            block = "x" * (1 << 20)
+            for _ in range(self.longline_bytes >> 20):
+                send(block)
+            h.wfile.write(b"0\r\n\r\n")
+            return
         send(event({**delta(""), "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]}))
         if self.mode == "die":
             for t in tokens[: self.die_after]:

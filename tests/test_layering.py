@@ -48,6 +48,7 @@ FOUNDATION = {
     "attribution",
     "compact_json",
     "setting_checks",
+    "secrets",
     "untrusted",
     "visible",
 }

@@ -12,10 +12,16 @@ completion (``application/json``) is accepted too: its text arrives at once.
 
 Time bounds: ``connect_timeout`` to connect, ``read_timeout`` of silence while
 streaming, and ``timeout`` for the whole answer (checked between chunks; the
-async stream also cuts a silent read at the deadline). Every failure is an
-:class:`LlmError` with a one-line message that never contains the API key.
-The text received before a failure is kept by the caller: tokens are yielded
-as they arrive.
+async stream also cuts a silent read at the deadline). Memory bounds: a line of
+the stream is read up to ``MAX_LINE_BYTES`` (a server that never ends its line
+cannot fill memory), a whole JSON reply up to ``MAX_JSON_BYTES``, an error body
+up to ``ERROR_BODY_BYTES``, an answer up to ``MAX_ANSWER_CHARS``.
+
+Every failure is an :class:`LlmError` with a one-line message. Neither it nor
+the answer ever holds the API key or the password of ``base_url``'s userinfo,
+even from a server that echoes them (``memlens.secrets``); messages name the
+endpoint without its password. The text received before a failure is kept by
+the caller: tokens are yielded as they arrive.
 """
 
 from __future__ import annotations
@@ -23,8 +29,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import re
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -32,6 +39,7 @@ from urllib.parse import urlsplit
 import httpx2 as httpx
 
 from memlens.errors import MemlensError
+from memlens.secrets import StreamRedactor, redact, url_secrets, usable, without_password
 
 NOT_CONFIGURED = (
     "no chat model configured: set [llm] base_url and model in the configuration file "
@@ -41,6 +49,7 @@ ERROR_BODY_CHARS = 300  # of an HTTP error's body, in the one-line message
 MAX_JSON_BYTES = 8 << 20  # a whole (non-streamed) reply
 ERROR_BODY_BYTES = 4096  # read of an HTTP error's body
 MAX_ANSWER_CHARS = 200_000  # an answer is cut here (a runaway model or server), keeping what came
+MAX_LINE_BYTES = 1 << 20  # one line of the event stream (an event carries one small delta)
 _LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 
 
@@ -65,8 +74,18 @@ class Endpoint:
     read_timeout: float = 60.0
     max_tokens: int | None = None
 
-    def __repr__(self) -> str:  # the key stays out of logs and tracebacks
-        return f"Endpoint(base_url={self.base_url!r}, model={self.model!r})"
+    def __repr__(self) -> str:  # the key and the URL's password stay out of logs and tracebacks
+        return f"Endpoint(base_url={self.shown!r}, model={self.model!r})"
+
+    @property
+    def shown(self) -> str:
+        """``base_url`` as messages name it: without the password of its userinfo."""
+        return without_password(self.base_url)
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What must never appear in a message or an answer: the key, the URL's password in its forms."""
+        return usable([self.api_key, *url_secrets(self.base_url)])
 
     @classmethod
     def from_settings(cls, llm: Any) -> Endpoint:
@@ -87,7 +106,8 @@ class Endpoint:
         return body
 
     def headers(self) -> dict[str, str]:
-        h = {"Accept": "text/event-stream", "Content-Type": "application/json"}
+        # identity: a compressed body would be inflated before any of the bounds below could apply
+        h = {"Accept": "text/event-stream", "Content-Type": "application/json", "Accept-Encoding": "identity"}
         if self.api_key:
             h["Authorization"] = f"Bearer {self.api_key}"
         return h
@@ -177,6 +197,57 @@ def _whole(parser: SseParser, body: bytes) -> str:
     return text
 
 
+class LineReader:
+    """The lines of a byte stream (``\n``, ``\r\n`` or ``\r`` ends one), each at most ``cap`` bytes.
+
+    httpx's own line iterator keeps a line until it ends, however long; a server sending one line
+    without end would fill memory. Here a line that passes ``cap`` ends the stream with an LlmError."""
+
+    _EOL = re.compile(rb"\r\n|\r|\n")
+    _ANY_EOL = re.compile(rb"[\r\n]")
+
+    def __init__(self, cap: int = MAX_LINE_BYTES) -> None:
+        self.cap = cap
+        self._held: list[bytes] = []  # the line so far, joined only once it ends (no copy per chunk)
+        self._size = 0
+
+    def feed(self, chunk: bytes) -> list[str]:
+        if self._ANY_EOL.search(chunk) is None:
+            self._held.append(chunk)
+            self._size += len(chunk)
+            parts: list[bytes] = []
+        else:
+            parts = self._EOL.split(b"".join(self._held) + chunk)
+            rest = parts.pop()
+            self._held, self._size = [rest], len(rest)
+        if self._size > self.cap or any(len(p) > self.cap for p in parts):
+            raise LlmError(f"the model's stream sent a line over {self.cap >> 10} KiB; the answer was cut there")
+        return [p.decode("utf-8", "replace") for p in parts]
+
+    def end(self) -> list[str]:
+        rest, self._held, self._size = b"".join(self._held), [], 0
+        return [rest.decode("utf-8", "replace")] if rest else []
+
+
+def _lines(chunks: Iterable[bytes], endpoint: Endpoint, deadline: float) -> Iterator[str]:
+    """The stream's lines; the whole answer's deadline is checked at every chunk, also inside a line."""
+    reader = LineReader()
+    for chunk in chunks:
+        if time.monotonic() > deadline:
+            raise _overall(endpoint)
+        yield from reader.feed(chunk)
+    yield from reader.end()
+
+
+async def _alines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    reader = LineReader()
+    async for chunk in chunks:
+        for line in reader.feed(chunk):
+            yield line
+    for line in reader.end():
+        yield line
+
+
 def _status_error(endpoint: Endpoint, status: int, body: bytes) -> LlmError:
     text = body[:ERROR_BODY_BYTES].decode("utf-8", "replace")
     try:  # OpenAI-style {"error": {"message": ...}}
@@ -185,24 +256,30 @@ def _status_error(endpoint: Endpoint, status: int, body: bytes) -> LlmError:
     except (ValueError, AttributeError):
         pass
     hint = " (check llm.api_key)" if status in (401, 403) else " (check llm.model)" if status == 404 else ""
-    return LlmError(f"{endpoint.url}: HTTP {status}{hint}: {one_line(text) or 'no details'}")
+    where = endpoint.shown.rstrip("/") + "/chat/completions"
+    return LlmError(f"{where}: HTTP {status}{hint}: {one_line(text) or 'no details'}")
 
 
 def translate(endpoint: Endpoint, exc: Exception) -> LlmError:
-    """One line for a transport failure."""
+    """One line for a failure, with every secret of the endpoint masked (a server may echo them)."""
+    err = _describe(endpoint, exc)
+    return LlmError(redact(str(err), endpoint.secrets))
+
+
+def _describe(endpoint: Endpoint, exc: Exception) -> LlmError:
     if isinstance(exc, LlmError):
         return exc
     if isinstance(exc, httpx.ConnectTimeout):
-        return LlmError(f"cannot connect to {endpoint.base_url} within {endpoint.connect_timeout:g} s (llm.connect_timeout)")
+        return LlmError(f"cannot connect to {endpoint.shown} within {endpoint.connect_timeout:g} s (llm.connect_timeout)")
     if isinstance(exc, httpx.ConnectError):
-        return LlmError(f"cannot connect to {endpoint.base_url}: {one_line(exc) or type(exc).__name__}")
+        return LlmError(f"cannot connect to {endpoint.shown}: {one_line(exc) or type(exc).__name__}")
     if isinstance(exc, (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout)):
         read = min(endpoint.read_timeout, endpoint.timeout)
         return LlmError(f"the model sent nothing for {read:g} s (llm.read_timeout); the answer is incomplete")
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
         return LlmError(f"the connection to the model broke midway: {one_line(exc) or type(exc).__name__}")
     if isinstance(exc, httpx.HTTPError):
-        return LlmError(f"{endpoint.base_url}: {type(exc).__name__}: {one_line(exc)}")
+        return LlmError(f"{endpoint.shown}: {type(exc).__name__}: {one_line(exc)}")
     raise exc
 
 
@@ -226,6 +303,35 @@ def _capped(chunks: Iterator[bytes], cap: int = MAX_JSON_BYTES) -> Iterator[byte
 
 def stream_chat(endpoint: Endpoint, messages: list[dict[str, str]]) -> Iterator[str]:
     """Yield the answer's text as it arrives (blocking; for threads and the CLI)."""
+    redactor = StreamRedactor(endpoint.secrets)
+    try:
+        for text in _stream_chat(endpoint, messages):
+            if text := redactor.feed(text):
+                yield text
+    except LlmError:  # what was held back still reaches the caller, before the error
+        if rest := redactor.end():
+            yield rest
+        raise
+    if rest := redactor.end():
+        yield rest
+
+
+async def astream_chat(endpoint: Endpoint, messages: list[dict[str, str]]) -> AsyncIterator[str]:
+    """Yield the answer's text as it arrives (in an event loop; cancelling the task stops the stream at once)."""
+    redactor = StreamRedactor(endpoint.secrets)
+    try:
+        async for text in _astream_chat(endpoint, messages):
+            if text := redactor.feed(text):
+                yield text
+    except LlmError:
+        if rest := redactor.end():
+            yield rest
+        raise
+    if rest := redactor.end():
+        yield rest
+
+
+def _stream_chat(endpoint: Endpoint, messages: list[dict[str, str]]) -> Iterator[str]:
     deadline = time.monotonic() + endpoint.timeout
     parser = SseParser()
     try:
@@ -240,22 +346,19 @@ def stream_chat(endpoint: Endpoint, messages: list[dict[str, str]]) -> Iterator[
                 if text:
                     yield text
                 return
-            for line in response.iter_lines():
+            for line in _lines(response.iter_bytes(), endpoint, deadline):
                 text = parser.feed(line)
                 if text:
                     yield text
                 if parser.done:
                     return
-                if time.monotonic() > deadline:
-                    raise _overall(endpoint)
     except (httpx.HTTPError, LlmError) as exc:
         raise translate(endpoint, exc) from None
     if not parser.complete:
         raise _unfinished()
 
 
-async def astream_chat(endpoint: Endpoint, messages: list[dict[str, str]]) -> AsyncIterator[str]:
-    """Yield the answer's text as it arrives (in an event loop; cancelling the task stops the stream at once)."""
+async def _astream_chat(endpoint: Endpoint, messages: list[dict[str, str]]) -> AsyncIterator[str]:
     deadline = time.monotonic() + endpoint.timeout
     parser = SseParser()
     try:
@@ -279,7 +382,7 @@ async def astream_chat(endpoint: Endpoint, messages: list[dict[str, str]]) -> As
                 if text:
                     yield text
                 return
-            lines = response.aiter_lines()
+            lines = _alines(response.aiter_bytes())
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:

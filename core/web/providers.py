@@ -17,6 +17,7 @@ from typing import Any
 import httpx2 as httpx
 
 from memlens.errors import MemlensError
+from memlens.secrets import redact, url_secrets, usable
 
 MAX_ANSWER_BYTES = 2 * 1024 * 1024
 
@@ -119,7 +120,8 @@ async def search(cfg: Any, query: str, n: int) -> list[Hit]:
     except httpx.HTTPError as exc:
         from memlens.web.fetch import describe_http_error
 
-        raise ProviderError(f"{name}: {describe_http_error(exc, cfg)}") from None
+        # a transport error may quote the request (serpapi's key is in its query): the key never leaves
+        raise ProviderError(f"{name}: {redact(describe_http_error(exc, cfg), usable([key, *url_secrets(base)]))}") from None
     if response.status_code != 200:
         hint = " (check the API key)" if response.status_code in (401, 403) else ""
         raise ProviderError(f"{name}: HTTP {response.status_code}{hint}")
