@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from memlens.secrets import without_password
+
 WEIGHT_NAMES = ("relevance", "recency", "salience")
 FLOAT_MAX = 1000.0  # weights and boosts: anything larger only reorders ties
 
@@ -57,6 +59,7 @@ def allowed_range(model: type[BaseModel], loc: tuple[Any, ...]) -> str | None:
 
 
 _BOUND_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
+SECRET_SETTINGS = ("api_key",)
 
 
 def describe_error(err: dict[str, Any], model: type[BaseModel], loc: tuple[Any, ...], origin: str, prefix: str = "") -> str:
@@ -67,6 +70,10 @@ def describe_error(err: dict[str, Any], model: type[BaseModel], loc: tuple[Any, 
     if err.get("type") == "extra_forbidden":
         return f"configuration: unknown setting {where} ({origin})"
     value = err.get("input")
+    if loc and str(loc[-1]) in SECRET_SETTINGS:  # a key is never repeated, not even a refused one
+        return f"configuration: {where}: {msg} ({origin})"
+    if isinstance(value, str):
+        value = without_password(value)  # a URL is shown without the password of its userinfo
     shown = str(value) if err.get("type") in _BOUND_ERRORS else repr(value)
     shown = shown if len(shown) <= 60 else shown[:57] + "..."
     rng = allowed_range(model, loc)

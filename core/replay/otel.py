@@ -27,6 +27,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from memlens.errors import MemlensError
+from memlens.secrets import redact, url_secrets, usable, without_password
 
 if TYPE_CHECKING:
     from memlens.memory import Memory
@@ -147,10 +148,10 @@ def send(body: dict[str, Any], endpoint: str, timeout_s: float = 5.0) -> int:
         with opener.open(req, timeout=timeout_s) as resp:
             return int(resp.status)
     except urllib.error.HTTPError as exc:
-        raise MemlensError(f"the OTLP collector at {url} refused the spans: HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise MemlensError(f"cannot send the spans to the OTLP collector at {url}: {reason}") from None
+        raise MemlensError(f"the OTLP collector at {without_password(url)} refused the spans: HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:  # the URL's password stays out of the message
+        reason = redact(str(getattr(exc, "reason", exc)), usable(url_secrets(url)))
+        raise MemlensError(f"cannot send the spans to the OTLP collector at {without_password(url)}: {reason}") from None
 
 
 def emit(mem: Memory, bundle: Bundle | None, body: dict[str, Any] | None = None) -> int:

@@ -26,7 +26,12 @@ OPTIONS = {"pool": (0, 1), "hnsw_min_rows": (0, 10**9), "ef_search": (1, 1000)}
 
 def split_options(uri: str) -> tuple[str, dict[str, int]]:
     """The URI without memlens's own query settings, and those settings."""
-    parts = urlsplit(uri)
+    try:
+        parts = urlsplit(uri)
+    except ValueError as exc:  # "Invalid IPv6 URL" for an unclosed '[': one line naming the URI without its password
+        from memlens.store.postgres.connect import label
+
+        raise StoreError(f"store {label(uri)}: not a valid PostgreSQL URI ({exc})") from None
     kept, options = [], {}
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         if key in OPTIONS:

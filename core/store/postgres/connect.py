@@ -2,7 +2,9 @@
 
 A store is named by a libpq URI (``postgresql://user:password@host:port/db``,
 or ``postgresql:///db?host=/run/postgresql`` for a unix socket). Errors never
-repeat the password: they name the store by :func:`label`.
+repeat the password: they name the store by :func:`label`, and the driver's own
+message, which may quote the URI's settings (a password with a bad percent
+escape), is masked with :func:`uri_secrets`.
 
 Two ways to hold connections, both behind ``connection()``:
 
@@ -22,8 +24,10 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeGuard
+from urllib.parse import unquote
 
 from memlens.errors import StoreError, StoreLockedError
+from memlens.secrets import redact, url_secrets, usable
 
 SCHEMES = ("postgresql://", "postgres://")
 CONNECT_TIMEOUT_S = 10
@@ -69,13 +73,32 @@ def label(uri: str) -> str:
     )
 
 
+def uri_secrets(uri: str) -> tuple[str, ...]:
+    """The URI's password in every form a message may quote it: from the userinfo (as written, decoded) and from
+    a ``password=`` setting, found by pattern too, so even a URI libpq cannot read gives them up."""
+    found: list[str | None] = [*url_secrets(uri)]
+    for raw in re.findall(r"[?&]password=([^&#]*)", uri):
+        found += [raw, unquote(raw)]
+    try:
+        found.append(parts(uri).get("password"))
+    except StoreError:
+        pass
+    return usable(found)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0].strip()
 
 
-def translate(exc: BaseException, store: str) -> StoreError:
-    """A driver error as one actionable line naming the store (never its password)."""
+def translate(exc: BaseException, store: str, uri: str | None = None) -> StoreError:
+    """A driver error as one actionable line naming the store (never its password: give ``uri`` to mask it in the
+    driver's message)."""
+    err = _translate(exc, store)
+    return type(err)(redact(str(err), uri_secrets(uri))) if uri else err
+
+
+def _translate(exc: BaseException, store: str) -> StoreError:
     msg = _first_line(exc)
     low = str(exc).lower()
     sqlstate = getattr(exc, "sqlstate", None) or ""
@@ -116,7 +139,7 @@ def connect(uri: str, store: str, *, configure: Callable[[Any], None] | None = N
     try:
         conn = psycopg.connect(uri, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, application_name="memlens")
     except psycopg.Error as exc:
-        raise translate(exc, store) from None
+        raise translate(exc, store, uri) from None
     if configure is not None:
         try:
             configure(conn)
@@ -218,7 +241,7 @@ class Pool:
             self._pool.close()
             # the pool hides the server's answer: connect once for the real reason
             connect(uri, store).close()
-            raise StoreError(f"cannot connect to {store}: {_first_line(exc)}") from None
+            raise StoreError(redact(f"cannot connect to {store}: {_first_line(exc)}", uri_secrets(uri))) from None
         self.closed = False
 
     @contextmanager

@@ -93,7 +93,7 @@ class PgStore(PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
         except StoreError:
             raise
         except Exception as exc:
-            raise connect.translate(exc, self.label) from None
+            raise connect.translate(exc, self.label, self.uri) from None
         finally:
             conn.close()
 
@@ -113,7 +113,7 @@ class PgStore(PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
             with self._conns.connection() as conn:
                 yield conn
         except psycopg.Error as exc:
-            raise connect.translate(exc, self.label) from None
+            raise connect.translate(exc, self.label, self.uri) from None
 
     def close(self) -> None:
         self._conns.close()
