@@ -245,6 +245,35 @@ class LlmConfig(_Section):
         return bool(self.base_url and self.model)
 
 
+HOST_ENTRY = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::(?P<port>\*|\d{1,5}))?$")
+ORIGIN_ENTRY = re.compile(r"^https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:(\*|\d{1,5}))?$")
+
+
+class McpConfig(_Section):
+    """``memlens mcp --transport http``: the names a client may reach it by, besides loopback and the --host address."""
+
+    allowed_hosts: list[str] = Field(default_factory=list, max_length=100,
+                                     description="Host header values served: NAME, NAME:PORT or NAME:* ([v6] bracketed)")
+    allowed_origins: list[str] = Field(default_factory=list, max_length=100,
+                                       description="Origin header values served besides http://HOST of those names")
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts(cls, v: list[str]) -> list[str]:
+        for entry in v:
+            if not HOST_ENTRY.match(entry):
+                raise ValueError(f"{entry[:80]!r} is not a host name or address with an optional :PORT or :*")
+        return v
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, v: list[str]) -> list[str]:
+        for entry in v:
+            if not ORIGIN_ENTRY.match(entry):
+                raise ValueError(f"{entry[:80]!r} is not an origin like http://host:port")
+        return v
+
+
 class LimitsConfig(BaseModel):
     max_entry_chars: int = Field(100_000, ge=1, le=MAX_ENTRY_CHARS_SETTING,
                                  description="longest entry text add/update/import accept; split longer documents")
@@ -267,6 +296,7 @@ class Settings(BaseSettings):
     limits: LimitsConfig = LimitsConfig()
     web: WebConfig = WebConfig()
     llm: LlmConfig = LlmConfig()
+    mcp: McpConfig = McpConfig()
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     _blank = field_validator("store", "cache_dir", mode="before")(_not_blank)

@@ -5,7 +5,8 @@
 stdio (the default) serves one client on stdin/stdout: see ``memlens.mcp.stdio``
 for how stdout stays pure JSON-RPC and how ``initialize`` is answered before
 anything heavy loads. ``http`` serves streamable HTTP at ``http://HOST:PORT/mcp``
-(127.0.0.1 unless told otherwise; ``--port 0`` picks a free port, printed on stderr).
+(127.0.0.1 unless told otherwise; ``--port 0`` picks a free port, printed on stderr);
+every request's Host and Origin are checked, whatever the address (``memlens.mcp.listen``).
 
 Several server processes, the CLI and the app can share one store: every
 write is one SQLite transaction (``memlens.memory``, ``memlens.store.writes``).
@@ -235,26 +236,30 @@ def _serve_http(store: str | None, host: str, port: int, read_only: bool) -> int
 
     import uvicorn
 
+    from memlens.config import load_settings
     from memlens.errors import MemlensError
+    from memlens.mcp.listen import exposure_warning, transport_security
     from memlens.mcp.tools import Engine
 
-    engine = Engine(store, read_only=read_only)
-    server = build(engine, read_only=read_only)
-    app = server.streamable_http_app(host=host)
+    mcp_settings = load_settings().mcp  # a bad setting is one line before anything listens
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
-    except OSError as exc:
+    except (OSError, OverflowError) as exc:
         sock.close()
-        raise MemlensError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        raise MemlensError(f"cannot listen on {host}:{port}: {getattr(exc, 'strerror', None) or exc}") from None
     sock.listen(128)
-    actual = sock.getsockname()[1]
+    bound, actual = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"memlens mcp: warning: listening on {host}, reachable from other machines; there is no authentication",
-              file=sys.stderr, flush=True)
+    warning = exposure_warning(host, bound)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    engine = Engine(store, read_only=read_only)
+    server = build(engine, read_only=read_only)
+    # Host and Origin are checked for every bind address (memlens.mcp.listen), not only for the SDK's loopback three
+    app = server.streamable_http_app(host=host, transport_security=transport_security(host, bound, mcp_settings))
     mode = "read-only, " if read_only else ""
     print(f"memlens mcp: serving http://{shown}:{actual}/mcp ({mode}pid {os.getpid()})", file=sys.stderr, flush=True)
     engine.start()

@@ -1,0 +1,94 @@
+"""``memlens mcp --transport http`` serves a request only when its Host and Origin name this server, whatever
+``--host`` is (127.0.0.2, 127.1, …): a page using DNS rebinding gets 421/403 and opens no session."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from memlens.mcp.listen import exposure_warning, host_patterns, origin_patterns
+from tests.conftest import MEMLENS, run_cli
+from tests.mcp_helpers import LineReader, result_data, run_client, server_env
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "page", "version": "1"}}}
+
+
+def test_the_names_served_and_the_warning():
+    assert host_patterns("127.1", "127.0.0.1") == [
+        "127.0.0.1", "127.0.0.1:*", "localhost", "localhost:*", "[::1]", "[::1]:*", "127.1", "127.1:*"]
+    wild = host_patterns("0.0.0.0", "0.0.0.0", ["mem.example.org", "10.0.0.5:8765", "[fd00::5]"])
+    assert "0.0.0.0" not in wild and "0.0.0.0:*" not in wild  # a wildcard address is no name a client uses
+    assert wild[-5:] == ["mem.example.org", "mem.example.org:*", "10.0.0.5:8765", "[fd00::5]", "[fd00::5]:*"]
+    assert "http://127.0.0.1:*" in origin_patterns(wild) and "http://mem.example.org:*" in origin_patterns(wild)
+    for loopback in ("127.0.0.2", "127.0.0.1", "::1"):
+        assert exposure_warning(loopback, loopback) is None  # 127.0.0.0/8 is loopback: no warning
+    assert "every interface, reachable from other machines" in exposure_warning("0.0.0.0", "0.0.0.0")
+    assert "listening on 192.0.2.7, reachable from other machines" in exposure_warning("192.0.2.7", "192.0.2.7")
+
+
+def test_a_bad_allowed_host_setting_is_one_line(tmp_path):
+    out = run_cli("--store", str(tmp_path / "s.db"), "mcp", "--transport", "http", "--port", "0",
+                  env={"MEMLENS_MCP__ALLOWED_HOSTS": '["evil example"]'}, timeout=60)
+    assert out.returncode == 2 and "mcp.allowed_hosts" in out.stderr and len(out.stderr.splitlines()) == 1
+
+
+@contextmanager
+def serving(store, host: str, **env: str) -> Iterator[tuple[int, LineReader]]:
+    proc = subprocess.Popen([MEMLENS, "--store", str(store), "mcp", "--transport", "http", "--host", host, "--port", "0"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=server_env(**env))
+    err = LineReader(proc.stderr)
+    LineReader(proc.stdout)
+    try:
+        line = err.wait_for(b"serving http://").decode()
+        yield int(line.split("serving http://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1]), err
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def post(connect_to: str, port: int, host_header: str, origin: str | None = None) -> tuple[int, str]:
+    conn = http.client.HTTPConnection(connect_to, port, timeout=30)
+    headers = {"Host": host_header, "Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    if origin:
+        headers["Origin"] = origin
+    try:
+        conn.request("POST", "/mcp", body=json.dumps(INIT), headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.getheader("mcp-session-id") or ""
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("bind,connect_to", [("127.0.0.2", "127.0.0.2"), ("127.1", "127.0.0.1")])
+def test_host_and_origin_are_checked_whatever_the_bind_address(tmp_path, bind, connect_to):
+    store = tmp_path / "s.db"
+    with serving(store, bind, MEMLENS_MCP__ALLOWED_HOSTS='["memory.lan"]') as (port, err):
+        rebinding = post(connect_to, port, "evil.example", "http://evil.example")
+        evil_origin = post(connect_to, port, f"{bind}:{port}", "http://evil.example")
+        evil_host = post(connect_to, port, f"evil.example:{port}")
+        same = post(connect_to, port, f"{bind}:{port}", f"http://{bind}:{port}")
+        named = post(connect_to, port, f"memory.lan:{port}")
+        loopback = post(connect_to, port, f"localhost:{port}", f"http://localhost:{port}")
+
+        async def add(client):
+            return result_data(await client.call_tool("memory_add", {"text": "Reached by its own name.", "wing": "w"}))
+
+        added = run_client(f"http://{bind}:{port}/mcp", add)
+        stderr = b"".join(err.seen).decode()
+    assert rebinding[0] == 421 and not rebinding[1]  # no session opens
+    assert evil_origin[0] == 403 and not evil_origin[1]
+    assert evil_host[0] == 421
+    assert same[0] == 200 and same[1] and named[0] == 200 and loopback[0] == 200
+    assert added["status"] == "created"
+    assert "reachable from other machines" not in stderr  # 127.x is loopback
