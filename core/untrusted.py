@@ -16,7 +16,9 @@ when it is created:
   (or a page steering one) can never turn page text into a rule.
 
 A later edit of the promoted text or type voids the promotion: the entry can
-then be an authority type again only through a new promotion.
+then be an authority type again only through a new promotion. An import (a
+person restoring an export, or ``memlens copy``) keeps entries as they were
+exported, a promotion included.
 """
 
 from __future__ import annotations

@@ -147,3 +147,13 @@ def test_cli_edit_is_refused_and_promote_is_the_way(mem, tmp_path):
     assert done.returncode == 0, done.stderr
     rec = json.loads(done.stdout)
     assert (rec["kind"], rec["type"], rec["meta"]["promoted"]["by"]) == ("web", "invariant", "cli")
+
+
+def test_both_backends_keep_web_text_untrusted(backend_mem):
+    e = web_entry(backend_mem)
+    with pytest.raises(ValidationError, match="--promote"):
+        backend_mem.update(e.id, kind="fact", type="invariant", status="active")
+    assert backend_mem.get(e.id).kind.value == "web"
+    promoted = backend_mem.update(e.id, promoted_by="cli", type="decision")
+    assert (promoted.type.value, promoted.meta["promoted"]["type"]) == ("decision", "decision")
+    assert backend_mem.audit(e.id, limit=1)[0]["detail"]["promoted"]["by"] == "cli"
