@@ -10,7 +10,8 @@ One definition, used by the web sanitiser and by every human-readable output:
   selectors, private-use, surrogate and unassigned code points, invisible
   fillers; odd spaces become plain ones.
 - :func:`for_terminal` is that, line by line, for text printed to a terminal
-  (tabs and newlines kept, ``\\r\\n`` read as a newline).
+  (tabs and newlines kept, ``\\r\\n`` read as a newline, the bytes of a file
+  name that is not UTF-8 kept but for those a terminal could read as controls).
 - :func:`strip_controls` drops the control characters alone: for text whose
   layout is already measured (the app's rendered lines), where removing only
   zero-width characters keeps every column in place.
@@ -42,15 +43,19 @@ def invisible(cp: int, cat: str) -> bool:
     return cp in _INVISIBLE_EXTRA
 
 
-def clean_line(line: str) -> tuple[str, int]:
-    """``line`` without invisible characters (odd spaces made plain), and how many were removed."""
+def clean_line(line: str, *, raw_bytes: bool = False) -> tuple[str, int]:
+    """``line`` without invisible characters (odd spaces made plain), and how many were removed.
+
+    ``raw_bytes``: keep the bytes 0xA0-0xFF of a file name that is not UTF-8, which Python holds as lone
+    surrogates (U+DCA0-U+DCFF) and prints as those bytes again; 0x80-0x9F go, a Latin-1 terminal reads
+    them as control characters."""
     if line.isprintable() and not _ODD_PRINTABLE.search(line):
         return line, 0  # the common case, checked in C: nothing invisible on this line
     out: list[str] = []
     removed = 0
     for ch in line:
         cat = unicodedata.category(ch)
-        if invisible(ord(ch), cat):
+        if invisible(ord(ch), cat) and not (raw_bytes and 0xDCA0 <= ord(ch) <= 0xDCFF):
             removed += 1
         elif cat == "Zs":
             out.append(" ")
@@ -63,7 +68,7 @@ def for_terminal(text: str) -> str:
     """``text`` as a terminal may show it: no control sequence, nothing invisible; newlines and tabs kept."""
     if text.isprintable() and not _ODD_PRINTABLE.search(text):
         return text
-    return "\n".join("\t".join(clean_line(part)[0] for part in line.split("\t"))
+    return "\n".join("\t".join(clean_line(part, raw_bytes=True)[0] for part in line.split("\t"))
                      for line in text.replace("\r\n", "\n").split("\n"))
 
 

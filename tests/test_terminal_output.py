@@ -26,6 +26,7 @@ def test_for_terminal_keeps_what_is_visible():
     assert shown == "ok[2J]0;pwnedFAKE STATUS: all tests passed31mevil\n\tindented\nnext"
     assert for_terminal("plain text, ünïcödé — fine") == "plain text, ünïcödé — fine"
     assert strip_controls("a\x1b[2Jb\tc\nd\x9b") == "a[2Jb\tc\nd"
+    assert for_terminal("st\udce9\udc9b.db") == "st\udce9.db"  # a non-UTF-8 file name's bytes, but no C1 control
 
 
 def test_cli_output_for_people_is_clean_and_json_is_unchanged(mem, capsys, monkeypatch):
