@@ -5,6 +5,10 @@ client per connection) wraps each write in ``acting_as(client)``; every audit
 row written inside carries ``detail.client``. A plain CLI or library write
 sets nothing and its audit rows stay as they were.
 
+A review action (``memlens.review``) runs its writes inside ``reviewing(info)``
+as well: their audit rows also carry ``detail.review`` (the action and the
+batch it belongs to), which is how an action is found again to be undone.
+
 It depends on nothing else in memlens: the store's audit writer and the front ends both use it.
 """
 
@@ -16,6 +20,7 @@ from contextvars import ContextVar
 from typing import Any
 
 _client: ContextVar[dict[str, str] | None] = ContextVar("memlens_audit_client", default=None)
+_review: ContextVar[dict[str, Any] | None] = ContextVar("memlens_audit_review", default=None)
 
 MAX_LEN = 80  # a client names itself: keep what lands in the audit short
 
@@ -46,12 +51,27 @@ def acting_as(client: dict[str, str] | None) -> Iterator[None]:
         _client.reset(token)
 
 
+@contextmanager
+def reviewing(info: dict[str, Any]) -> Iterator[None]:
+    """Mark the writes made inside as part of one review action (``info``: its action and batch)."""
+    token = _review.set(info)
+    try:
+        yield
+    finally:
+        _review.reset(token)
+
+
 def stamp(detail: dict[str, Any] | None) -> dict[str, Any] | None:
-    """``detail`` with the acting client added, if any (used by the store's audit writer)."""
-    client = _client.get()
-    if client is None:
+    """``detail`` with the acting client (and the review action) added, if any (used by the store's audit writer)."""
+    client, review = _client.get(), _review.get()
+    if client is None and review is None:
         return detail
-    return {**(detail or {}), "client": dict(client)}
+    out = dict(detail or {})
+    if client is not None:
+        out["client"] = dict(client)
+    if review is not None:
+        out["review"] = dict(review)
+    return out
 
 
 def describe(client: dict[str, Any] | None) -> str:

@@ -274,6 +274,21 @@ class McpConfig(_Section):
         return v
 
 
+class ReviewConfig(_Section):
+    """Curating what agents wrote (``memlens review``) and checking the whole store (``memlens lint``)."""
+
+    agent_writes: Literal["under_review", "active"] = Field(
+        "under_review", description="the status an MCP client's add or edit leaves the entry in (a deprecation stays one)")
+    reviewer: str | None = Field(None, min_length=1, max_length=80,
+                                 description="the name review actions are audited under (default: the login name)")
+    duplicate_similarity: float = Field(
+        0.8, ge=0, le=1, description="stored-vector cosine from which two entries are reported as near-duplicates")
+    unused_days: float = Field(30.0, gt=0, le=36_500,
+                               description="lint: an entry no logged search returned for this long while its wing was searched")
+    pending_days: float = Field(14.0, gt=0, le=36_500, description="lint: an entry under review for longer than this")
+    budget: int = Field(800, ge=1, le=1_000_000, description="lint: an entry longer than this many tokens never fits a context")
+
+
 class LimitsConfig(BaseModel):
     max_entry_chars: int = Field(100_000, ge=1, le=MAX_ENTRY_CHARS_SETTING,
                                  description="longest entry text add/update/import accept; split longer documents")
@@ -297,6 +312,7 @@ class Settings(BaseSettings):
     web: WebConfig = WebConfig()
     llm: LlmConfig = LlmConfig()
     mcp: McpConfig = McpConfig()
+    review: ReviewConfig = ReviewConfig()
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     _blank = field_validator("store", "cache_dir", mode="before")(_not_blank)

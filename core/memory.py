@@ -34,6 +34,7 @@ from memlens.store.sqlite import SqliteStore
 if TYPE_CHECKING:
     from memlens.embed import Embedder
     from memlens.retrieval.context import SearchContext
+    from memlens.review.desk import ReviewDesk
     from memlens.store.base import Store
     from memlens.trace import Bundle, RetrievalRecord
 
@@ -393,6 +394,20 @@ class Memory:
 
             wm = self.__dict__.setdefault("_working_memory", WorkingMemory(self.store, self.settings))
         return wm
+
+    # -- curation ----------------------------------------------------------------------------
+
+    @property
+    def review(self) -> ReviewDesk:
+        """The review inbox and the reviewer's actions, and ``lint`` (``memlens.review.desk.ReviewDesk``)."""
+        from memlens.replay.impact import preview
+        from memlens.review.desk import ReviewDesk
+        from memlens.review.evidence import Thresholds
+
+        r = self.settings.retrieval
+        return ReviewDesk(self.store, self.embed, self.settings.review,
+                          Thresholds(self.settings.review.duplicate_similarity, r.conflict_similarity, r.dedup_similarity),
+                          preview=lambda act: preview(self, lambda draft: act(draft.store)), update=self.update)
 
     # -- stats -------------------------------------------------------------------------------
 

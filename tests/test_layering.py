@@ -58,6 +58,7 @@ SUBPACKAGE_LAYER = {
     "working": 2,
     "io": 2,
     "replay": 3,
+    "review": 2,
     "web": 2,
     "ingest": 2,
     "assist": 3,

@@ -17,6 +17,15 @@ from memlens.store.replay_sql import LOG_INSERT
 from memlens.store.rows import json_object
 from memlens.store.staging import visible
 
+# the entry writes (and review marks) of every entry an agent wrote to, oldest first; "agent" is decided again on the
+# decoded detail (``memlens.review.inbox``), the text test only narrows the rows read
+REVIEW_ROWS = (
+    "SELECT seq, ts, action, entry_id, wing, before, after, detail FROM audit"
+    " WHERE entry_id IN (SELECT entry_id FROM audit WHERE action IN ('add', 'update', 'delete')"
+    "                    AND instr(detail, '\"client\"') > 0)"
+    " AND action IN ('add', 'update', 'delete', 'review', 'import') AND {visible} ORDER BY seq"
+)
+
 
 class SqliteAuditLog:
     conn: Any
@@ -40,6 +49,9 @@ class SqliteAuditLog:
                     row.setdefault("damaged", []).append(name)
             out.append(row)
         return out
+
+    def review_rows(self) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in self.conn.execute(REVIEW_ROWS.format(visible=visible()))]
 
     def last_write(self, wings: list[str]) -> dict[str, Any] | None:
         clause = ",".join("?" * len(wings))

@@ -201,6 +201,11 @@ class Writes(Protocol):
 
     # -- audit and retrieval log ----------------------------------------------------------------
     def audit(self, entry_id: str | None = None, limit: int = 100) -> list[AuditRecord]: ...
+    def review_rows(self) -> list[Row]:
+        """Every entry write (add, update, delete, import) and review mark of the entries written by a client at least
+        once, oldest first, raw: (seq, ts, action, entry_id, wing, before, after, detail) (``memlens.review``)."""
+        ...
+
     def last_write(self, wings: list[str]) -> AuditRecord | None:
         """The newest write to any of ``wings`` (seq, ts, action, entry_id, wing), or None."""
         ...

@@ -330,6 +330,14 @@ class PgStore(PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
             out.append(row)
         return out
 
+    def review_rows(self) -> list[tuple[Any, ...]]:
+        sql = ("SELECT seq, ts, action, entry_id, wing, before, after, detail FROM audit"
+               " WHERE entry_id IN (SELECT entry_id FROM audit WHERE action IN ('add', 'update', 'delete')"
+               "                    AND strpos(detail, '\"client\"') > 0)"
+               f" AND action IN ('add', 'update', 'delete', 'review', 'import') AND {visible()} ORDER BY seq")
+        with self.connection() as conn:
+            return [tuple(r) for r in conn.execute(sql).fetchall()]
+
     def last_write(self, wings: list[str]) -> dict[str, Any] | None:
         with self.connection() as conn:
             row = conn.execute(

@@ -1,0 +1,208 @@
+"""``ReviewDesk``: the inbox, its evidence and the reviewer's actions, over the narrow parts they use.
+
+The facade builds one (``Memory.review``) from the store, the embedding function, the settings and
+the impact preview; front ends call only this. Each action runs as the reviewer (audit ``client``:
+``{name, via: "review"}``) inside one review batch (audit ``detail.review``: the action, the batch id,
+the entries it touches, the reason), which is what ``undo`` finds again in an entry's history.
+"""
+
+from __future__ import annotations
+
+import getpass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from memlens import attribution
+from memlens.errors import NotFoundError, ValidationError
+from memlens.ids import new_id
+from memlens.review import actions, evidence, inbox
+from memlens.review.inbox import Item
+from memlens.store.scope import Scope
+
+if TYPE_CHECKING:
+    from memlens.config import ReviewConfig
+    from memlens.store.base import Store
+
+Preview = Callable[[Callable[["Store"], Any]], dict[str, Any]]  # runs a change on a rolled-back copy: its impact
+HISTORY = 10_000  # audit rows of one entry read to find its review actions
+
+
+def reviewer_name(configured: str | None) -> str:
+    if configured:
+        return configured
+    try:
+        return getpass.getuser() or "reviewer"
+    except Exception:  # no login name (a container without a passwd entry)
+        return "reviewer"
+
+
+class ReviewDesk:
+    def __init__(self, store: Store, embed: actions.Embed, config: ReviewConfig, thresholds: evidence.Thresholds, *,
+                 preview: Preview | None = None, update: Callable[..., Any] | None = None,
+                 now: Callable[[], datetime] | None = None) -> None:
+        self.store = store
+        self.embed = embed
+        self.config = config
+        self.thresholds = thresholds
+        self._preview = preview
+        self._update = update
+        self.now = now
+        self.reviewer = attribution.client_record(reviewer_name(config.reviewer), via="review") or {"name": "reviewer"}
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def items(self, *, client: str | None = None, since: str | None = None) -> list[Item]:
+        return inbox.items(self.store, client=client, since=since)
+
+    def item(self, entry_id: str) -> Item:
+        found = inbox.find(self.store, entry_id)
+        if found is None:
+            raise NotFoundError(f"{entry_id!r} has no agent write waiting for review (memlens review lists them)")
+        return found
+
+    def evidence(self, item: Item, *, impact: bool = False, pending: set[str] | None = None) -> list[dict[str, Any]]:
+        out = evidence.evidence(item, self.store, self.thresholds, pending)
+        if impact:
+            out.append(self.impact(item))
+        return out
+
+    def impact(self, item: Item) -> dict[str, Any]:
+        """Which golden and recently logged queries accepting or rejecting the item would change (nothing written)."""
+        if self._preview is None:
+            return {"kind": "impact", "against": False, "detail": "no preview available"}
+        accept = self._preview(lambda s: actions.accept(s, item))
+        reject = self._preview(lambda s: actions.reject(s, self.embed, item))
+        failing = [g for g in accept["golden"] if g.get("was_ok")]
+        return {"kind": "impact", "accept": _impact(accept), "reject": _impact(reject), "against": bool(failing),
+                "golden_checked": accept["golden_checked"]}
+
+    def listing(self, *, client: str | None = None, since: str | None = None, with_evidence: bool = True,
+                impact: bool = False) -> dict[str, Any]:
+        """``{"items": [{entry, client, at, change, evidence, ...}]}``: the ``memlens review --json`` object."""
+        found = self.items(client=client, since=since)
+        pending = {i.entry_id for i in found}
+        return {"items": [i.to_dict(self.evidence(i, impact=impact, pending=pending) if with_evidence else None)
+                          for i in found]}
+
+    # -- acting -----------------------------------------------------------------------------------
+
+    @contextmanager
+    def _as_reviewer(self, action: str, entries: list[str], **extra: Any) -> Iterator[dict[str, Any]]:
+        info = {"action": action, "batch": new_id(), "entries": entries, **{k: v for k, v in extra.items() if v}}
+        with attribution.acting_as(self.reviewer), attribution.reviewing(info):
+            yield info
+
+    def _items(self, ids: list[str]) -> list[Item]:
+        if not ids:
+            raise ValidationError("give at least one entry id")
+        found = {i.entry_id: i for i in self.items()}
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise NotFoundError(f"no agent write waiting for review on {', '.join(missing)} (memlens review lists them)")
+        return [found[i] for i in dict.fromkeys(ids)]
+
+    def accept(self, ids: list[str], *, supersedes: str | None = None,
+               edits: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Accept each item (``edits``: change the entry first, one item only; ``supersedes``: it overrides that entry)."""
+        items = self._items(ids)
+        if (edits or supersedes) and len(items) > 1:
+            raise ValidationError("edits and --supersedes apply to one entry at a time")
+        out = []
+        for item in items:
+            with self._as_reviewer("accept", [item.entry_id], supersedes=supersedes) as info:
+                seen = None
+                if edits:
+                    if self._update is None or item.after is None:
+                        raise ValidationError(f"{item.entry_id}: nothing to edit")
+                    edited = self._update(item.entry_id, expected_updated_at=item.after.get("updated_at"), **edits)
+                    seen = edited.to_record()["updated_at"]
+                detail = actions.accept(self.store, item, supersedes=supersedes, seen=seen)
+            out.append({"entry": item.entry_id, "action": "accept", "batch": info["batch"], "detail": detail})
+        return out
+
+    def accept_clean(self, *, client: str | None = None, since: str | None = None) -> dict[str, Any]:
+        """Accept every item with no evidence against it; the others are listed with what argues against them."""
+        found = self.items(client=client, since=since)
+        pending = {i.entry_id for i in found}
+        accepted, skipped = [], []
+        for item in found:
+            ev = self.evidence(item, pending=pending)
+            if evidence.against(ev):
+                skipped.append({"entry": item.entry_id, "against": sorted({e["kind"] for e in ev if e.get("against")})})
+                continue
+            accepted += self.accept([item.entry_id])
+        return {"accepted": accepted, "skipped": skipped}
+
+    def reject(self, ids: list[str], *, reason: str | None = None, delete: bool = False) -> list[dict[str, Any]]:
+        out = []
+        for item in self._items(ids):
+            with self._as_reviewer("reject", [item.entry_id], reason=reason, delete=delete) as info:
+                detail = actions.reject(self.store, self.embed, item, delete=delete)
+            out.append({"entry": item.entry_id, "action": "reject", "batch": info["batch"], "detail": detail})
+        return out
+
+    def merge_target(self, item: Item) -> str:
+        """The entry the item's best near-duplicate says it would merge into."""
+        dups = [e for e in evidence.evidence(item, self.store, self.thresholds) if e["kind"] == "duplicate"]
+        for d in dups:
+            target = d["merge_into"] if d["merge_into"] != item.entry_id else d["id"]
+            if target != item.entry_id:
+                return str(target)
+        raise ValidationError(f"{item.entry_id} has no near-duplicate to merge into; name one with --into ID")
+
+    def merge(self, ids: list[str], *, into: str | None = None) -> list[dict[str, Any]]:
+        out = []
+        for item in self._items(ids):
+            if item.after is None:
+                raise ValidationError(f"{item.entry_id} was deleted: there is nothing to merge")
+            target = into or self.merge_target(item)
+            overriders = self._overriders(item.entry_id)
+            with self._as_reviewer("merge", list(dict.fromkeys([item.entry_id, target, *overriders])), into=target) as info:
+                detail = actions.merge(self.store, item, target, overriders)
+            out.append({"entry": item.entry_id, "action": "merge", "into": target, "batch": info["batch"], "detail": detail})
+        return out
+
+    def _overriders(self, entry_id: str) -> list[str]:
+        rows = self.store.rows(self.store.related([entry_id], [], Scope())).rows
+        return [r[2] for r in rows if r[12] == entry_id]
+
+    def last_action(self, entry_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        """The newest review action on ``entry_id`` not undone yet, and its audit rows (newest first)."""
+        undone: set[str] = set()
+        for row in self.store.audit(entry_id, HISTORY):
+            review = (row.get("detail") or {}).get("review")
+            if not isinstance(review, dict):
+                continue
+            if review.get("action") == "undo":
+                undone.add(str(review.get("undoes")))
+                continue
+            batch = str(review.get("batch"))
+            if batch in undone:
+                continue
+            rows = []
+            for eid in review.get("entries") or [entry_id]:
+                rows += [r for r in self.store.audit(str(eid), HISTORY)
+                         if ((r.get("detail") or {}).get("review") or {}).get("batch") == batch]
+            return review, sorted(rows, key=lambda r: -int(r["seq"]))
+        return None
+
+    def undo(self, entry_id: str) -> dict[str, Any]:
+        """Reverse the newest review action on ``entry_id`` that is not undone yet (all the entries it touched)."""
+        found = self.last_action(entry_id)
+        if found is None:
+            raise NotFoundError(f"no review action on {entry_id!r} to undo")
+        review, rows = found
+        entries = list(dict.fromkeys(str(r["entry_id"]) for r in rows))
+        with self._as_reviewer("undo", entries, undoes=review["batch"]) as info:
+            actions.undo(self.store, self.embed, rows)
+        return {"entry": entry_id, "action": "undo", "undid": review.get("action"), "batch": info["batch"],
+                "undoes": review["batch"], "entries": entries}
+
+
+def _impact(p: dict[str, Any]) -> dict[str, Any]:
+    return {"golden_failing": [{k: g.get(k) for k in ("id", "query", "expect", "why", "was_ok")} for g in p["golden"]],
+            "queries_changed": [{k: q.get(k) for k in ("query", "entered", "left", "moved", "top1_changed")}
+                                for q in p["queries"]],
+            "summary": p["summary"]}
