@@ -28,6 +28,10 @@ CAPABILITIES: dict[str, Any] = {
     "tools": {"listChanged": False},
 }
 
+# what every write tool says about review (the server's [review] agent_writes, default under_review)
+REVIEWED = ("Your writes wait for a person's review: an added, edited or reactivated entry is stored as under_review "
+            "(still retrieved, flagged) until accepted, unless this server is set to store agents' writes as active.")
+
 DESCRIPTIONS = {
     "memory_search": (
         "Search long-term memory. Returns ranked entries (id, wing, room, type, status, title, text, score, flags) "
@@ -43,7 +47,7 @@ DESCRIPTIONS = {
     "memory_add": (
         "Store one piece of durable knowledge in a wing (project). Idempotent: the same title and text in the same wing "
         "is stored once (status already_exists returns the stored id). 'similar' lists up to 3 near-duplicates with their "
-        "cosine similarity: prefer memory_update on one of them over adding a variant."
+        "cosine similarity: prefer memory_update on one of them over adding a variant. " + REVIEWED
     ),
     "memory_get": (
         "Read one entry by id: all fields, including updated_at (pass it to memory_update to avoid overwriting others' edits)."
@@ -51,10 +55,16 @@ DESCRIPTIONS = {
     "memory_update": (
         "Change fields of an entry (only the fields you give). Pass expected_updated_at = the updated_at you read: "
         "if someone changed the entry since, the update is refused and nothing is overwritten. dry_run=true writes "
-        "nothing and returns the impact: golden queries that would fail, recent queries whose results would change."
+        "nothing and returns the impact: golden queries that would fail, recent queries whose results would change. "
+        + REVIEWED
     ),
-    "memory_set_status": "Deprecate an outdated entry (no longer retrieved), mark it under_review, or reactivate it.",
-    "memory_delete": "Delete an entry permanently (its last version stays in the audit log). Prefer deprecating.",
+    "memory_set_status": (
+        "Deprecate an outdated entry (no longer retrieved), mark it under_review, or reactivate it. " + REVIEWED
+    ),
+    "memory_delete": (
+        "Delete an entry permanently (its last version stays in the audit log). Prefer deprecating. A person reviews "
+        "every deletion and can restore the entry."
+    ),
     "memory_explain": (
         "Why was entry id returned for query, or at which stage was it dropped (scope, status, threshold, override, budget...)?"
     ),

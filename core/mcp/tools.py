@@ -34,6 +34,7 @@ OutcomeName = Literal["success", "failure"]
 READ_TOOLS = ("memory_search", "memory_context", "memory_get", "memory_explain", "memory_wings", "working_memory")
 WRITE_TOOLS = ("memory_add", "memory_update", "memory_set_status", "memory_delete", "task_complete", "task_block",
                "task_unblock")
+UNNAMED = {"name": "unnamed client", "via": "mcp"}
 ENGINE_WAIT_S = 120.0  # a call that arrives while the store or model loads waits this long at most
 
 
@@ -127,6 +128,13 @@ class Engine:
         return True
 
 
+def landed(mem: Any, status: str | None) -> str | None:
+    """The status an agent's write leaves the entry in (``[review] agent_writes``, ``memlens.review.desk``)."""
+    from memlens.review.desk import agent_status
+
+    return agent_status(status, mem.settings.review.agent_writes)
+
+
 def client_of(ctx: Context | None) -> dict[str, str] | None:
     """The connection's client as named in its ``initialize`` (or request envelope)."""
     try:
@@ -180,7 +188,8 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
     names: list[str] = []
 
     def call(ctx: Context | None, fn: Callable[[Any, float], Any], need_model: bool = False) -> Any:
-        with attribution.acting_as(client_of(ctx)):
+        # every write names its client: one that did not name itself is still an agent, its writes still reviewed
+        with attribution.acting_as(client_of(ctx) or UNNAMED):
             try:
                 mem, waited = engine.memory(need_model)
                 return fn(mem, waited)
@@ -255,14 +264,17 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         kind: Annotated[KindName, Field(description="what it is")] = "fact",
         title: Annotated[str, Field(description="short title (default: the start of the text)")] = "",
         key: Annotated[str | None, Field(description="a stable key: entries with one key describe one thing")] = None,
-        status: Annotated[StatusName, Field(description="active unless you are unsure (under_review)")] = "active",
+        status: Annotated[StatusName, Field(
+            description="active unless you are unsure (under_review); the server may keep it under_review until a "
+                        "person accepts it")] = "active",
         salience: Annotated[float, Field(ge=0.0, le=1.0, description="importance 0..1")] = 0.5,
         overrides: Annotated[str | None, Field(description="id of an entry this one replaces")] = None,
         ctx: Context | None = None,
     ) -> dict[str, Any]:
         def run(mem: Any, _w: float) -> dict[str, Any]:
-            entry, created, similar = mem.add_unique(text, wing=wing, room=room, type=type, kind=kind, title=title,
-                                                     key=key, status=status, salience=salience, overrides=overrides)
+            entry, created, similar = mem.add_unique(
+                text, wing=wing, room=room, type=type, kind=kind, title=title, key=key, salience=salience,
+                status=landed(mem, status), overrides=overrides)
             return {"id": entry.id, "status": "created" if created else "already_exists", "wing": entry.wing,
                     "updated_at": entry.to_record()["updated_at"], "similar": similar}
         return record(ctx, run, need_model=True)
@@ -302,18 +314,22 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         changes = {k: v for k, v in fields.items() if v is not None}
         if not changes:
             raise ToolError("nothing to change: give at least one field (text, title, wing, room, type, ...)")
+
+        def edit(m: Any) -> Any:
+            st = landed(m, status)  # an agent's edit waits for review too
+            return m.update_checked(id, expected_updated_at, **{**changes, **({"status": st} if st else {})})
+
         if dry_run:  # the update runs (and is checked) as it would, in a transaction that is rolled back
-            return record(ctx, preview(lambda m: m.update_checked(id, expected_updated_at, **changes)), need_model=True)
-        return record(ctx, lambda mem, _w: mem.update_checked(id, expected_updated_at, **changes).to_record(),
-                      need_model="text" in changes or "title" in changes)
+            return record(ctx, preview(edit), need_model=True)
+        return record(ctx, lambda mem, _w: edit(mem).to_record(), need_model="text" in changes or "title" in changes)
 
     @tool("memory_set_status", "Set an entry's status", read=False, destructive=True, idempotent=True)
     def memory_set_status(id: Id, status: Annotated[StatusName, Field(
             description="active, under_review (still retrieved, flagged) or deprecated (no longer retrieved)")],
             dry_run: DryRun = False, ctx: Context | None = None) -> dict[str, Any]:
         if dry_run:
-            return record(ctx, preview(lambda m: m.set_status(id, status)), need_model=True)
-        return record(ctx, lambda mem, _w: mem.set_status(id, status).to_record())
+            return record(ctx, preview(lambda m: m.set_status(id, landed(m, status))), need_model=True)
+        return record(ctx, lambda mem, _w: mem.set_status(id, landed(mem, status)).to_record())
 
     @tool("memory_delete", "Delete an entry", read=False, destructive=True, idempotent=True)
     def memory_delete(id: Id, dry_run: DryRun = False, ctx: Context | None = None) -> dict[str, Any]:

@@ -29,6 +29,15 @@ Preview = Callable[[Callable[["Store"], Any]], dict[str, Any]]  # runs a change 
 HISTORY = 10_000  # audit rows of one entry read to find its review actions
 
 
+def agent_status(requested: str | None, setting: str) -> str | None:
+    """The status an agent's write leaves an entry in: with ``[review] agent_writes = "under_review"`` an add or
+    an edit waits for a person (still retrieved, flagged) unless the agent deprecates; ``requested`` None: an
+    edit that names no status."""
+    if setting == "under_review" and requested in (None, "active"):
+        return "under_review"
+    return requested
+
+
 def reviewer_name(configured: str | None) -> str:
     if configured:
         return configured
@@ -163,6 +172,14 @@ class ReviewDesk:
                 detail = actions.merge(self.store, item, target, overriders)
             out.append({"entry": item.entry_id, "action": "merge", "into": target, "batch": info["batch"], "detail": detail})
         return out
+
+    # -- the whole store -------------------------------------------------------------------------
+
+    def lint(self, count_tokens: Callable[[str], int] | None = None) -> dict[str, Any]:
+        from memlens.models import utcnow
+        from memlens.review.lint import lint
+
+        return lint(self.store, self.thresholds, self.config, now=(self.now or utcnow)(), count_tokens=count_tokens)
 
     def _overriders(self, entry_id: str) -> list[str]:
         rows = self.store.rows(self.store.related([entry_id], [], Scope())).rows

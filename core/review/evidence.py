@@ -108,6 +108,8 @@ def similar(entry: Entry, vec: np.ndarray, src: EvidenceSource, th: Thresholds, 
         if row[_STATUS] == "deprecated" or _linked(entry, row):
             continue
         if row[_WING] != entry.wing:
+            if sim >= th.duplicate:
+                continue  # the same rule in two wings: the duplicate evidence names it
             out.append({"kind": "conflict", "rule": SAME_SUBJECT, **_other(row, sim), "against": True,
                         "detail": "rules of two wings on the same subject, neither overrides the other: read both"})
         elif AUTHORITY[row[_TYPE]] <= entry.authority:

@@ -281,8 +281,9 @@ class ReplayLog(Protocol):
         (seq, ts, query, client, rank, score, context)."""
         ...
 
-    def retrieval_count_rows(self, wing: str | None = None) -> list[Row]:
-        """Each active visible entry: (id, wing, type, title, logged retrievals that searched its wing, returned it)."""
+    def retrieval_count_rows(self, wing: str | None = None, since: str | None = None) -> list[Row]:
+        """Each active visible entry: (id, wing, type, title, logged retrievals that searched its wing, returned it);
+        ``since``: only the retrievals logged at or after that time count."""
         ...
 
     def entry_statuses(self, ids: list[str]) -> dict[str, str]: ...

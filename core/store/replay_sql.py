@@ -79,22 +79,26 @@ class SqliteReplay:
         ).fetchall()
         return rows
 
-    def retrieval_count_rows(self, wing: str | None = None) -> list[tuple[Any, ...]]:
-        """Each active entry (of ``wing``): (id, wing, type, title, retrievals that searched its wing, that returned it)."""
+    def retrieval_count_rows(self, wing: str | None = None, since: str | None = None) -> list[tuple[Any, ...]]:
+        """Each active entry (of ``wing``): (id, wing, type, title, retrievals that searched its wing, that returned it),
+        counting the retrievals logged at or after ``since`` only, when given."""
+        when = " AND a.ts >= ?" if since else ""
         sql = (
             "WITH searched AS (SELECT j.value AS wing, count(*) AS n FROM audit a, json_each(a.detail, '$.wings_searched') j"
             "   WHERE a.action = 'retrieval' AND json_valid(a.detail) AND a.seq IN (SELECT seq FROM retrieval_log)"
-            "   GROUP BY j.value),"
+            f"{when} GROUP BY j.value),"
             " hit AS (SELECT json_extract(h.value, '$[0]') AS entry_id, count(DISTINCT l.seq) AS n"
-            "   FROM retrieval_log l, json_each(l.hits) h WHERE json_valid(l.hits) GROUP BY 1)"
+            "   FROM retrieval_log l, json_each(l.hits) h WHERE json_valid(l.hits)"
+            + (" AND l.seq IN (SELECT seq FROM audit a WHERE a.action = 'retrieval' AND a.ts >= ?)" if since else "")
+            + " GROUP BY 1)"
             " SELECT e.id, e.wing, e.type, e.title, coalesce(s.n, 0), coalesce(h.n, 0) FROM entries e"
             " LEFT JOIN searched s ON s.wing = e.wing LEFT JOIN hit h ON h.entry_id = e.id"
             f" WHERE e.status != 'deprecated' AND {visible('e')}"
         )
-        args: tuple[Any, ...] = ()
+        args: tuple[Any, ...] = (since, since) if since else ()
         if wing:
             sql += " AND e.wing = ?"
-            args = (wing,)
+            args = (*args, wing)
         return list(self.conn.execute(sql + " ORDER BY e.wing, e.rowid", args))
 
     def entry_statuses(self, ids: list[str]) -> dict[str, str]:

@@ -72,18 +72,21 @@ class PgReplay:
             " WHERE strpos(l.hits, %s) > 0 AND h.value ->> 0 = %s ORDER BY l.seq DESC, h.n LIMIT %s",
             (needle, entry_id, limit))
 
-    def retrieval_count_rows(self, wing: str | None = None) -> list[tuple[Any, ...]]:
+    def retrieval_count_rows(self, wing: str | None = None, since: str | None = None) -> list[tuple[Any, ...]]:
+        when = " AND a.ts >= %s" if since else ""
         sql = (
             "WITH searched AS (SELECT j.value AS wing, count(*) AS n FROM audit a JOIN retrieval_log l ON l.seq = a.seq"
             f"   CROSS JOIN LATERAL jsonb_array_elements_text({_WINGS}) AS j(value)"
-            "   WHERE a.action = 'retrieval' GROUP BY j.value),"
+            f"   WHERE a.action = 'retrieval'{when} GROUP BY j.value),"
             " hit AS (SELECT h.value ->> 0 AS entry_id, count(DISTINCT l.seq) AS n FROM retrieval_log l"
-            f"   CROSS JOIN LATERAL jsonb_array_elements({_HITS.format(p='l.')}) AS h(value) GROUP BY 1)"
+            + (" JOIN audit a ON a.seq = l.seq" if since else "")
+            + f"   CROSS JOIN LATERAL jsonb_array_elements({_HITS.format(p='l.')}) AS h(value)"
+            + (" WHERE a.ts >= %s" if since else "") + " GROUP BY 1)"
             " SELECT e.id, e.wing, e.type, e.title, coalesce(s.n, 0), coalesce(h.n, 0) FROM entries e"
             " LEFT JOIN searched s ON s.wing = e.wing LEFT JOIN hit h ON h.entry_id = e.id"
             f" WHERE e.status != 'deprecated' AND {visible('e')}"
         )
-        args: tuple[Any, ...] = (wing,) if wing else ()
+        args: tuple[Any, ...] = ((since, since) if since else ()) + ((wing,) if wing else ())
         rows = self._rows(sql + (" AND e.wing = %s" if wing else "") + " ORDER BY e.wing, e.rowid", args)
         return [(*r[:4], int(r[4]), int(r[5])) for r in rows]
 
