@@ -1,7 +1,7 @@
 """The ``memlens`` command: a thin layer over ``memlens.Memory``.
 
 Each command group lives in its own module (``entries``, ``retrieve``, ``tasks``, ``check``, ``copy``,
-``serve``, ``ask``, ``web``, ``ingest``, ``replay``) and registers its sub-parsers here, in the order ``--help``
+``serve``, ``ask``, ``web``, ``ingest``, ``replay``, ``review``) and registers its sub-parsers here, in the order ``--help``
 lists them. User errors print one line on stderr and exit 2; tracebacks are for bugs only.
 """
 
@@ -20,6 +20,7 @@ from memlens.cli import entries as cli_entries
 from memlens.cli import ingest as cli_ingest
 from memlens.cli import replay as cli_replay
 from memlens.cli import retrieve as cli_retrieve
+from memlens.cli import review as cli_review
 from memlens.cli import serve as cli_serve
 from memlens.cli import tasks as cli_tasks
 from memlens.cli import web as cli_web
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_web.register(sub)  # web
     cli_ingest.register(sub)  # ingest, index [status]
     COMMANDS.update(cli_replay.register(sub))  # replay, golden, access, reembed, deprecate/restore/delete/edit
+    COMMANDS.update(cli_review.register(sub))  # review [show|accept|reject|merge|undo], lint
     return p
 
 
