@@ -282,7 +282,9 @@ class ReviewConfig(_Section):
     reviewer: str | None = Field(None, min_length=1, max_length=80,
                                  description="the name review actions are audited under (default: the login name)")
     duplicate_similarity: float = Field(
-        0.8, ge=0, le=1, description="stored-vector cosine from which two entries are reported as near-duplicates")
+        0.65, ge=0, le=1, description="near-duplicates: stored vectors at least this similar (cosine) ...")
+    duplicate_shared_text: float = Field(
+        0.95, ge=0, le=1, description="... and at least this share of the shorter entry's words in the other")
     unused_days: float = Field(30.0, gt=0, le=36_500,
                                description="lint: an entry no logged search returned for this long while its wing was searched")
     pending_days: float = Field(14.0, gt=0, le=36_500, description="lint: an entry under review for longer than this")

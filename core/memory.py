@@ -404,9 +404,10 @@ class Memory:
         from memlens.review.desk import ReviewDesk
         from memlens.review.evidence import Thresholds
 
-        r = self.settings.retrieval
-        return ReviewDesk(self.store, self.embed, self.settings.review,
-                          Thresholds(self.settings.review.duplicate_similarity, r.conflict_similarity, r.dedup_similarity),
+        r, rv = self.settings.retrieval, self.settings.review
+        return ReviewDesk(self.store, self.embed, rv,
+                          Thresholds(rv.duplicate_similarity, rv.duplicate_shared_text, r.conflict_similarity,
+                                     r.dedup_similarity),
                           preview=lambda act: preview(self, lambda draft: act(draft.store)), update=self.update)
 
     # -- stats -------------------------------------------------------------------------------

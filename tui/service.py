@@ -318,6 +318,34 @@ class Lens:
 
         return self.call(lambda: preview(self.mem, change))
 
+    # the review inbox (memlens.review): agents' unanswered writes, their evidence, the reviewer's actions
+
+    def review_items(self) -> list[dict[str, Any]]:
+        return self.call(lambda: [i.to_dict() for i in self.mem.review.items()])
+
+    def review_evidence(self, entry_id: str, *, impact: bool = False) -> list[dict[str, Any]]:
+        def run() -> list[dict[str, Any]]:
+            desk = self.mem.review
+            pending = {i.entry_id for i in desk.items()}
+            return desk.evidence(desk.item(entry_id), impact=impact, pending=pending)
+
+        return self.call(run)
+
+    def review_accept(self, ids: list[str], *, edits: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        return self.call(lambda: self.mem.review.accept(ids, edits=edits))
+
+    def review_accept_clean(self) -> list[dict[str, Any]]:
+        return self.call(lambda: self.mem.review.accept_clean()["accepted"])
+
+    def review_reject(self, ids: list[str], *, reason: str | None = None) -> list[dict[str, Any]]:
+        return self.call(lambda: self.mem.review.reject(ids, reason=reason))
+
+    def review_merge(self, ids: list[str], *, into: str | None = None) -> list[dict[str, Any]]:
+        return self.call(lambda: self.mem.review.merge(ids, into=into))
+
+    def review_undo(self, entry_id: str) -> dict[str, Any]:
+        return self.call(lambda: self.mem.review.undo(entry_id))
+
     # writes -----------------------------------------------------------------------------------
 
     def add(self, text: str, **fields: Any) -> Entry:

@@ -3,7 +3,7 @@
 Kinds (severity):
 
 * ``duplicate`` (warning in one wing, info across wings, where search already merges the same text):
-  clusters of entries whose stored vectors are at least ``[review] duplicate_similarity`` similar;
+  clusters of near-duplicates, the review's rule (``memlens.review.evidence.duplicates``);
 * ``authority`` (info): a note or pattern near-duplicating an invariant or decision;
 * ``conflict`` (warning): invariants and decisions of two wings on the same subject (cosine at least
   ``[retrieval] conflict_similarity``, below the duplicate threshold) that no ``overrides`` links, or
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from memlens.models import AUTHORITY, Entry, content_hash, format_ts
-from memlens.review.evidence import RULES, SAME_KEY, SAME_SUBJECT, Thresholds
+from memlens.review.evidence import RULES, SAME_KEY, SAME_SUBJECT, Thresholds, duplicates
 from memlens.review.pairs import similar_pairs
 from memlens.store.rows import CREATED_AT, ID, KEY, KIND, OVERRIDES, STATUS, TEXT, TITLE, TYPE, UPDATED_AT, WING
 
@@ -90,7 +90,9 @@ def _clusters(pairs: list[tuple[int, int, float]]) -> list[tuple[list[int], floa
 
 def _similarity_findings(live: _Live, th: Thresholds) -> tuple[list[dict[str, Any]], str]:
     rows, vecs = live.rows, live.matrix()
-    pairs, method = similar_pairs(vecs, th.duplicate)
+    close, method = similar_pairs(vecs, th.duplicate)
+    pairs = [(i, j, s) for i, j, s in close if duplicates(s, _text(rows[i]), _text(rows[j]), th)[0]]
+    twins = {(i, j) for i, j, _ in pairs}
     out = []
     for members, top in _clusters(pairs):
         ids = [rows[k][ID] for k in members]
@@ -109,12 +111,17 @@ def _similarity_findings(live: _Live, th: Thresholds) -> tuple[list[dict[str, An
         for a, b, s in rule_pairs:
             ra, rb = rows[rules[a]], rows[rules[b]]
             # rules of one wing on one subject mostly refine each other: that question is asked of a new write only
-            # (``memlens review``); a pair this similar is a duplicate, reported as one
-            if ra[WING] == rb[WING] or s >= th.duplicate or ra[OVERRIDES] == rb[ID] or rb[OVERRIDES] == ra[ID]:
+            # (``memlens review``); a duplicate pair is reported as one
+            if (ra[WING] == rb[WING] or (rules[a], rules[b]) in twins or (ra[KEY] and ra[KEY] == rb[KEY])
+                    or ra[OVERRIDES] == rb[ID] or rb[OVERRIDES] == ra[ID]):  # a shared key: the key's rule decides
                 continue
             out.append(finding("conflict", "warning", [ra[ID], rb[ID]], "same subject, neither overrides the other: "
                                "read both", rule=SAME_SUBJECT, similarity=round(s, 4)))
     return out, method
+
+
+def _text(row: tuple[Any, ...]) -> str:
+    return f"{row[TITLE]}\n{row[TEXT]}"
 
 
 def _key_conflicts(live: _Live, th: Thresholds) -> list[dict[str, Any]]:
