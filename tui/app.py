@@ -291,6 +291,11 @@ class MemlensApp(KeysWhereTheCursorIs, App[None]):
 
         self.push_screen(IndexScreen())
 
+    def open_review(self) -> None:
+        from .screens.review import ReviewScreen
+
+        self.push_screen(ReviewScreen())
+
     def next_wing(self) -> None:
         wings = [w for w in (self.main.known_wings if self.main and hasattr(self.main, "known_wings") else []) if w != "_global"]
         if not wings:

@@ -16,6 +16,7 @@ ACTIONS = (
     ("Ingest: add files or folders to memory (shell :ingest)", "ingest", "Documents and code, with a progress bar"),
     ("Code index: status, latest runs and skipped files", "index", "Files, chunks, stale ratio, queue depth (i)"),
     ("Retrieval metrics", "metrics", "p50/p95 per stage, cache hit rate"),
+    ("Review: what agents wrote, with the evidence", "review", "Accept, reject, merge or undo their writes (v)"),
     ("Entry: open the selected entry", "open_entry", "Full text, metadata, audit history; edit"),
     ("Entry: create a new entry", "new_entry", "Add an entry to a wing"),
     ("Wing: switch the active wing", "next_wing", "Cycle through the store's project wings"),

@@ -104,8 +104,10 @@ def _neighbours(src: EvidenceSource, vec: np.ndarray, scope: Scope, floor: float
     return out[:NEIGHBOURS]
 
 
-def similar(entry: Entry, vec: np.ndarray, src: EvidenceSource, th: Thresholds, pending: set[str]) -> list[dict[str, Any]]:
-    """Near-duplicates (with authority restatements) and keyless conflicts of ``entry``."""
+def similar(entry: Entry, vec: np.ndarray, src: EvidenceSource, th: Thresholds, pending: set[str],
+            new: bool = True) -> list[dict[str, Any]]:
+    """Near-duplicates (with authority restatements) and keyless conflicts of ``entry`` (``new``: an added entry, also
+    weighed against the rules of its own wing)."""
     out: list[dict[str, Any]] = []
     dup_ids = set()
     for row, sim in _neighbours(src, vec, Scope(), th.duplicate, entry.id):
@@ -130,7 +132,7 @@ def similar(entry: Entry, vec: np.ndarray, src: EvidenceSource, th: Thresholds, 
         if row[_WING] != entry.wing:
             out.append({"kind": "conflict", "rule": SAME_SUBJECT, **_other(row, sim), "against": True,
                         "detail": "rules of two wings on the same subject, neither overrides the other: read both"})
-        elif AUTHORITY[row[_TYPE]] <= entry.authority:
+        elif new and AUTHORITY[row[_TYPE]] <= entry.authority:
             out.append({"kind": "conflict", "rule": SAME_WING, **_other(row, sim), "against": True,
                         "detail": f"contradicts or supersedes the {row[_TYPE]} {row[_ID]}: accept with --supersedes "
                                   f"{row[_ID]} to set overrides, or reject"})
@@ -211,7 +213,7 @@ def evidence(item: Item, src: EvidenceSource, th: Thresholds, pending: set[str] 
         blob = src.entry_vector(entry.id)
         vec = None if blob is None else np.frombuffer(blob, "<f4").astype(np.float32)
         if vec is not None and float(np.abs(vec).sum()) > 0:
-            out += similar(entry, vec, src, th, pending or set())
+            out += similar(entry, vec, src, th, pending or set(), new=item.before is None)
         out += key_conflicts(entry, vec, src, th)
         if entry.status.value != "deprecated":
             out += overrides_set(entry, src)

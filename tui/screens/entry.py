@@ -71,6 +71,8 @@ class EntryScreen(Screen[None]):
         Binding("escape", "close", "Close", id="entry.close", tooltip="Close without saving (asks first if there are edits)"),
         Binding("f2", "toggle_details", "Details", id="entry.details",
                 tooltip="On a narrow terminal: switch between the form and the metadata with the audit history"),
+        Binding("ctrl+z", "undo_review", "Undo review", id="entry.undo_review",
+                tooltip="Undo the newest review action on this entry (accept, reject, merge), as its history shows"),
     ]
     DEFAULT_CSS = """
     EntryScreen #entry-body { height: 1fr; }
@@ -127,9 +129,11 @@ class EntryScreen(Screen[None]):
     class Refused(Message):
         error: str
 
-    def __init__(self, entry_id: str | None) -> None:
+    def __init__(self, entry_id: str | None, *, accept: bool = False) -> None:
+        """``accept``: an agent's write under review; saving accepts it, with the edits made here."""
         super().__init__()
         self.entry_id = entry_id
+        self.accept = accept
         self.entry: Entry | None = None
         self.original: dict[str, str] = {}
         self._busy = False
@@ -143,6 +147,8 @@ class EntryScreen(Screen[None]):
         with Horizontal(id="entry-body"):
             with VerticalScroll(id="entry-form") as form:
                 form.border_title = f"Entry {self.entry_id}" if self.entry_id else "New entry"
+                if self.accept:
+                    form.border_title += " · edit, then ctrl+s accepts it"
                 with Horizontal(classes="row"):
                     yield field("Title (empty: first words of the text)", Input(id="f-title"), "field wide")
                 with Horizontal(classes="row"):
@@ -260,6 +266,8 @@ class EntryScreen(Screen[None]):
             if status is not None:
                 fields["status"] = status
             self._start("add", fields)
+        elif self.accept and status is None:
+            self._write_now("accept", changes)  # the review screen previews the impact (p)
         elif not changes:
             self._error("nothing to save", "muted")
         elif self._needs_promotion(changes):
@@ -302,7 +310,7 @@ class EntryScreen(Screen[None]):
         """A new entry has nothing to delete; the details key matters only on a narrow terminal."""
         if action == "toggle_details":
             return self.has_class("narrow")
-        return not (action == "delete" and self.entry_id is None)
+        return not (action in ("delete", "undo_review") and self.entry_id is None)
 
     def on_resize(self) -> None:
         # under 100 columns the side panel would squeeze the form: show one or the other (f2)
@@ -413,6 +421,9 @@ class EntryScreen(Screen[None]):
         try:
             if action == "add":
                 entry = self.lens.add(fields.pop("text"), **fields)
+            elif action == "accept":
+                self.lens.review_accept([self.entry_id], edits=fields or None)
+                entry = self.lens.get(self.entry_id)
             elif action == "delete":
                 entry = self.lens.delete(self.entry_id)
             elif action == "status":
@@ -436,13 +447,36 @@ class EntryScreen(Screen[None]):
     def on_entry_screen_written(self, message: Written) -> None:
         self._busy = False
         e = message.entry
-        what = {"add": f"Created {e.id} in {e.wing}", "delete": f"Deleted {e.id} from {e.wing}",
+        what = {"add": f"Created {e.id} in {e.wing}", "delete": f"Deleted {e.id} from {e.wing}", "accept": f"Accepted {e.id}",
                 "status": f"{e.id} is now {e.status.value}"}.get(message.action, f"Saved {e.id}")
         self.notify(what + (" (re-embedded)" if message.reembedded and message.action != "delete" else ""), title="Entry")
         self.dismiss(None)
         refresh_health = getattr(self.app, "refresh_health", None)
         if refresh_health is not None:
             refresh_health()  # the header's golden status after this write
+        main = getattr(self.app, "main", None)
+        if main is not None:
+            main.action_rerun()
+
+    def action_undo_review(self) -> None:
+        if self.entry_id is not None and not self._busy:
+            self._busy = True
+            self._error("undoing the newest review action on this entry…", "pending")
+            self._undo(self.entry_id)
+
+    @work(thread=True, exclusive=True, group="entry-write", exit_on_error=False)
+    def _undo(self, entry_id: str) -> None:
+        try:
+            done = self.lens.review_undo(entry_id)
+        except MemlensError as exc:
+            self.post_message(self.Refused(str(exc)))
+            return
+        self.app.call_from_thread(self._undone, done)
+
+    def _undone(self, done: dict[str, Any]) -> None:
+        self._busy = False
+        self._error(f"✓ {done['undid']} undone ({', '.join(done['entries'])})", "muted")
+        self._load(self.entry_id)
         main = getattr(self.app, "main", None)
         if main is not None:
             main.action_rerun()

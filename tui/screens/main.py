@@ -46,6 +46,8 @@ class MainScreen(KeysWhereTheCursorIs, Screen[None]):
         Binding("s", "shell", "Shell", id="main.shell", tooltip="Assistant shell: type as the agent's user would"),
         Binding("m", "metrics", "Metrics", id="main.metrics", tooltip="Retrieval latency and cache metrics"),
         Binding("i", "index", "Index", id="main.index", show=False, tooltip="Code index status, runs and skipped files"),
+        Binding("v", "review", "Review", id="main.review",
+                tooltip="What agents wrote, with the evidence to accept, reject or merge it"),
         Binding("w", "next_wing", "Wing", id="main.wing", tooltip="Switch the active wing"),
         Binding("f1", "help", "Help", id="main.help", tooltip="Help for the focused pane"),
     ]
@@ -250,6 +252,9 @@ class MainScreen(KeysWhereTheCursorIs, Screen[None]):
 
     def action_index(self) -> None:
         self.app.open_index()  # type: ignore[attr-defined]
+
+    def action_review(self) -> None:
+        self.app.open_review()  # type: ignore[attr-defined]
 
     def action_next_wing(self) -> None:
         self.app.next_wing()  # type: ignore[attr-defined]

@@ -21,7 +21,6 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
@@ -382,19 +381,3 @@ class ReviewScreen(Screen[None]):
 
     def action_back(self) -> None:
         self.app.pop_screen()
-
-
-class ReviewCommands(Provider):
-    """The review screen in the command palette (ctrl+p)."""
-
-    def _open(self) -> None:
-        self.app.push_screen(ReviewScreen())
-
-    async def discover(self) -> Hits:
-        yield DiscoveryHit(TITLE, partial(self._open), help="Accept, reject, merge or undo, with the evidence (v)")
-
-    async def search(self, query: str) -> Hits:
-        matcher = self.matcher(query)
-        score = matcher.match(TITLE)
-        if score > 0:
-            yield Hit(score, matcher.highlight(TITLE), partial(self._open), help="Accept, reject, merge or undo (v)")

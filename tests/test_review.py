@@ -1,0 +1,193 @@
+"""The review inbox, its actions and lint on a real store (SQLite + sqlite-vec), with the hashing embedder:
+which writes are items, what each action writes to the entry and the audit, undo, and lint's findings.
+The real model, the MCP server and the CLI are exercised by tests/test_review_session.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from memlens import attribution
+from memlens.errors import NotFoundError, StaleUpdateError, ValidationError
+
+AGENT = {"name": "unit-agent", "version": "1", "via": "mcp"}
+RULE = "Callbacks must never block the executor thread, so no sleep and no synchronous service call inside them."
+
+
+@pytest.fixture
+def store(mem):
+    """Two person-written rules, then an agent's add, edit, deletion and near-duplicate."""
+    mem.add(RULE, wing="proj", type="invariant", id="rule-1", title="No blocking callbacks")
+    mem.add("Timers drive periodic work in every component of the project.", wing="shared", type="decision", id="rule-2")
+    mem.add("Old incident notes are kept for a year before they are archived.", wing="proj", id="note-1")
+    with attribution.acting_as(AGENT):
+        mem.add("Agents record what they learn in the agents wing after each session.", wing="agents", id="new-1",
+                status="under_review")
+        mem.update("rule-2", text="Timers drive periodic work in most components of the project.", status="under_review")
+        mem.delete("note-1")
+        mem.add(RULE + " Confirmed today.", wing="proj", type="note", id="dup-1", title="No blocking callbacks",
+                status="under_review")
+    return mem
+
+
+def ids(mem, **kw):
+    return [i.entry_id for i in mem.review.items(**kw)]
+
+
+def test_the_inbox_holds_each_agent_write_once_with_its_change(store):
+    items = {i.entry_id: i for i in store.review.items()}
+    assert set(items) == {"new-1", "rule-2", "note-1", "dup-1"}
+    assert {k: i.action for k, i in items.items()} == {"new-1": "add", "rule-2": "update", "note-1": "delete", "dup-1": "add"}
+    assert items["rule-2"].diff()["text"]["after"].startswith("Timers drive periodic work in most")
+    assert items["rule-2"].diff()["status"] == {"before": "active", "after": "under_review"}
+    assert items["note-1"].after is None and items["note-1"].snapshot["text"].startswith("Old incident notes")
+    assert all(i.client == "unit-agent 1 (mcp)" for i in items.values())
+    assert ids(store, client="someone-else") == [] and len(ids(store, client="UNIT-AGENT")) == 4
+    assert ids(store, since="2999-01-01T00:00:00Z") == []
+
+
+def test_a_persons_writes_are_not_items_and_a_plain_edit_leaves_the_item_open(store):
+    store.add("A person's own note.", wing="proj", id="mine")
+    store.update("new-1", salience=0.9)  # edit (then accept): still waiting
+    assert "mine" not in ids(store) and "new-1" in ids(store)
+    store.set_status("new-1", "active")  # a person's decision: answered
+    assert "new-1" not in ids(store)
+
+
+def test_evidence_names_the_duplicate_the_entry_it_merges_into_and_the_authority(store):
+    desk = store.review
+    ev = desk.evidence(desk.item("dup-1"))
+    dup = next(e for e in ev if e["kind"] == "duplicate")
+    assert dup["id"] == "rule-1" and dup["merge_into"] == "rule-1" and dup["shared_text"] == 1.0 and dup["similarity"] > 0.9
+    assert any(e["kind"] == "authority" and e["id"] == "rule-1" for e in ev)
+    assert not [e for e in desk.evidence(desk.item("new-1")) if e.get("against")]
+
+
+def test_accept_makes_the_entry_active_keeps_its_type_and_is_audited_as_the_reviewer(store):
+    [done] = store.review.accept(["dup-1"])
+    e = store.get("dup-1")
+    assert e.status.value == "active" and e.type.value == "note"
+    row = store.audit("dup-1", 1)[0]
+    assert row["detail"]["client"]["via"] == "review" and row["detail"]["review"]["action"] == "accept"
+    assert row["detail"]["review"]["batch"] == done["batch"]
+    assert "dup-1" not in ids(store)
+
+
+def test_reject_takes_each_kind_of_write_back(store):
+    desk = store.review
+    desk.reject(["new-1"], reason="not a fact")
+    assert store.get("new-1").status.value == "deprecated"
+    assert store.audit("new-1", 1)[0]["detail"]["review"]["reason"] == "not a fact"
+    desk.reject(["rule-2"])
+    assert store.get("rule-2").text.startswith("Timers drive periodic work in every") and store.get("rule-2").status.value == "active"
+    desk.reject(["note-1"])
+    assert store.get("note-1").text.startswith("Old incident notes")
+    assert ids(store) == ["dup-1"]
+    store.review.reject(["dup-1"], delete=True)
+    with pytest.raises(NotFoundError):
+        store.get("dup-1")
+
+
+def test_merge_keeps_one_entry_with_the_attribution_and_the_overrides(store):
+    with attribution.acting_as(AGENT):
+        store.add("Spin up a worker for long jobs instead.", wing="proj", id="over-1", overrides="dup-1",
+                  status="under_review")
+    [done] = store.review.merge(["dup-1"])
+    assert done["into"] == "rule-1"
+    with pytest.raises(NotFoundError):
+        store.get("dup-1")
+    found = store.get("rule-1").meta["found_in"]
+    assert found == [{"id": "dup-1", "wing": "proj", "title": "No blocking callbacks", "by": "unit-agent 1 (mcp)",
+                      "at": found[0]["at"]}]
+    assert store.get("over-1").overrides == "rule-1"
+    # undo restores all three entries as they were, and the item comes back
+    store.review.undo("rule-1")
+    assert store.get("dup-1").text.endswith("Confirmed today.") and store.get("over-1").overrides == "dup-1"
+    assert "found_in" not in store.get("rule-1").meta and "dup-1" in ids(store)
+
+
+def test_undo_reverses_the_newest_action_and_reopens_the_item(store):
+    desk = store.review
+    desk.accept(["new-1"])
+    desk.reject(["rule-2"])
+    assert desk.undo("rule-2")["undid"] == "reject"
+    assert store.get("rule-2").text.startswith("Timers drive periodic work in most") and "rule-2" in ids(store)
+    assert desk.undo("new-1")["undid"] == "accept"
+    assert store.get("new-1").status.value == "under_review" and "new-1" in ids(store)
+    with pytest.raises(NotFoundError):
+        desk.undo("new-1")  # both actions on it are undone
+    desk.reject(["note-1"])
+    desk.undo("note-1")
+    with pytest.raises(NotFoundError):
+        store.get("note-1")  # deleted again, as the agent left it
+
+
+def test_an_action_is_refused_when_the_entry_changed_since_the_inbox_was_read(store):
+    item = store.review.item("new-1")
+    store.update("new-1", salience=0.1)  # someone writes meanwhile
+    from memlens.review import actions
+
+    with pytest.raises(StaleUpdateError):
+        actions.accept(store.store, item)
+    assert store.get("new-1").status.value == "under_review"
+    store.review.accept(["rule-2"])
+    store.update("rule-2", salience=0.2)
+    with pytest.raises(StaleUpdateError):
+        store.review.undo("rule-2")  # undoing would overwrite that edit
+
+
+def test_bulk_accept_skips_items_with_evidence_against_them(store):
+    got = store.review.accept_clean()
+    assert [d["entry"] for d in got["accepted"]] == ["new-1", "rule-2", "note-1"]
+    assert {s["entry"]: s["against"] for s in got["skipped"]} == {"dup-1": ["authority", "duplicate"]}
+    # nothing argued against note-1's deletion: accepting it writes a review mark, the entry stays deleted
+    assert store.audit("note-1", 1)[0]["action"] == "review" and ids(store) == ["dup-1"]
+
+
+def test_supersedes_sets_overrides_and_an_unknown_id_is_refused(store):
+    with pytest.raises(ValidationError, match="supersedes"):
+        store.review.accept(["new-1"], supersedes="nope")
+    assert "new-1" in ids(store)
+    store.review.accept(["new-1"], supersedes="rule-1")
+    assert store.get("new-1").overrides == "rule-1"
+
+
+def test_edit_then_accept_is_one_undoable_action(store):
+    [done] = store.review.accept(["new-1"], edits={"text": "Agents record what they learned, in the agents wing."})
+    e = store.get("new-1")
+    assert e.text.startswith("Agents record what they learned") and e.status.value == "active"
+    assert [r["detail"]["review"]["batch"] for r in store.audit("new-1", 2)] == [done["batch"]] * 2
+    store.review.undo("new-1")
+    assert store.get("new-1").text.startswith("Agents record what they learn in")
+
+
+def test_actions_on_an_entry_with_nothing_waiting_are_refused_and_write_nothing(store):
+    before = store.store.audit_count()
+    for call in (lambda: store.review.accept(["rule-1"]), lambda: store.review.reject(["missing"]),
+                 lambda: store.review.merge(["new-1"])):
+        with pytest.raises((NotFoundError, ValidationError)):
+            call()
+    assert store.store.audit_count() == before
+
+
+def test_agent_writes_land_under_review_unless_set_to_active():
+    from memlens.review.desk import agent_status
+
+    assert agent_status("active", "under_review") == "under_review"
+    assert agent_status(None, "under_review") == "under_review"
+    assert agent_status("deprecated", "under_review") == "deprecated"
+    assert agent_status("active", "active") == "active" and agent_status(None, "active") is None
+
+
+def test_lint_finds_what_is_wrong_with_a_severity_and_exit_status(store):
+    from memlens.review.lint import exit_status
+
+    store.add("Entries of this wing use the old API.", wing="proj", id="orphan", overrides="rule-1")
+    store.delete("rule-1")  # orphan's override now points at nothing
+    store.add("word " * 900, wing="proj", id="long-1", type="invariant", title="Long")
+    report = store.review.lint(store.embedder.count_tokens)
+    kinds = {(f["kind"], f["severity"], tuple(f["entries"])) for f in report["findings"]}
+    assert ("overrides", "error", ("orphan", "rule-1")) in kinds
+    assert any(k == "too_long" and s == "warning" and e == ("long-1",) for k, s, e in kinds)
+    assert report["findings"][0]["severity"] == "error"
+    assert exit_status(report, "error") == 1 and exit_status({"findings": []}, "info") == 0
+    assert set(report["summary"]["by_kind"]) >= {"overrides", "too_long"}
