@@ -99,7 +99,9 @@ class ReviewDesk:
 
     @contextmanager
     def _as_reviewer(self, action: str, entries: list[str], **extra: Any) -> Iterator[dict[str, Any]]:
-        info = {"action": action, "batch": new_id(), "entries": entries, **{k: v for k, v in extra.items() if v}}
+        """``entries``: every entry the action may write, the first being the one it answers (its subject)."""
+        info = {"action": action, "batch": new_id(), "subject": entries[0], "entries": entries,
+                **{k: v for k, v in extra.items() if v}}
         with attribution.acting_as(self.reviewer), attribution.reviewing(info):
             yield info
 

@@ -83,8 +83,11 @@ class Write:
         return c is not None and c.get("via") != "review" and self.review is None and self.action in AGENT_ACTIONS
 
     def answers(self) -> bool:
-        """A person's write that closes the entry's item (see the module's rules)."""
-        if self.review is not None or self.action == "delete":
+        """A person's write that closes the entry's item (see the module's rules). A review action answers the entry
+        it was taken on, not the others it rewrites on the way (a merge re-pointing an override)."""
+        if self.review is not None:
+            return self.review.get("subject", self.entry_id) == self.entry_id
+        if self.action == "delete":
             return True
         b, a = self.before, self.after
         return self.action == "update" and b is not None and a is not None and b.get("status") != a.get("status")
