@@ -78,7 +78,8 @@ def test_reject_takes_each_kind_of_write_back(store):
     assert store.get("new-1").status.value == "deprecated"
     assert store.audit("new-1", 1)[0]["detail"]["review"]["reason"] == "not a fact"
     desk.reject(["rule-2"])
-    assert store.get("rule-2").text.startswith("Timers drive periodic work in every") and store.get("rule-2").status.value == "active"
+    rule = store.get("rule-2")
+    assert rule.text.startswith("Timers drive periodic work in every") and rule.status.value == "active"
     desk.reject(["note-1"])
     assert store.get("note-1").text.startswith("Old incident notes")
     assert ids(store) == ["dup-1"]

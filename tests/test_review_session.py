@@ -124,7 +124,7 @@ def test_an_agents_session_reviewed_from_the_cli(demo_store, tmp_path, settings,
     assert review_rows and all(json.loads(r[5])["client"]["via"] == "review" and json.loads(r[5])["review"]["batch"]
                                for r in review_rows)
     last = {}
-    for seq, action, eid, _before, after, _detail in audit:  # every entry is what its newest audit row says
+    for _seq, action, eid, _before, after, _detail in audit:  # every entry is what its newest audit row says
         if action != "review":
             last[eid] = (action, json.loads(after) if after else None)
     for eid in set(by_id) | demo_ids | {"ros2-conv-007", "py-conv-003", "lc-arch-004"}:
