@@ -71,7 +71,7 @@ class EntryScreen(Screen[None]):
         Binding("escape", "close", "Close", id="entry.close", tooltip="Close without saving (asks first if there are edits)"),
         Binding("f2", "toggle_details", "Details", id="entry.details",
                 tooltip="On a narrow terminal: switch between the form and the metadata with the audit history"),
-        Binding("ctrl+z", "undo_review", "Undo review", id="entry.undo_review",
+        Binding("ctrl+b", "undo_review", "Undo review", id="entry.undo_review",
                 tooltip="Undo the newest review action on this entry (accept, reject, merge), as its history shows"),
     ]
     DEFAULT_CSS = """

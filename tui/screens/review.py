@@ -21,7 +21,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
@@ -87,8 +87,9 @@ def evidence_view(evidence: list[dict[str, Any]] | None) -> RenderableType:
             parts.append(Text.assemble(mark, (f"conflict ({e['rule']}) with ", "bold"), _other(e)))
             parts.append(Text(f"    cosine {e['similarity']:.3f} · {e.get('detail', '')}", style="dim"))
         elif kind == "use":
-            line = (f"retrieved {e['retrieved']} times since the agent wrote ({e['in_context']} into a context)"
-                    if e["retrieved"] else "not retrieved since the agent wrote")
+            n = e["retrieved"]
+            line = (f"retrieved {'once' if n == 1 else f'{n} times'} since the agent wrote "
+                    f"({e['in_context']} into a context)" if n else "not retrieved since the agent wrote")
             parts.append(Text.assemble(mark, line))
         elif kind == "impact":
             parts += impact_lines(e)
@@ -159,9 +160,11 @@ class ReviewScreen(Screen[None]):
     DEFAULT_CSS = """
     ReviewScreen #review-summary { height: auto; padding: 0 1; }
     ReviewScreen #review-body { height: 1fr; }
-    ReviewScreen #review-items { width: 3fr; border: round $primary-darken-1; border-title-color: $text-muted; }
-    ReviewScreen #review-detail { width: 2fr; border: round $primary-darken-1; border-title-color: $text-muted;
+    ReviewScreen #review-items { height: 2fr; border: round $primary-darken-1; border-title-color: $text-muted; }
+    ReviewScreen #review-detail { height: 3fr; border: round $primary-darken-1; border-title-color: $text-muted;
                                   padding: 0 1; }
+    ReviewScreen #review-detail > Static { width: 1fr; }
+    ReviewScreen #review-change { margin-bottom: 1; }
     ReviewScreen #review-status { height: auto; padding: 0 1; color: $text-muted; }
     """
 
@@ -197,7 +200,7 @@ class ReviewScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("reading the audit…", id="review-summary")
-        with Horizontal(id="review-body"):
+        with Vertical(id="review-body"):
             yield DataTable(id="review-items", cursor_type="row", zebra_stripes=True)
             with VerticalScroll(id="review-detail") as box:
                 box.border_title = "Change and evidence"
@@ -228,8 +231,9 @@ class ReviewScreen(Screen[None]):
         now = self.lens.now()
         clients = sorted({i["client"] for i in self.items})
         self.query_one("#review-summary", Static).update(
-            Text.assemble((f"{len(self.items)} agent writes waiting", "bold"), f" from {len(clients)} clients: ",
-                          ", ".join(clients)) if self.items else Text("Nothing waits for review: every agent write "
+            Text.assemble((f"{len(self.items)} agent write{'s' if len(self.items) != 1 else ''} waiting", "bold"),
+                          f" from {len(clients)} client{'s' if len(clients) != 1 else ''}: ", ", ".join(clients))
+            if self.items else Text("Nothing waits for review: every agent write "
                                                                       "has been answered.", style="green"))
         table = self.query_one("#review-items", DataTable)
         table.clear()
@@ -253,7 +257,7 @@ class ReviewScreen(Screen[None]):
         self.evidence[message.entry_id] = message.evidence
         table = self.query_one("#review-items", DataTable)
         if message.entry_id in table.rows:
-            table.update_cell(message.entry_id, "against", marks(message.evidence))
+            table.update_cell(message.entry_id, "against", marks(message.evidence), update_width=True)
         selected = self.selected()
         if selected is not None and selected["entry"] == message.entry_id:
             self._show()
@@ -345,7 +349,7 @@ class ReviewScreen(Screen[None]):
 
     def action_undo(self) -> None:
         if not self.done:
-            self._status("nothing to undo here (an entry's own history: its screen, ctrl+z)", "dim")
+            self._status("nothing to undo here (an entry's own history: its screen, ctrl+b)", "dim")
             return
         last = self.done[-1]
         self._act(f"undoing the {last['action']} of {last['entry']}", self.lens.review_undo, last["entry"])

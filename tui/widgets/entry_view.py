@@ -90,7 +90,7 @@ def audit_history(rows: list[dict[str, Any]], now: datetime) -> RenderableType:
         if client:  # written by an agent through the MCP server (or another attributed client)
             parts.append(Text.assemble(("  by ", "dim"), (client, "cyan")))
         review = (row.get("detail") or {}).get("review")
-        if isinstance(review, dict):  # a reviewer's action: ctrl+z undoes the newest one
+        if isinstance(review, dict):  # a reviewer's action: ctrl+b on the entry screen undoes the newest one
             why = f" · {review['reason']}" if review.get("reason") else ""
             parts.append(Text(f"  review: {review.get('action')}{why}", style="magenta"))
         before, after = row.get("before") or {}, row.get("after") or {}

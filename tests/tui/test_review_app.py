@@ -1,0 +1,160 @@
+"""The review screen: the scripted agent session's writes listed with their evidence; accept, reject, merge,
+edit then accept, and undo (from the screen and from the entry's history) driven like a user.
+
+The store is the demo memory after ``tests/review_session.run_in_process`` (the 20 writes of an MCP client,
+made in process with fixed ids), every audit time pinned so the ages shown never move.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+
+import pytest
+
+from .conftest import settle
+from .test_entry_snapshots import pin_times
+
+SIZE = (120, 40)
+
+
+def build_review_store(source, path, settings, embedder) -> None:
+    """``source`` (the demo store) copied to ``path`` with the agent session's writes, audit times pinned."""
+    from memlens import Memory
+
+    from ..review_session import run_in_process
+
+    shutil.copy(source, path)
+    with Memory.open(path, settings=settings, embedder=embedder) as m:
+        run_in_process(m)
+    pin_times(path)
+
+
+@pytest.fixture
+def review_store(tui_demo_store, snap_dir, settings, real_embedder):
+    path = snap_dir / "review.db"
+    build_review_store(tui_demo_store, path, settings, real_embedder)
+    return path
+
+
+async def open_review(pilot, select: str | None = None):
+    await settle(pilot)
+    pilot.app.main.query_one("#results").focus()  # "v" in the query input would be typed
+    await pilot.press("v")
+    await settle(pilot)
+    screen = pilot.app.screen
+    if select is not None:
+        table = screen.query_one("#review-items")
+        table.move_cursor(row=[i["entry"] for i in screen.items].index(select))
+        await settle(pilot)
+    return screen
+
+
+def test_review_screen_lists_the_agents_writes_with_evidence(make_app, review_store, snap_compare):
+    async def run_before(pilot):
+        await open_review(pilot)
+
+    assert snap_compare(make_app(store=review_store), terminal_size=SIZE, run_before=run_before)
+
+
+def test_review_screen_shows_a_conflict_within_the_shared_wing(make_app, review_store, snap_compare):
+    async def run_before(pilot):
+        await open_review(pilot, "agent-contra-2")
+
+    assert snap_compare(make_app(store=review_store), terminal_size=SIZE, run_before=run_before)
+
+
+def _entry(path, entry_id, settings, embedder):
+    from memlens import Memory
+
+    with Memory.open(path, settings=settings, embedder=embedder) as m:
+        return m.get(entry_id), m.audit(entry_id, 5)
+
+
+def test_accept_reject_merge_and_undo_from_the_app(make_app, review_store, settings, real_embedder):
+    app = make_app(store=review_store)
+    path = app.lens.store_path
+
+    async def run():
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_review(pilot, "agent-plain-01")
+            assert len(screen.items) == 20 and all(i["entry"] in screen.evidence for i in screen.items)
+            await pilot.press("a")
+            await settle(pilot)
+            e, audit = await asyncio.to_thread(_entry, path, "agent-plain-01", settings, real_embedder)
+            assert e.status.value == "active" and audit[0]["detail"]["review"]["action"] == "accept"
+            assert "agent-plain-01" not in [i["entry"] for i in screen.items]
+            assert "u undoes it" in str(screen.query_one("#review-status").render())
+
+            await pilot.press("u")
+            await settle(pilot)
+            e, _ = await asyncio.to_thread(_entry, path, "agent-plain-01", settings, real_embedder)
+            assert e.status.value == "under_review" and "agent-plain-01" in [i["entry"] for i in screen.items]
+
+            screen.query_one("#review-items").move_cursor(row=[i["entry"] for i in screen.items].index("agent-contra-1"))
+            await pilot.press("r")
+            await settle(pilot)
+            await pilot.press(*"contradicts the shared logging rule")
+            await pilot.press("enter")
+            await settle(pilot)
+            e, audit = await asyncio.to_thread(_entry, path, "agent-contra-1", settings, real_embedder)
+            assert e.status.value == "deprecated"
+            assert audit[0]["detail"]["review"]["reason"] == "contradicts the shared logging rule"
+
+            screen.query_one("#review-items").move_cursor(row=[i["entry"] for i in screen.items].index("agent-dup-1"))
+            await pilot.press("m")
+            await settle(pilot)
+            e, _ = await asyncio.to_thread(_entry, path, "ros2-conv-007", settings, real_embedder)
+            assert e.meta["found_in"][0]["id"] == "agent-dup-1"
+            assert "agent-dup-1" not in [i["entry"] for i in screen.items] and len(screen.items) == 18
+
+            # the merge undone from the kept entry's history (the entry screen, ctrl+b)
+            await pilot.press("escape")
+            await settle(pilot)
+            pilot.app.open_entry("ros2-conv-007")
+            await settle(pilot)
+            await pilot.press("ctrl+b")
+            await settle(pilot)
+            e, _ = await asyncio.to_thread(_entry, path, "agent-dup-1", settings, real_embedder)
+            assert e.text.endswith("Confirmed again while setting up the arm_driver package.")
+            assert "merge undone" in str(pilot.app.screen.query_one("#entry-error").render())
+
+    asyncio.run(run())
+
+
+def test_edit_then_accept_from_the_app(make_app, review_store, settings, real_embedder):
+    app = make_app(store=review_store)
+    path = app.lens.store_path
+
+    async def run():
+        async with app.run_test(size=SIZE) as pilot:
+            await open_review(pilot, "agent-plain-05")
+            await pilot.press("e")
+            await settle(pilot)
+            title = pilot.app.screen.query_one("#f-title")
+            title.value = "Staging robot rover-7"
+            await pilot.press("ctrl+s")
+            await settle(pilot)
+            e, audit = await asyncio.to_thread(_entry, path, "agent-plain-05", settings, real_embedder)
+            assert e.title == "Staging robot rover-7" and e.status.value == "active"
+            assert [r["detail"]["review"]["action"] for r in audit[:2]] == ["accept", "accept"]
+            assert "agent-plain-05" not in [i["entry"] for i in pilot.app.screen.items]
+
+    asyncio.run(run())
+
+
+def test_the_palette_opens_the_review_screen(make_app, review_store):
+    from memlens.tui.commands import ACTIONS
+    from memlens.tui.screens.review import ReviewScreen
+
+    assert any(action == "review" for _, action, _ in ACTIONS)
+    app = make_app(store=review_store)
+
+    async def run():
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            pilot.app.main.action_review()
+            await settle(pilot)
+            assert isinstance(pilot.app.screen, ReviewScreen)
+
+    asyncio.run(run())
