@@ -38,7 +38,7 @@ class Shot:
     what: str
     drive: Callable[[Any], Awaitable[None]]
     needs: str | None = None  # a module that must exist (screens still being built are skipped)
-    store: str = "demo"  # "demo", "empty", "metrics", "index", "impact" or "replay"
+    store: str = "demo"  # "demo", "empty", "metrics", "index", "impact", "replay" or "review"
     llm: str | None = None  # answers from a fake chat model on 127.0.0.1 in this mode (tests/fake_llm.py)
 
 
@@ -174,6 +174,13 @@ async def impact_screen(pilot) -> None:
     await _settle(pilot)
 
 
+async def review_screen(pilot) -> None:
+    """An agent's session waiting for review: its writes with the evidence of the first, a near-duplicate."""
+    from .test_review_app import open_review
+
+    await open_review(pilot)
+
+
 async def metrics(pilot) -> None:
     await _settle(pilot)
     pilot.app.open_metrics()
@@ -207,6 +214,8 @@ SHOTS = [
          replay_screen, needs="memlens.tui.screens.replay", store="replay"),
     Shot("impact", "the impact screen of an entry: its access log and what deprecating it would change",
          impact_screen, needs="memlens.tui.screens.impact", store="impact"),
+    Shot("review", "the review screen: an agent's writes over MCP, each with its evidence (a near-duplicate selected)",
+         review_screen, needs="memlens.tui.screens.review", store="review"),
     Shot("shell-streaming", "the assistant shell streaming a model's answer (a fake model on 127.0.0.1)", shell_streaming,
          needs="memlens.assist", llm="hold"),
     Shot("shell-answer", "an answer with its citations, one highlighted in the sources sent, an invented id flagged",
@@ -270,7 +279,11 @@ def build_stores(settings, embedder) -> dict[str, Path]:
     with Memory.open(replay, settings=settings, embedder=embedder) as mem:  # the same, after a deprecation
         mem.set_status(IMPACT_TARGET, "deprecated")
         _pin_audit(mem)
-    return {"demo": demo, "metrics": with_metrics, "impact": impact, "replay": replay}
+    review = WORK / "base" / "review.db"  # the scripted agent session's 20 writes (tests/review_session.py)
+    from .test_review_app import build_review_store
+
+    build_review_store(demo, review, settings, embedder)
+    return {"demo": demo, "metrics": with_metrics, "impact": impact, "replay": replay, "review": review}
 
 
 def build_index_store(stores: dict[str, Path], settings, embedder) -> Path:
