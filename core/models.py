@@ -147,6 +147,11 @@ def check_json_value(value: Any, depth: int = 0) -> Any:
     raise ValueError(f"has a value of type {type(value).__name__}, which JSON cannot hold")
 
 
+def embed_text(title: str, text: str) -> str:
+    """What the model sees of an entry (``Entry.embed_text``), from its stored title and text."""
+    return f"{title}\n{text}" if title and not text.startswith(title.rstrip("…")) else text
+
+
 def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -256,7 +261,7 @@ class Entry(BaseModel):
     @property
     def embed_text(self) -> str:
         """What the model sees: the title carries meaning too, so it leads."""
-        return f"{self.title}\n{self.text}" if self.title and not self.text.startswith(self.title.rstrip("…")) else self.text
+        return embed_text(self.title, self.text)
 
     @property
     def authority(self) -> int:

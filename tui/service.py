@@ -321,13 +321,20 @@ class Lens:
     # the review inbox (memlens.review): agents' unanswered writes, their evidence, the reviewer's actions
 
     def review_items(self) -> list[dict[str, Any]]:
-        return self.call(lambda: [i.to_dict() for i in self.mem.review.items()])
+        """The inbox, as the screen lists it; its items are kept for ``review_evidence`` (one audit read a listing)."""
+        def run() -> list[dict[str, Any]]:
+            items = self.mem.review.items()
+            self._review_items = {i.entry_id: i for i in items}
+            return [i.to_dict() for i in items]
+
+        return self.call(run)
 
     def review_evidence(self, entry_id: str, *, impact: bool = False) -> list[dict[str, Any]]:
+        """The evidence of an item of the last listing (the actions check the entry again before they write)."""
         def run() -> list[dict[str, Any]]:
-            desk = self.mem.review
-            pending = {i.entry_id for i in desk.items()}
-            return desk.evidence(desk.item(entry_id), impact=impact, pending=pending)
+            desk, listed = self.mem.review, getattr(self, "_review_items", {})
+            item = listed.get(entry_id) or desk.item(entry_id)
+            return desk.evidence(item, impact=impact, pending=set(listed))
 
         return self.call(run)
 

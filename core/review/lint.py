@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from memlens.models import AUTHORITY, Entry, content_hash, format_ts
+from memlens.models import AUTHORITY, content_hash, embed_text, format_ts
 from memlens.review.evidence import RULES, SAME_KEY, SAME_SUBJECT, Thresholds, duplicates
 from memlens.review.pairs import similar_pairs
 from memlens.store.rows import CREATED_AT, ID, KEY, KIND, OVERRIDES, STATUS, TEXT, TITLE, TYPE, UPDATED_AT, WING
@@ -214,7 +214,7 @@ def _stale(src: LintSource, status: dict[str, str]) -> list[dict[str, Any]]:
     for _rowid, eid, _wing, title, text, digest, made_by in src.stamp_rows():
         if status.get(eid, "deprecated") == "deprecated":
             continue  # not retrieved: its vector does not matter until it is restored (reembed covers it then)
-        now_hash = content_hash(Entry.model_construct(wing="", title=title, text=text).embed_text)
+        now_hash = content_hash(embed_text(title, text))
         if made_by != model or digest != now_hash:
             why = f"made by {made_by}, the store's model is {model}" if made_by != model else "made from an older text"
             out.append(finding("stale_vector", "warning", [eid], f"its vector was {why}: memlens reembed"))

@@ -2,7 +2,7 @@
 
 Runs the suites in order: ``foundation``, ``retrieval``, ``tasks``, ``tui``, ``limits``, ``mcp``, ``imports``,
 ``integrity``, ``conflicts``, ``web``, ``ask``, ``postgres``, ``ingest``, ``replay``, ``pipeline_cost``, ``chunking``,
-``embedder``, ``install``. NAME
+``embedder``, ``install``, ``review``. NAME
 is one suite or one part of the foundation suite (``foundation.search``,
 ``foundation.embed``, ``foundation.import``, ``foundation.cold``). Only a full
 run of a whole suite writes ``tests/bench/results/<suite>.json`` and its table in
@@ -36,6 +36,7 @@ SUITES = (
     "chunking",
     "embedder",
     "install",
+    "review",
 )
 
 

@@ -25,6 +25,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.worker import get_current_worker
 
 from memlens.errors import MemlensError
 from memlens.models import parse_ts
@@ -33,6 +34,8 @@ from ..widgets.bars import TYPE_STYLE, age
 from ..widgets.entry_view import changed_span
 
 TITLE = "Review: what agents wrote, with the evidence to accept, reject or merge it"
+SHOWN = 200  # items the table holds (painting a thousand rows took seconds); accept --clean acts on them all
+COLUMNS = (("client", 22), ("when", 7), ("change", 7), ("type", 9), ("entry", 42), ("against", 18))
 KIND_MARK = {"duplicate": "dup", "conflict": "conflict", "overrides": "overrides", "authority": "authority"}
 
 
@@ -212,8 +215,8 @@ class ReviewScreen(Screen[None]):
     def on_mount(self) -> None:
         table = self.query_one("#review-items", DataTable)
         table.border_title = "Agents' writes waiting for review · by client, oldest first"
-        for label in ("client", "when", "change", "type", "entry", "against"):
-            table.add_column(label, key=label)
+        for label, width in COLUMNS:  # fixed widths: a thousand rows are not measured on the first paint
+            table.add_column(label, key=label, width=width)
         self.refresh_items()
 
     def refresh_items(self) -> None:
@@ -221,43 +224,49 @@ class ReviewScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="review-list", exit_on_error=False)
     def _list(self) -> None:
+        """List the inbox, then weigh the listed items one after the other (the first is shown first)."""
         try:
-            self.post_message(self.Listed(self.lens.review_items()))
+            items = self.lens.review_items()
         except MemlensError as exc:
             self.post_message(self.Failed(str(exc)))
+            return
+        known = set(self.evidence)
+        self.post_message(self.Listed(items))
+        worker = get_current_worker()
+        for it in items[:SHOWN]:
+            if worker.is_cancelled:
+                return
+            if it["entry"] in known:
+                continue
+            try:
+                self.post_message(self.Weighed(it["entry"], self.lens.review_evidence(it["entry"])))
+            except MemlensError:
+                continue  # answered meanwhile (another process): the next listing drops it
 
     def on_review_screen_listed(self, message: Listed) -> None:
-        self.items = message.items
+        self.items = message.items[:SHOWN]
         now = self.lens.now()
-        clients = sorted({i["client"] for i in self.items})
+        clients = sorted({i["client"] for i in message.items})
+        n = len(message.items)
+        more = f" (the first {SHOWN} listed; memlens review lists them all)" if n > SHOWN else ""
         self.query_one("#review-summary", Static).update(
-            Text.assemble((f"{len(self.items)} agent write{'s' if len(self.items) != 1 else ''} waiting", "bold"),
-                          f" from {len(clients)} client{'s' if len(clients) != 1 else ''}: ", ", ".join(clients))
-            if self.items else Text("Nothing waits for review: every agent write "
-                                                                      "has been answered.", style="green"))
+            Text.assemble((f"{n} agent write{'s' if n != 1 else ''} waiting", "bold"),
+                          f" from {len(clients)} client{'s' if len(clients) != 1 else ''}: ", ", ".join(clients), more)
+            if n else Text("Nothing waits for review: every agent write has been answered.", style="green"))
         table = self.query_one("#review-items", DataTable)
         table.clear()
         for it in self.items:
+            type_ = it.get("type") or ""
             table.add_row(_clip(it["client"], 22), f"{age(parse_ts(it['at']), now)} ago", it["change"]["action"],
-                          Text(it.get("type") or "", style=TYPE_STYLE.get(it.get("type") or "", "")),
-                          _clip(it.get("title") or it["entry"], 40), marks(self.evidence.get(it["entry"])),
-                          key=it["entry"])
+                          Text(type_, style=TYPE_STYLE.get(type_, "")), _clip(it.get("title") or it["entry"], 42),
+                          marks(self.evidence.get(it["entry"])), key=it["entry"])
         self._show()
-        self._weigh([i["entry"] for i in self.items if i["entry"] not in self.evidence])
-
-    @work(thread=True, exclusive=True, group="review-evidence", exit_on_error=False)
-    def _weigh(self, ids: list[str]) -> None:
-        for entry_id in ids:
-            try:
-                self.post_message(self.Weighed(entry_id, self.lens.review_evidence(entry_id)))
-            except MemlensError:
-                continue  # answered meanwhile (another process): the next listing drops it
 
     def on_review_screen_weighed(self, message: Weighed) -> None:
         self.evidence[message.entry_id] = message.evidence
         table = self.query_one("#review-items", DataTable)
         if message.entry_id in table.rows:
-            table.update_cell(message.entry_id, "against", marks(message.evidence), update_width=True)
+            table.update_cell(message.entry_id, "against", marks(message.evidence))
         selected = self.selected()
         if selected is not None and selected["entry"] == message.entry_id:
             self._show()
