@@ -86,7 +86,7 @@ class Write:
         """A person's write that closes the entry's item (see the module's rules). A review action answers the entry
         it was taken on, not the others it rewrites on the way (a merge re-pointing an override)."""
         if self.review is not None:
-            return self.review.get("subject", self.entry_id) == self.entry_id
+            return bool(self.review.get("subject", self.entry_id) == self.entry_id)
         if self.action == "delete":
             return True
         b, a = self.before, self.after
