@@ -320,12 +320,13 @@ class Lens:
 
     # the review inbox (memlens.review): agents' unanswered writes, their evidence, the reviewer's actions
 
-    def review_items(self) -> list[dict[str, Any]]:
-        """The inbox, as the screen lists it; its items are kept for ``review_evidence`` (one audit read a listing)."""
-        def run() -> list[dict[str, Any]]:
+    def review_items(self, limit: int = 200) -> tuple[list[dict[str, Any]], int, list[str]]:
+        """The first ``limit`` items of the inbox, how many there are, and their clients. The items are kept for
+        ``review_evidence`` (one audit read a listing)."""
+        def run() -> tuple[list[dict[str, Any]], int, list[str]]:
             items = self.mem.review.items()
             self._review_items = {i.entry_id: i for i in items}
-            return [i.to_dict() for i in items]
+            return [i.to_dict() for i in items[:limit]], len(items), sorted({i.client for i in items})
 
         return self.call(run)
 

@@ -35,7 +35,7 @@ from ..widgets.entry_view import changed_span
 
 TITLE = "Review: what agents wrote, with the evidence to accept, reject or merge it"
 SHOWN = 200  # items the table holds (painting a thousand rows took seconds); accept --clean acts on them all
-COLUMNS = (("client", 22), ("when", 7), ("change", 7), ("type", 9), ("entry", 42), ("against", 18))
+COLUMNS = (("client", 22), ("when", 7), ("change", 7), ("type", 9), ("entry", 40), ("against", 18))
 KIND_MARK = {"duplicate": "dup", "conflict": "conflict", "overrides": "overrides", "authority": "authority"}
 
 
@@ -173,7 +173,9 @@ class ReviewScreen(Screen[None]):
 
     @dataclass
     class Listed(Message):
-        items: list[dict[str, Any]]
+        items: list[dict[str, Any]]  # the first SHOWN
+        total: int
+        clients: list[str]
 
     @dataclass
     class Weighed(Message):
@@ -226,14 +228,14 @@ class ReviewScreen(Screen[None]):
     def _list(self) -> None:
         """List the inbox, then weigh the listed items one after the other (the first is shown first)."""
         try:
-            items = self.lens.review_items()
+            items, total, clients = self.lens.review_items(SHOWN)
         except MemlensError as exc:
             self.post_message(self.Failed(str(exc)))
             return
         known = set(self.evidence)
-        self.post_message(self.Listed(items))
+        self.post_message(self.Listed(items, total, clients))
         worker = get_current_worker()
-        for it in items[:SHOWN]:
+        for it in items:
             if worker.is_cancelled:
                 return
             if it["entry"] in known:
@@ -244,10 +246,9 @@ class ReviewScreen(Screen[None]):
                 continue  # answered meanwhile (another process): the next listing drops it
 
     def on_review_screen_listed(self, message: Listed) -> None:
-        self.items = message.items[:SHOWN]
+        self.items = message.items
         now = self.lens.now()
-        clients = sorted({i["client"] for i in message.items})
-        n = len(message.items)
+        clients, n = message.clients, message.total
         more = f" (the first {SHOWN} listed; memlens review lists them all)" if n > SHOWN else ""
         self.query_one("#review-summary", Static).update(
             Text.assemble((f"{n} agent write{'s' if n != 1 else ''} waiting", "bold"),
@@ -258,7 +259,7 @@ class ReviewScreen(Screen[None]):
         for it in self.items:
             type_ = it.get("type") or ""
             table.add_row(_clip(it["client"], 22), f"{age(parse_ts(it['at']), now)} ago", it["change"]["action"],
-                          Text(type_, style=TYPE_STYLE.get(type_, "")), _clip(it.get("title") or it["entry"], 42),
+                          Text(type_, style=TYPE_STYLE.get(type_, "")), _clip(it.get("title") or it["entry"], 40),
                           marks(self.evidence.get(it["entry"])), key=it["entry"])
         self._show()
 
