@@ -124,9 +124,9 @@ def test_mcp_can_never_rank_web_text_up(mem):
     *refused, status, found, tools = bounded(lambda: anyio.run(body), 60)
     for is_error, text in refused:
         assert is_error and text.startswith("memory_update: ") and "\n" not in text and "--promote" in text, text
-    assert not status[0]  # a status change keeps the entry web text
+    assert not status[0]  # a status change keeps the entry web text, and an agent's reactivation waits for review
     got = mem.get(e.id)
-    assert (got.kind.value, got.type.value, got.status.value) == ("web", "note", "active")
+    assert (got.kind.value, got.type.value, got.status.value) == ("web", "note", "under_review")
     hit = next(r for r in found[1]["results"] if r["id"] == e.id)
     assert "untrusted" in hit["flags"]
     assert "memory_update" in tools and not any("promot" in name for name in tools)  # no tool can promote
