@@ -14,7 +14,8 @@ here). Texts per second (median of the rounds), CPU seconds per text, and each
 vector's cosine to sentence-transformers' (the minimum over all texts).
 
 **Whole ingest in fresh processes**: each stores the same sections with their
-vectors, peak RSS (ru_maxrss) and entries per second: memlens (``Memory.import_jsonl``
+vectors, peak RSS (the child's own VmHWM: ru_maxrss would carry the bench process's peak over fork and
+exec) and entries per second: memlens (``Memory.import_jsonl``
 into a new store), chromadb (``collection.add`` with its embedding function, a new
 persistent client), and sentence-transformers' encode alone (the embedding an
 mcp-memory-service-like server does; its storage is not counted).
@@ -167,7 +168,7 @@ def side_by_side(texts: list[str], rounds: int, scratch: Path) -> dict[str, Any]
 
 
 CHILD = r"""
-import json, os, resource, sys, time
+import json, os, sys, time
 kind, n, scratch = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 from tests.bench.embedder import corpus
 texts, _ = corpus(n)
@@ -201,7 +202,7 @@ else:
     SentenceTransformerEmbedder(spec, verified_sha256(spec, s.cache_dir)).embed(texts)
 dt = time.perf_counter() - t
 print(json.dumps({"entries_per_s": round(len(texts) / dt, 2), "seconds": round(dt, 1),
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}))
+                  "peak_rss_mb": next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) // 1024}))
 """
 
 
