@@ -44,7 +44,7 @@ class MainScreen(KeysWhereTheCursorIs, Screen[None]):
         Binding("x", "why_not", "Why not?", id="main.why_not", tooltip="Pick any entry and see where it was dropped"),
         Binding("c", "context", "Context", id="main.context", tooltip="Preview the budgeted context an agent would get"),
         Binding("s", "shell", "Shell", id="main.shell", tooltip="Assistant shell: type as the agent's user would"),
-        Binding("m", "metrics", "Metrics", id="main.metrics", tooltip="Retrieval latency and cache metrics"),
+        Binding("m", "metrics", "Metrics", id="main.metrics", show=False, tooltip="Retrieval latency and cache metrics"),
         Binding("i", "index", "Index", id="main.index", show=False, tooltip="Code index status, runs and skipped files"),
         Binding("v", "review", "Review", id="main.review",
                 tooltip="What agents wrote, with the evidence to accept, reject or merge it"),
