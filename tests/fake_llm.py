@@ -120,12 +120,7 @@ class FakeLLM:
     def _echo(self, h: BaseHTTPRequestHandler, auth: str) -> None:
         if self.echo_in == "status":
             data = json.dumps({"error": {"message": f"invalid credentials: {auth}", "type": "auth"}}).encode()
-            h.send_response(401)
-            h.send_header("Content-Type", "application/json")
-            h.send_header("Content-Length", str(len(data)))
-            h.end_headers()
-            h.wfile.write(data)
-            return
+            return _send_json(h, 401, data)
         h.send_response(200)
         h.send_header("Content-Type", "text/event-stream")
         h.send_header("Transfer-Encoding", "chunked")
@@ -144,21 +139,11 @@ class FakeLLM:
         tokens = self.tokens(body) if callable(self.tokens) else list(self.tokens)
         if self.mode == "status":
             data = json.dumps({"error": {"message": f"fake failure {self.status}", "type": "fake"}}).encode()
-            h.send_response(self.status)
-            h.send_header("Content-Type", "application/json")
-            h.send_header("Content-Length", str(len(data)))
-            h.end_headers()
-            h.wfile.write(data)
-            return
+            return _send_json(h, self.status, data)
         if self.mode == "json":
             data = json.dumps({"object": "chat.completion", "model": "fake", "choices": [
                 {"index": 0, "message": {"role": "assistant", "content": "".join(tokens)}, "finish_reason": "stop"}]}).encode()
-            h.send_response(200)
-            h.send_header("Content-Type", "application/json")
-            h.send_header("Content-Length", str(len(data)))
-            h.end_headers()
-            h.wfile.write(data)
-            return
+            return _send_json(h, 200, data)
         h.send_response(200)
         h.send_header("Content-Type", "text/event-stream")
         h.send_header("Transfer-Encoding", "chunked")
@@ -213,3 +198,11 @@ class FakeLLM:
         send(event("[DONE]"))
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
+
+
+def _send_json(h: BaseHTTPRequestHandler, status: int, data: bytes) -> None:
+    h.send_response(status)
+    h.send_header("Content-Type", "application/json")
+    h.send_header("Content-Length", str(len(data)))
+    h.end_headers()
+    h.wfile.write(data)
