@@ -279,7 +279,7 @@ def test_hnsw_runs_above_the_threshold_and_says_so(pg_uri, hash_embedder):
 
 def test_lexical_ranks_matches_inside_the_scope(pg_uri, hash_embedder):
     store = open_pg(pg_uri, hash_embedder)
-    assert store.lexical_scorer == "pg-ts_rank_cd" and store.backend == "postgresql"
+    assert store.lexical_scorer == "pg-bm25" and store.backend == "postgresql"
     docs = [
         ("l1", "alpha", "Deploy checklist", "run the database migrations before deploying"),
         ("l2", "alpha", "Coffee", "the coffee machine is on floor two"),
@@ -290,12 +290,14 @@ def test_lexical_ranks_matches_inside_the_scope(pg_uri, hash_embedder):
         for i, wing, title, text in docs:
             e = Entry.model_validate({"id": i, "wing": wing, "title": title, "text": text})
             w.insert(e, hash_embedder.embed([e.embed_text])[0])
-    hits = store.lexical("how do we deploy the database?", Scope(), 10)
+    hits = store.lexical("deploy database?", Scope(), 10)
     ids = pg_ids(store, hits)
     assert set(ids) == {"l1", "l3", "l4"} and ids[0] == "l1"  # l1 matches both terms (stemmed: deploying ~ deploy)
     assert all(a[1] >= b[1] for a, b in zip(hits, hits[1:]))
     assert set(pg_ids(store, store.lexical("deploy database", Scope(wings=["alpha"]), 10))) == {"l1", "l4"}
-    assert store.lexical("the of a", Scope(), 10) == [] and store.lexical("?!", Scope(), 10) == []
+    floor = pg_ids(store, store.lexical("the floor", Scope(), 10))
+    assert floor[0] == "l2" and set(floor) == {"l1", "l2", "l3"}  # "the" is a word like any other, as in FTS5
+    assert store.lexical("zebra quokka", Scope(), 10) == [] and store.lexical("?!", Scope(), 10) == []
     assert store.lexical("'); DROP TABLE entries; --", Scope(), 10) == [] and store.count() == 4
     store.close()
 
@@ -582,7 +584,7 @@ def test_pg_classes_have_every_member_of_the_storage_protocols(pg_uri, hash_embe
         with store.write() as w:
             assert sorted(m for m in _members(base.Writer) if not hasattr(w, m)) == []
             assert sorted(m for m in _members(base.TaskRows) if not hasattr(w.tasks, m)) == []
-        assert store.backend == "postgresql" and store.lexical_scorer == "pg-ts_rank_cd"
+        assert store.backend == "postgresql" and store.lexical_scorer == "pg-bm25"
     finally:
         store.close()
 

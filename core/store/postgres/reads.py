@@ -1,4 +1,4 @@
-"""``Reads`` on PostgreSQL: KNN with pgvector, lexical candidates with tsvector, rows and vectors.
+"""``Reads`` on PostgreSQL: KNN with pgvector, lexical candidates by FTS5's bm25, rows and vectors.
 
 - KNN: cosine distance (``<=>``) with every scope filter and the "no import in
   progress" rule inside the query; a scoped search takes the ``n`` nearest per
@@ -9,9 +9,10 @@
   hnsw.ef_search`` and pgvector's iterative scan (so filters do not starve
   it); a narrower scope is scanned exactly. The planner may still prefer an
   exact scan, and the answer's ``index`` says which one ran (from the plan).
-- Lexical: ``ts_rank_cd`` over ``entries.tsv`` (english stemming; title
-  weighted above text), an OR of the query's terms, ties by rowid. It is not
-  FTS5's BM25, hence ``lexical_scorer = "pg-ts_rank_cd"``.
+- Lexical: FTS5's bm25 over FTS5's tokens (title weighted 2, text 1), an OR of
+  the query's terms, ties by rowid: the SQLite store's ranking, computed in SQL
+  from statistics in tables (``memlens.store.postgres.lexical``), hence
+  ``lexical_scorer = "pg-bm25"``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 
 from memlens.limits import MAX_QUERY_TERMS
 from memlens.store.postgres.compat import COLUMNS, from_pg
+from memlens.store.postgres.lexical import query_tokens, scored_sql, stats_of
 from memlens.store.rows import sound_rows
 from memlens.store.scope import Knn, Rows, Scope, query_terms
 
@@ -50,12 +52,6 @@ def scope_filters(scope: Scope, alias: str = "", *, wings: bool = True) -> tuple
     return where, args
 
 
-def ts_query(text: str) -> str | None:
-    """Free text → a tsquery OR of its quoted terms (the first ``MAX_QUERY_TERMS``; no tsquery syntax leaks)."""
-    terms = query_terms(text)[:MAX_QUERY_TERMS]
-    return " | ".join("'" + t.replace("'", "''").replace("\\", "\\\\") + "'" for t in terms) if terms else None
-
-
 def _where(where: list[str]) -> str:
     return " WHERE " + " AND ".join(where) if where else ""
 
@@ -67,7 +63,7 @@ class PgReads:
     """
 
     backend = "postgresql"
-    lexical_scorer = "pg-ts_rank_cd"
+    lexical_scorer = "pg-bm25"
     hnsw_min_rows: int
     ef_search: int
     connection: Callable[[], AbstractContextManager[Any]]  # a connection for one call
@@ -142,17 +138,25 @@ class PgReads:
         hits.sort(key=lambda h: (-h[1], h[0]))
         return Knn(hits, index)
 
-    def lexical(self, text: str, scope: Scope, n: int, gens: dict[str, int] | None = None) -> list[tuple[int, float]]:
-        """``ts_rank_cd`` (higher is better) of the matches inside ``scope``; ties by rowid."""
-        tq = ts_query(text)
-        if not tq:
+    def _bm25(self, conn: Any, text: str, scope: Scope, n: int | None, out: str = "e.rowid") -> list[tuple[Any, float]]:
+        """``out`` and FTS5's bm25 (higher is better) of the rows of ``scope`` matching ``text``'s terms, best first,
+        ties by rowid; the first ``n`` (None: all). The rows are scored from the postings, then walked in that
+        order against the scope: a narrow scope reads only the rows it needs."""
+        tokens = query_tokens(query_terms(text)[:MAX_QUERY_TERMS])
+        if not tokens:
             return []
+        idfs, avgdl = stats_of(conn, tokens)
         where, args = scope_filters(scope, "e")
-        # the tsquery inline (not a joined function call): the planner folds it and can estimate the GIN index scan
-        sql = (f"SELECT e.rowid, ts_rank_cd(e.tsv, to_tsquery('english', %s)) AS s FROM entries e "
-               f"WHERE e.tsv @@ to_tsquery('english', %s) AND {visible('e')}" + "".join(" AND " + w for w in where)
-               + " ORDER BY s DESC, e.rowid LIMIT %s")
-        return [(int(r), float(s)) for r, s in self._all(sql, [tq, tq, *args, n])]
+        sql = (f"SELECT {out}, m.s FROM ({scored_sql()} ORDER BY s DESC, rowid) m "
+               f"JOIN entries e ON e.rowid = m.rowid WHERE {visible('e')}" + "".join(" AND " + w for w in where)
+               + " ORDER BY m.s DESC, m.rowid" + (" LIMIT %s" if n is not None else ""))
+        params = [avgdl, tokens, idfs, *args, *([n] if n is not None else [])]
+        return [(r, float(s)) for r, s in conn.execute(sql, params, prepare=False).fetchall()]
+
+    def lexical(self, text: str, scope: Scope, n: int, gens: dict[str, int] | None = None) -> list[tuple[int, float]]:
+        """FTS5's bm25 (higher is better) of the matches inside ``scope``; ties by rowid."""
+        with self.connection() as conn:
+            return [(int(r), s) for r, s in self._bm25(conn, text, scope, n)]
 
     def listing(self, scope: Scope, n: int) -> list[int]:
         where, args = scope_filters(scope)
@@ -236,12 +240,5 @@ class PgReads:
         return [from_pg(e) if ok else np.zeros(len(from_pg(e)), dtype=np.float32) for e, ok in rows]
 
     def text_matches(self, text: str, wings: list[str]) -> list[str]:
-        tq = ts_query(text)
-        if not tq:
-            return []
-        rows = self._all(
-            f"SELECT e.id FROM entries e WHERE e.tsv @@ to_tsquery('english', %s) AND e.wing = ANY(%s) AND {visible('e')} "
-            "ORDER BY ts_rank_cd(e.tsv, to_tsquery('english', %s)) DESC, e.rowid",
-            [tq, list(wings), tq],
-        )
-        return [r[0] for r in rows]
+        with self.connection() as conn:
+            return [str(i) for i, _ in self._bm25(conn, text, Scope(wings=list(wings)), None, out="e.id")]

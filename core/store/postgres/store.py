@@ -48,7 +48,7 @@ class PgStore(PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
     model (``.model_id``, ``.dim``) that a new store records."""
 
     backend = "postgresql"
-    lexical_scorer = "pg-ts_rank_cd"
+    lexical_scorer = "pg-bm25"
 
     def __init__(self, uri: str, *, model: Callable[[], Any] | None = None, pooled: bool = False,
                  hnsw_min_rows: int = 50_000, ef_search: int = 100, pool_size: int = 8, create: bool = True) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 from memlens.limits import printable
 from memlens.models import Entry, format_ts, utcnow
 from memlens.store.postgres.compat import BLOCKER_COLUMNS, COLUMNS, TASK_COLUMNS, as_vector, entry_values, row_to_entry, stamp
+from memlens.store.postgres.lexical import LEX_COLUMNS, postings
 from memlens.store.postgres.reads import visible
 from memlens.store.postgres.schema import NOTIFY_CHANNEL
 
@@ -56,10 +57,11 @@ class PgWriter:
         """The entry row and its vector in one statement (one round trip while the write lock is held)."""
         v, ok = vector_value(vector)
         row = self._one(
-            f"WITH e AS (INSERT INTO entries({COLUMNS}, content_hash, model, import_id) VALUES ({', '.join(['%s'] * 17)}) "
-            "RETURNING rowid) INSERT INTO entries_vec(rowid, embedding, usable, wing, room, kind, type, status, import_id) "
+            f"WITH e AS (INSERT INTO entries({COLUMNS}, content_hash, model, import_id, {LEX_COLUMNS}) "
+            f"VALUES ({', '.join(['%s'] * 20)}) RETURNING rowid) "
+            "INSERT INTO entries_vec(rowid, embedding, usable, wing, room, kind, type, status, import_id) "
             "SELECT e.rowid, %s, %s, %s, %s, %s, %s, %s, %s FROM e RETURNING rowid",
-            [*entry_values(entry, self.model), import_id,
+            [*entry_values(entry, self.model), import_id, *postings([(entry.title, entry.text)])[0],
              v, ok, entry.wing, entry.room, entry.kind.value, entry.type.value, entry.status.value, import_id],
         )
         return int(row[0])  # type: ignore[index]
@@ -96,8 +98,10 @@ class PgWriter:
     def replace(self, rowid: int, entry: Entry, vector: bytes | np.ndarray | None) -> None:
         values = entry_values(entry, self.model)
         cols = [c.strip() for c in COLUMNS.split(",")]
-        sets = ", ".join(f"{c} = %s" for c in cols[1:]) + ", content_hash = %s, model = %s"
-        self.conn.execute(f"UPDATE entries SET {sets} WHERE rowid = %s", [*values[1:], rowid])
+        sets = ", ".join(f"{c} = %s" for c in cols[1:]) + ", content_hash = %s, model = %s, "
+        sets += ", ".join(f"{c} = %s" for c in LEX_COLUMNS.split(", "))
+        self.conn.execute(f"UPDATE entries SET {sets} WHERE rowid = %s",
+                          [*values[1:], *postings([(entry.title, entry.text)])[0], rowid])
         if vector is None:
             self.conn.execute(
                 "UPDATE entries_vec SET wing = %s, room = %s, kind = %s, type = %s, status = %s WHERE rowid = %s",
