@@ -1,14 +1,12 @@
 """``Reads`` on PostgreSQL: KNN with pgvector, lexical candidates by FTS5's bm25, rows and vectors.
 
 - KNN: cosine distance (``<=>``) with every scope filter and the "no import in
-  progress" rule inside the query; a scoped search takes the ``n`` nearest per
-  wing (as sqlite-vec's partitioned KNN does) through a LATERAL join. By
-  default the scan is exact (index scans off for that statement). Once the
-  store has an HNSW index and the scope's wings hold at least ``hnsw_min_rows``
-  vectors (the planner's estimate), the KNN runs with ``SET LOCAL
-  hnsw.ef_search`` and pgvector's iterative scan (so filters do not starve
-  it); a narrower scope is scanned exactly. The planner may still prefer an
-  exact scan, and the answer's ``index`` says which one ran (from the plan).
+  progress" rule inside one statement: each wing of the scope through its own
+  halfvec HNSW index when it has one, else through the index of all vectors,
+  or scanned exactly when it holds fewer than ``hnsw_min_rows`` vectors (or no
+  index was built: ``ensure_hnsw``); the candidates are ranked by their stored
+  float32 vectors, so the similarities are exact. The answer's ``index`` names
+  the plan (``memlens.store.postgres.vectors``).
 - Lexical: FTS5's bm25 over FTS5's tokens (title weighted 2, text 1), an OR of
   the query's terms, ties by rowid: the SQLite store's ranking, computed in SQL
   from statistics in tables (``memlens.store.postgres.lexical``), hence
@@ -18,6 +16,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from memlens.limits import MAX_QUERY_TERMS
+from memlens.store.postgres import vectors
 from memlens.store.postgres.compat import COLUMNS, from_pg
 from memlens.store.postgres.lexical import query_tokens, scored_sql, stats_of
 from memlens.store.rows import sound_rows
@@ -88,55 +88,31 @@ class PgReads:
         sql = f"SELECT DISTINCT room FROM entries WHERE room != '' AND {visible()}" + (" AND wing = %s" if wing else "")
         return [r for (r,) in self._all(sql + " ORDER BY room", (wing,) if wing else ())]
 
-    def _hnsw_ready(self, conn: Any, wings: list[str] | None = None) -> bool:
-        """Whether an HNSW index exists and the vectors in ``wings`` (None: all) number ``hnsw_min_rows`` or more.
-
-        Sizes are the planner's estimates (table size, the wing column's most common values), never a count:
-        a narrow scope is scanned exactly, which is both exact and faster than a filtered HNSW walk.
-        """
-        row = conn.execute(
-            "SELECT to_regclass('entries_vec_hnsw') IS NOT NULL, "
-            "(SELECT reltuples FROM pg_class WHERE oid = 'entries_vec'::regclass), "
-            "(SELECT coalesce(sum(m.f), 0) FROM pg_stats s, unnest(s.most_common_vals::text::text[], s.most_common_freqs) "
-            " AS m(v, f) WHERE s.schemaname = current_schema() AND s.tablename = 'entries_vec' AND s.attname = 'wing' "
-            " AND m.v = ANY(%s))",
-            (list(wings or []),),
-        ).fetchone()
-        rows = float(row[1] or 0) * (1.0 if wings is None else float(row[2]))
-        return bool(row[0]) and rows >= self.hnsw_min_rows
+    def _vector_info(self, conn: Any) -> vectors.Info:
+        """The indexes and sizes ``vectors.plan`` needs, read again every ``vectors.INFO_TTL_S`` seconds."""
+        info: vectors.Info | None = self.__dict__.get("_vinfo")
+        if info is None or time.monotonic() - info.read_at > vectors.INFO_TTL_S:
+            info = self._vinfo = vectors.read_info(conn)
+        return info
 
     def vector_index(self) -> str:
         with self.connection() as conn:
-            return f"pgvector-hnsw(ef_search={self.ef_search})" if self._hnsw_ready(conn) else "pgvector-exact"
+            return vectors.plan(self._vector_info(conn), None, self.hnsw_min_rows, self.ef_search).name
 
     def knn(self, qvec: np.ndarray, scope: Scope, n: int) -> Knn:
+        """One statement: each wing of the scope by its own index, the others by the index of all vectors or an
+        exact scan (``memlens.store.postgres.vectors``); the candidates ranked by their float32 vectors."""
         q = np.asarray(qvec, dtype=np.float32)
         if not q.any() or not np.isfinite(q).all() or n <= 0:
             return Knn([], "pgvector-exact")
         where, args = scope_filters(scope, "v", wings=False)
-        where = ["v.usable", visible("v"), *where]
-        inner = f"SELECT v.rowid, v.embedding <=> %s AS d FROM entries_vec v{_where(where)}"
-        if scope.wings is not None:
-            sql = (f"SELECT h.rowid, h.d FROM unnest(%s::text[]) AS w(wing) CROSS JOIN LATERAL "
-                   f"({inner} AND v.wing = w.wing ORDER BY d LIMIT %s) h ORDER BY h.d, h.rowid")
-            params: list[Any] = [list(scope.wings), q, *args, n]
-        else:
-            sql = f"{inner} ORDER BY d LIMIT %s"  # by distance alone, so an HNSW index can serve it
-            params = [q, *args, n]
-        with self.connection() as conn, conn.transaction():
-            if self._hnsw_ready(conn, scope.wings):
-                conn.execute(f"SET LOCAL hnsw.ef_search = {int(self.ef_search)}")
-                conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
-                conn.execute("SET LOCAL enable_indexscan = on")  # inside a preview's transaction an exact scan set it off
-                plan = json.dumps(conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()[0])
-                index = f"pgvector-hnsw(ef_search={self.ef_search})" if "entries_vec_hnsw" in plan else "pgvector-exact"
-            else:
-                conn.execute("SET LOCAL enable_indexscan = off")  # never an approximate answer below the threshold
-                index = "pgvector-exact"
-            rows = conn.execute(sql, params).fetchall()
+        with self.connection() as conn:
+            p = vectors.plan(self._vector_info(conn), scope.wings, self.hnsw_min_rows, self.ef_search)
+            sql, params = vectors.knn_sql(p, len(q), ["v.usable", visible("v"), *where], args, q, n)
+            rows = conn.execute(sql, params, prepare=False).fetchall()
         hits = [(int(r), 1.0 - float(d)) for r, d in rows]
         hits.sort(key=lambda h: (-h[1], h[0]))
-        return Knn(hits, index)
+        return Knn(hits, p.name)
 
     def _bm25(self, conn: Any, text: str, scope: Scope, n: int | None, out: str = "e.rowid") -> list[tuple[Any, float]]:
         """``out`` and FTS5's bm25 (higher is better) of the rows of ``scope`` matching ``text``'s terms, best first,

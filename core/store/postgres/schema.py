@@ -13,8 +13,9 @@ stays text). The differences:
   ranked by FTS5's bm25 (``memlens.store.postgres.lexical``; migration 5, before
   which a generated ``tsvector`` ranked them by ``ts_rank_cd``).
 - The schema version lives in ``store_meta`` (key ``schema_version``).
-- An HNSW index on ``entries_vec`` is created on demand (``ensure_hnsw``),
-  not by a migration: below a few thousand vectors the exact scan is as fast.
+- The HNSW indexes on ``entries_vec`` are built on demand (``PgStore.ensure_hnsw``,
+  ``memlens.store.postgres.vectors``), not by a migration: below a few thousand
+  vectors the exact scan is as fast.
 
 Migrations run in one transaction under an advisory lock, so two processes
 opening a new store at once do not both create it.
@@ -30,7 +31,6 @@ SCHEMA_VERSION = 5
 MIGRATION_LOCK = 0x6D656D6C  # "meml": pg_advisory_xact_lock key of migrations
 WRITE_LOCK = 0x6D656D77  # "memw": every write transaction holds it (writers serialise, as on SQLite)
 NOTIFY_CHANNEL = "memlens_generations"
-HNSW_INDEX = "entries_vec_hnsw"
 
 
 def _migration_1(dim: int) -> list[str]:
@@ -214,7 +214,8 @@ def _migration_5(dim: int) -> list[str]:
     of the tsvector; rows already stored get theirs in the same transaction (``BACKFILL``)."""
     from memlens.store.postgres.lexical import SCHEMA
 
-    return SCHEMA
+    # the float32 HNSW index of earlier versions: searches now use halfvec indexes (memlens.store.postgres.vectors)
+    return ["DROP INDEX IF EXISTS entries_vec_hnsw", *SCHEMA]
 
 
 MIGRATIONS = {1: _migration_1, 2: _migration_2, 3: _migration_3, 4: _migration_4, 5: _migration_5}
@@ -287,18 +288,3 @@ def migrate(conn: Any, store: str, dim: int) -> None:
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (str(v),),
             )
-
-
-def ensure_hnsw(conn: Any, m: int = 16, ef_construction: int = 64) -> bool:
-    """Create the HNSW index (cosine) if missing; True when it was created now."""
-    if has_hnsw(conn):
-        return False
-    conn.execute(
-        f"CREATE INDEX IF NOT EXISTS {HNSW_INDEX} ON entries_vec USING hnsw (embedding vector_cosine_ops) "
-        f"WITH (m = {int(m)}, ef_construction = {int(ef_construction)})"
-    )
-    return True
-
-
-def has_hnsw(conn: Any) -> bool:
-    return conn.execute("SELECT to_regclass(%s)", (HNSW_INDEX,)).fetchone()[0] is not None

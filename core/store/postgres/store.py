@@ -9,6 +9,7 @@ its password; a connection that broke is replaced on the next call.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from memlens.compact_json import dumps
 from memlens.errors import CorruptRowError, StoreError, id_taken
 from memlens.models import format_ts, utcnow
-from memlens.store.postgres import connect, schema
+from memlens.store.postgres import connect, schema, vectors
 from memlens.store.postgres.answers import PgAnswers
 from memlens.store.postgres.browse import PgBrowse
 from memlens.store.postgres.compat import COLUMNS, from_pg
@@ -49,10 +50,14 @@ def _gone(conn: Any) -> bool:
     return bool(conn.broken or conn.pgconn.status != psycopg.pq.ConnStatus.OK)
 
 
-def _configure(conn: Any) -> None:
+def _configure(conn: Any, ef_search: int) -> None:
+    """A new connection: pgvector's types, and the HNSW search settings for the whole session (a KNN is then one
+    statement, with no SET before it)."""
     from pgvector.psycopg import register_vector
 
     register_vector(conn)
+    conn.execute(f"SET hnsw.ef_search = {int(ef_search)}")
+    conn.execute("SET hnsw.iterative_scan = relaxed_order")
 
 
 class PgStore(PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
@@ -63,7 +68,8 @@ class PgStore(PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
     lexical_scorer = "pg-bm25"
 
     def __init__(self, uri: str, *, model: Callable[[], Any] | None = None, pooled: bool = False,
-                 hnsw_min_rows: int = 50_000, ef_search: int = 100, pool_size: int = 8, create: bool = True) -> None:
+                 hnsw_min_rows: int = vectors.MIN_ROWS, ef_search: int = vectors.EF_SEARCH, pool_size: int = 8,
+                 create: bool = True) -> None:
         self.uri = uri
         self.path = self.label = connect.label(uri)  # what messages and `stats` show as the store
         self._model = model
@@ -73,8 +79,9 @@ class PgStore(PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
         self._read_only: bool | None = None
         self._flush: str | None = None  # ``_durable``'s statement once asked ("" for none)
         self._prepare(create)
-        self._conns: Any = (connect.Pool(uri, self.label, _configure, max_size=pool_size) if pooled
-                            else connect.Single(uri, self.label, _configure))
+        configure = functools.partial(_configure, ef_search=self.ef_search)
+        self._conns: Any = (connect.Pool(uri, self.label, configure, max_size=pool_size) if pooled
+                            else connect.Single(uri, self.label, configure))
         with self.connection() as conn:
             self._meta = dict(conn.execute("SELECT key, value FROM store_meta").fetchall())
 
@@ -187,12 +194,13 @@ class PgStore(PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
         """Nothing to warm: the server holds the vectors (its shared buffers); returns 0 vectors held here."""
         return 0
 
-    def ensure_hnsw(self) -> bool:
-        """Build the HNSW index now if it is missing (minutes at 100k vectors); True when built."""
+    def ensure_hnsw(self) -> list[str]:
+        """Build the missing vector indexes now (``memlens.store.postgres.vectors.ensure``: minutes at 100k vectors);
+        returns the names built."""
         with self.connection() as conn:
-            built = schema.ensure_hnsw(conn)
-            conn.execute("ANALYZE entries_vec")  # the row estimate ``knn`` compares with ``hnsw_min_rows``
-            return built
+            built = vectors.ensure(conn, self.dim, self.hnsw_min_rows)
+        self.__dict__.pop("_vinfo", None)  # read again at the next search
+        return built
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -226,9 +234,8 @@ class PgStore(PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
                 with conn.pipeline() as pipeline:
                     writer = PgWriter(conn, self.model_id, pipeline)
                     conn.execute("BEGIN")
-                    if flush:
-                        conn.execute("SET LOCAL synchronous_commit = off")
-                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.WRITE_LOCK,))
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)" + (", set_config('synchronous_commit', 'off', true)"
+                                                                        if flush else ""), (schema.WRITE_LOCK,))
                     yield writer
                     failed = writer.synced.failed if writer.synced is not None else None
                     if failed is not None or _gone(conn):  # the block went on after a statement of it failed

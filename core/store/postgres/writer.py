@@ -46,7 +46,7 @@ _ADD = (  # PgWriter.add: every part runs (data-modifying WITH parts always do),
     f"WITH e AS (INSERT INTO entries({COLUMNS}, content_hash, model, {LEX_COLUMNS}) VALUES ({', '.join(['%s'] * 19)}) "
     "RETURNING rowid), "
     "v AS (INSERT INTO entries_vec(rowid, embedding, usable, wing, room, kind, type, status) "
-    "SELECT e.rowid, %s, %s, %s, %s, %s, %s, %s FROM e RETURNING rowid), "
+    "SELECT e.rowid, %b, %s, %s, %s, %s, %s, %s FROM e RETURNING rowid), "
     f"a AS (INSERT INTO audit({_AUDIT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING seq), "
     "b AS (INSERT INTO wings(wing, generation, last_write_seq) SELECT %s, 1, a.seq FROM a "
     "ON CONFLICT (wing) DO UPDATE SET generation = wings.generation + 1, last_write_seq = excluded.last_write_seq RETURNING 1) "
