@@ -112,7 +112,8 @@ def plan(info: Info, wings: list[str] | None, min_rows: int, ef_search: int) -> 
     parts: list[tuple[str | None, str]] = []
     own = 0
     for w in dict.fromkeys(wings):
-        if w in info.wing_index:
+        # a wing with its own index had ``min_rows`` vectors when it was built (the statistics may not list it)
+        if w in info.wing_index and info.wing_rows.get(w, info.rows) >= min_rows:
             parts.append((w, "hnsw"))
             own += 1
         else:  # no index of its own: the index of all vectors, filtered, for a wing too large to scan
