@@ -232,6 +232,38 @@ def load() -> Corpus:
                   vecs[N_QUERIES:], vecs[:N_QUERIES])
 
 
+def cached(noise: float = 0.3, seed: int = 0) -> tuple[Corpus, int]:
+    """The corpus from what the cache holds now, embedding nothing: a chunk whose vector is cached has it; any other
+    gets a cached chunk's vector of the same wing with gaussian noise of norm about ``noise`` added (cosine about
+    0.96 to it at 0.3), renormalised. Queries are the held-out chunks whose vectors are cached. Also returns how many
+    stored chunks have their own real vector."""
+    from memlens.config import Settings
+    from memlens.embed import make_embedder
+
+    settings = Settings()
+    model_id = make_embedder(settings.embedding, settings.cache_dir).model_id
+    rows, digest = chunks(None)  # the chunk list is cached (the embedding job made it)
+    cache = VectorCache(CACHE / "vectors" / model_id.replace("/", "_").replace(":", "_"))
+    keys = [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in _embed_texts(rows)]
+    have = np.array([k in cache.held for k in keys])
+    dim = len(next(iter(cache.held.values())))
+    vecs = np.zeros((len(rows), dim), dtype=np.float32)
+    vecs[have] = np.stack([cache.held[k] for k, h in zip(keys, have) if h])
+    rng = np.random.default_rng(seed)
+    store_rows = range(N_QUERIES, len(rows))
+    real_of_wing: dict[str, list[int]] = {}
+    for i in store_rows:
+        if have[i]:
+            real_of_wing.setdefault(rows[i]["wing"], []).append(i)
+    for i in store_rows:
+        if not have[i]:
+            v = vecs[rng.choice(real_of_wing[rows[i]["wing"]])] + rng.standard_normal(dim).astype(np.float32) * noise / dim**0.5
+            vecs[i] = v / np.linalg.norm(v)
+    q = [i for i in range(N_QUERIES) if have[i]]
+    corpus = Corpus([record(c) for c in rows[N_QUERIES:]], [record(rows[i]) for i in q], digest, vecs[N_QUERIES:], vecs[q])
+    return corpus, int(have[N_QUERIES:].sum())
+
+
 if __name__ == "__main__":
     c = load()
     print(json.dumps(c.info(), indent=1))
