@@ -10,7 +10,8 @@ vectors). Every question is ranked by ``memlens.retrieval.evaluate`` (what
 * the PostgreSQL store as it opens by default (at these sizes every KNN is the
   exact scan: the sets are below ``hnsw_min_rows``);
 * the PostgreSQL store with its HNSW indexes built and used for every search
-  (``hnsw_min_rows=0``): what the approximate index does to the rankings.
+  (``hnsw_min_rows=0``), at the default ``ef_search`` and at 40: what the
+  approximate index does to the rankings.
 
 The real model's vectors are cached by text under
 ``~/.cache/memlens-bench/vectors-eval/`` (``pg_corpus.VectorCache``), so a run
@@ -111,11 +112,12 @@ def compare(server: Any, settings: Any, real_embedder: Any, work: Path) -> dict[
             row["sqlite"] = _scores(mem, queries, qrels, wing)
         with Memory.open(uri, settings=settings, embedder=emb) as mem:
             row["postgresql"] = _scores(mem, queries, qrels, wing)
-        with Memory.open(with_options(uri, hnsw_min_rows=0), settings=settings, embedder=emb) as mem:
-            mem.store.ensure_hnsw()
-            row["postgresql_hnsw"] = _scores(mem, queries, qrels, wing)
-            row["postgresql_hnsw"]["index"] = mem.store.vector_index()
-        for side in ("postgresql", "postgresql_hnsw"):  # how many questions got another top 10 than on SQLite
+        for side, opts in (("postgresql_hnsw", {}), ("postgresql_hnsw_ef40", {"ef_search": 40})):
+            with Memory.open(with_options(uri, hnsw_min_rows=0, **opts), settings=settings, embedder=emb) as mem:
+                mem.store.ensure_hnsw()
+                row[side] = _scores(mem, queries, qrels, wing)
+                row[side]["index"] = mem.store.vector_index()
+        for side in [s for s in row if s != "sqlite"]:  # how many questions got another top 10 than on SQLite
             got, want = row[side]["ranked"], row["sqlite"]["ranked"]
             row[side]["lists_differing"] = sum(1 for q in want if got.get(q) != want[q])
         for side in row.values():

@@ -6,8 +6,8 @@ memlens's, which are taken out before connecting:
 
 - ``pool=1``: hold a connection pool (long-lived processes: the app, the MCP server);
 - ``hnsw_min_rows=N``: use the HNSW indexes (when built) for scopes of N vectors or more, and give each
-  wing of N vectors its own index (default 5000; ``memlens.store.postgres.vectors``);
-- ``ef_search=N``: pgvector's ``hnsw.ef_search`` for those searches (default 40).
+  wing of N vectors its own index (default 1000; ``memlens.store.postgres.vectors``);
+- ``ef_search=N``: pgvector's ``hnsw.ef_search`` for those searches (default 200).
 
 Needs ``pip install 'memlens[postgres]'`` (psycopg 3, psycopg-pool, pgvector)
 and a server with the pgvector extension.
