@@ -11,12 +11,12 @@ the figures in tests/bench/README.md):
 - **one index per wing** of ``min_rows`` vectors or more (a partial index,
   ``WHERE wing = '<wing>'``) beside the index of all vectors: a search scoped to
   a few wings walks each wing's own graph for its ``n`` nearest. The exact scan
-  it replaces read two wings of 4,300 vectors in 42 ms (sqlite-vec 11 ms), as
-  their rows lie all over the table; through their own indexes a few ms. An
+  it replaces read two wings of 4,300 vectors in 41-62 ms (sqlite-vec 11-15 ms), as
+  their rows lie all over the table; through their own indexes 6 ms. An
   unscoped search walks the index of all vectors.
-- ``ef_search`` 200: recall@10 against the exact answer was 0.95 / 0.86 / 0.90
-  (unscoped / two small wings / two large wings) at 40, 0.97 / 0.94 / 0.95 at
-  100 and 0.98 / 0.98 / 0.98 at 200, for a few ms more. Neither ranking the
+- ``ef_search`` 200: recall@10 against the exact answer was 0.95 / 0.87 / 0.91
+  (unscoped / two small wings / two large wings) at 40, 0.98 / 0.94 / 0.96 at
+  100 and 0.99 / 0.99 / 0.98 at 200, for a few ms more (6 / 6 / 11 ms p50). Neither ranking the
   candidates twice as deep (``OVERFETCH``) nor float32 indexes raised it: the
   graph walk is what misses.
 - **iterative index scans** (``hnsw.iterative_scan = relaxed_order``): when the
