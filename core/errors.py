@@ -37,6 +37,12 @@ class ValidationError(MemlensError):
     """An entry or an import line does not satisfy the data model."""
 
 
+def id_taken(entry_id: str, visible: bool) -> ValidationError:
+    """A new entry's id is already used: by a stored entry (``visible``), or by one an import is writing."""
+    return ValidationError(f"an entry with id {entry_id!r} already exists" if visible
+                           else f"an entry with id {entry_id!r} is being imported")
+
+
 class NotFoundError(MemlensError):
     """No entry with that id."""
 

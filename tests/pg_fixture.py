@@ -94,6 +94,18 @@ def pg_uri(pg_server: PgServer) -> Iterator[str]:
         pg_server.drop_db(name)
 
 
+def undo_schema_5(conn: Any) -> None:
+    """Make a store's tables as schema 4 made them (a generated tsvector, no FTS5 tokens): a store written by an
+    earlier memlens, for the migration tests."""
+    conn.execute("DROP TABLE lex_df, lex_postings")
+    conn.execute("DROP FUNCTION memlens_lex() CASCADE")  # and its triggers
+    conn.execute("ALTER TABLE entries DROP COLUMN lex_terms, DROP COLUMN lex_freqs, DROP COLUMN lex_len")
+    conn.execute("ALTER TABLE entries ADD COLUMN tsv tsvector GENERATED ALWAYS AS (setweight(to_tsvector('english', title), "
+                 "'A') || setweight(to_tsvector('english', text), 'B')) STORED")
+    conn.execute("CREATE INDEX entries_tsv ON entries USING gin(tsv) WITH (fastupdate = off)")
+    conn.execute("UPDATE store_meta SET value = '4' WHERE key = 'schema_version'")
+
+
 def pg_memory(uri: str, settings: Any, embedder: Any, **kwargs: Any) -> Any:
     """A ``Memory`` over the PostgreSQL store at ``uri`` (``Memory.open`` selects the backend from the URI)."""
     from memlens import Memory

@@ -21,7 +21,7 @@ pytest.importorskip("psycopg")
 
 BACKEND_TRACE = {
     "sqlite": ("sqlite-vec", "fts5-bm25"),
-    "postgresql": ("pgvector-exact", "pg-ts_rank_cd"),
+    "postgresql": ("pgvector-exact", "pg-bm25"),
 }
 
 

@@ -35,7 +35,7 @@ def test_cli_add_search_export_on_postgres(pg_uri, real_embedder):
     d = json.loads(found.stdout)
     assert d["results"][0]["id"] == entry["id"]
     assert all(r["vector"]["fresh"] for r in d["results"])  # each hit's freshness, from PostgreSQL's rows
-    assert d["trace"]["fusion"]["vector_index"].startswith("pgvector") and d["trace"]["fusion"]["lexical"] == "pg-ts_rank_cd"
+    assert d["trace"]["fusion"]["vector_index"].startswith("pgvector") and d["trace"]["fusion"]["lexical"] == "pg-bm25"
     out = run_cli("export", env=env)
     assert out.returncode == 0, out.stderr
     records = [json.loads(line) for line in out.stdout.splitlines()]
@@ -161,14 +161,20 @@ def test_a_store_of_schema_1_gains_the_answer_log_the_replay_tables_and_the_cata
     from memlens.assist import log
     from memlens.replay import golden, storage
     from memlens.store.postgres import schema
+    from memlens.store.scope import Scope
+
+    from .pg_fixture import undo_schema_5
 
     with Memory.open(pg_uri, settings=settings, embedder=hash_embedder) as mem:
         e = mem.add("kept across the upgrade", wing="w")
         with mem.store.connection() as conn:  # as a store written before the answer log existed
+            undo_schema_5(conn)
             conn.execute("DROP TABLE answers, answer_citations, retrieval_log, golden, sources, source_entries, ingest_runs")
             conn.execute("UPDATE store_meta SET value = '1' WHERE key = 'schema_version'")
     with Memory.open(pg_uri, settings=settings, embedder=hash_embedder, create=False) as mem:
-        assert mem.store.schema_version() == schema.SCHEMA_VERSION == 4 and mem.get(e.id).text == e.text
+        assert mem.store.schema_version() == schema.SCHEMA_VERSION == 5 and mem.get(e.id).text == e.text
+        hits = mem.store.lexical("kept upgrade", Scope(), 5)  # the rows stored before gained their tokens
+        assert [mem.store.rows([r]).rows[0][2] for r, _ in hits] == [e.id]
         assert golden.listing(mem) == [] and len(storage.logged(mem)) == 0
         assert mem.store.all_sources() == [] and mem.store.ingest_runs(None, 10) == []  # the ingestion catalog too
         bundle = mem.search("upgrade", active_wing="w")

@@ -78,6 +78,12 @@ class Writer(Protocol):
         """Store a new entry and its vector; returns its rowid."""
         ...
 
+    def add(self, entry: Entry, vector: np.ndarray | bytes) -> None:
+        """The write ``add`` makes: the new entry and its vector, its "add" audit row and its wing's bump. An id
+        already used fails it with ``errors.id_taken``: here, or (PostgreSQL, which sends all of it as one
+        statement without waiting) when the transaction ends; either way nothing of it is written."""
+        ...
+
     def state(self, entry_id: str) -> bool | None:
         """None: no row with this id; True: a visible entry; False: a row of an import not yet published."""
         ...

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from memlens.attribution import stamp
+from memlens.errors import id_taken
 from memlens.limits import printable
 from memlens.models import Entry, format_ts, utcnow
 from memlens.store.rows import COLUMN_LIST, STORED_COLUMNS, entry_values, row_to_entry, vec_blob
@@ -43,6 +44,13 @@ class SqliteWriter:
         rowid = int(cur.lastrowid)
         self._insert_vec(rowid, entry, vector if isinstance(vector, bytes) else vec_blob(vector))
         return rowid
+
+    def add(self, entry: Entry, vector: np.ndarray | bytes) -> None:
+        state = self.state(entry.id)
+        if state is not None:
+            raise id_taken(entry.id, state)
+        self.insert(entry, vector)
+        self.bump({entry.wing}, self.audit("add", entry.id, entry.wing, None, entry.to_record()))
 
     def state(self, entry_id: str) -> bool | None:
         row = self.conn.execute(f"SELECT {visible()} FROM entries WHERE id = ?", (entry_id,)).fetchone()

@@ -112,13 +112,7 @@ def vectors_for(store: Writes, embed: Embed, entries: list[Entry]) -> list[np.nd
 
 def add(store: Writes, entry: Entry, vec: np.ndarray) -> Entry:
     with store.write() as w:
-        state = w.state(entry.id)
-        if state is not None:
-            raise ValidationError(
-                f"an entry with id {entry.id!r} already exists" if state else f"an entry with id {entry.id!r} is being imported"
-            )
-        w.insert(entry, vec)
-        w.bump({entry.wing}, w.audit("add", entry.id, entry.wing, None, entry.to_record()))
+        w.add(entry, vec)
     return entry
 
 
@@ -166,10 +160,7 @@ def add_unique(store: Writes, entry: Entry, vec: np.ndarray) -> tuple[Entry, boo
         stored = w.find_content(content_hash(entry.embed_text), entry.wing)
         created = stored is None
         if stored is None:
-            if w.state(entry.id) is not None:
-                raise ValidationError(f"an entry with id {entry.id!r} already exists")
-            w.insert(entry, vec)
-            w.bump({entry.wing}, w.audit("add", entry.id, entry.wing, None, entry.to_record()))
+            w.add(entry, vec)
             stored = entry
     return stored, created, near_duplicates(store, vec, stored.wing, exclude=stored.id)
 

@@ -87,14 +87,18 @@ def _entry_eval(mem: Any, queries: list[dict[str, Any]], qrels: dict[str, dict[s
     """
     from memlens.retrieval.evaluate import evaluate
 
+    res = evaluate(mem, queries, entry_qrels(mem, qrels, secs), active_wing=WING, k=K)
+    return {m: res[m] for m in ("mrr@10", "recall@10")}
+
+
+def entry_qrels(mem: Any, qrels: dict[str, dict[str, float]], secs: dict[str, list[D.Section]]) -> dict[str, dict[str, float]]:
+    """The section-level qrels as entry ids: every chunk of the store covering the answer's section."""
     chunks_of: dict[str, list[str]] = {}
     for e in mem.entries(WING):
         lines = e.meta.get("lines") or [0, 0]
         for sid in D.covered(secs.get(Path(e.meta.get("source", "")).stem, []), lines[0], lines[1]):
             chunks_of.setdefault(sid, []).append(e.id)
-    entry_qrels = {qid: {eid: 1.0 for sid in rel for eid in chunks_of.get(sid, [])} for qid, rel in qrels.items()}
-    res = evaluate(mem, queries, entry_qrels, active_wing=WING, k=K)
-    return {m: res[m] for m in ("mrr@10", "recall@10")}
+    return {qid: {eid: 1.0 for sid in rel for eid in chunks_of.get(sid, [])} for qid, rel in qrels.items()}
 
 
 def compare(settings: Any, embedder: Any, work: Path, *, naive_words: int = NAIVE_WORDS) -> dict[str, Any]:

@@ -5,8 +5,9 @@
 memlens's, which are taken out before connecting:
 
 - ``pool=1``: hold a connection pool (long-lived processes: the app, the MCP server);
-- ``hnsw_min_rows=N``: use the HNSW index (when built) from N vectors on (default 50000);
-- ``ef_search=N``: pgvector's ``hnsw.ef_search`` for those searches (default 100).
+- ``hnsw_min_rows=N``: use the HNSW indexes (when built) for scopes of N vectors or more, and give each
+  wing of N vectors its own index (default 1000; ``memlens.store.postgres.vectors``);
+- ``ef_search=N``: pgvector's ``hnsw.ef_search`` for those searches (default 200).
 
 Needs ``pip install 'memlens[postgres]'`` (psycopg 3, psycopg-pool, pgvector)
 and a server with the pgvector extension.
@@ -19,6 +20,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from memlens.errors import StoreError
+from memlens.store.postgres import vectors
 from memlens.store.postgres.connect import is_uri
 
 OPTIONS = {"pool": (0, 1), "hnsw_min_rows": (0, 10**9), "ef_search": (1, 1000)}
@@ -66,7 +68,8 @@ def open_store(uri: str, *, model: Callable[[], Any] | None = None, pooled: bool
     clean, options = split_options(uri)
     return PgStore(
         clean, model=model, pooled=bool(options.get("pool", 0)) if pooled is None else pooled,
-        hnsw_min_rows=options.get("hnsw_min_rows", 50_000), ef_search=options.get("ef_search", 100), create=create,
+        hnsw_min_rows=options.get("hnsw_min_rows", vectors.MIN_ROWS), ef_search=options.get("ef_search", vectors.EF_SEARCH),
+        create=create,
     )
 
 

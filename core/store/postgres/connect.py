@@ -86,7 +86,7 @@ def uri_secrets(uri: str) -> tuple[str, ...]:
     return usable(found)
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0].strip()
 
@@ -99,7 +99,7 @@ def translate(exc: BaseException, store: str, uri: str | None = None) -> StoreEr
 
 
 def _translate(exc: BaseException, store: str) -> StoreError:
-    msg = _first_line(exc)
+    msg = first_line(exc)
     low = str(exc).lower()
     sqlstate = getattr(exc, "sqlstate", None) or ""
     if "connection refused" in low:
@@ -241,7 +241,7 @@ class Pool:
             self._pool.close()
             # the pool hides the server's answer: connect once for the real reason
             connect(uri, store).close()
-            raise StoreError(redact(f"cannot connect to {store}: {_first_line(exc)}", uri_secrets(uri))) from None
+            raise StoreError(redact(f"cannot connect to {store}: {first_line(exc)}", uri_secrets(uri))) from None
         self.closed = False
 
     @contextmanager
@@ -254,7 +254,7 @@ class Pool:
             with self._pool.connection() as conn:
                 yield conn
         except PoolTimeout as exc:
-            raise StoreError(f"cannot connect to {self.store}: {_first_line(exc)}") from None
+            raise StoreError(f"cannot connect to {self.store}: {first_line(exc)}") from None
 
     def close_thread(self) -> None:
         """Nothing to close: a thread holds a pooled connection only for the length of one call."""

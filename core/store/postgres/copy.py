@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from memlens.errors import StoreError
+from memlens.store.postgres import lexical
 from memlens.store.postgres.compat import from_pg
 from memlens.store.postgres.connect import is_uri
 
@@ -157,7 +158,10 @@ class _Postgres:
 
         with self.conn.transaction() as tx:
             self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+            self.conn.execute("ALTER TABLE entries DISABLE TRIGGER entries_lex_ins")  # counted once, at the end
             yield
+            self.conn.execute("ALTER TABLE entries ENABLE TRIGGER entries_lex_ins")
+            lexical.rebuild(self.conn)
             for table, col in (("entries", "rowid"), ("audit", "seq"), ("blockers", "id"), ("answers", "id"), ("golden", "id"),
                                ("sources", "id"), ("ingest_runs", "id")):
                 self.conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', '{col}'), "
@@ -166,6 +170,10 @@ class _Postgres:
             raise StoreError(f"lost the connection to {self.label} before the copy committed; nothing was written")
 
     def put(self, table: str, cols: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+        if table == "entries":  # each row with its FTS5 tokens (memlens.store.postgres.lexical)
+            at = cols.index("title"), cols.index("text")
+            rows = [(*r, *p) for r, p in zip(rows, lexical.postings([(r[at[0]], r[at[1]]) for r in rows]))]
+            cols = (*cols, *lexical.LEX_COLUMNS.split(", "))
         with self.conn.cursor() as cur:
             cur.executemany(f"INSERT INTO {table}({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))})", rows)
 

@@ -1,22 +1,21 @@
-"""``Reads`` on PostgreSQL: KNN with pgvector, lexical candidates with tsvector, rows and vectors.
+"""``Reads`` on PostgreSQL: KNN with pgvector, lexical candidates by FTS5's bm25, rows and vectors.
 
 - KNN: cosine distance (``<=>``) with every scope filter and the "no import in
-  progress" rule inside the query; a scoped search takes the ``n`` nearest per
-  wing (as sqlite-vec's partitioned KNN does) through a LATERAL join. By
-  default the scan is exact (index scans off for that statement). Once the
-  store has an HNSW index and the scope's wings hold at least ``hnsw_min_rows``
-  vectors (the planner's estimate), the KNN runs with ``SET LOCAL
-  hnsw.ef_search`` and pgvector's iterative scan (so filters do not starve
-  it); a narrower scope is scanned exactly. The planner may still prefer an
-  exact scan, and the answer's ``index`` says which one ran (from the plan).
-- Lexical: ``ts_rank_cd`` over ``entries.tsv`` (english stemming; title
-  weighted above text), an OR of the query's terms, ties by rowid. It is not
-  FTS5's BM25, hence ``lexical_scorer = "pg-ts_rank_cd"``.
+  progress" rule inside one statement: each wing of the scope through its own
+  halfvec HNSW index when it has one, else through the index of all vectors,
+  or scanned exactly when it holds fewer than ``hnsw_min_rows`` vectors (or no
+  index was built: ``ensure_hnsw``); the candidates are ranked by their stored
+  float32 vectors, so the similarities are exact. The answer's ``index`` names
+  the plan (``memlens.store.postgres.vectors``).
+- Lexical: FTS5's bm25 over FTS5's tokens (title weighted 2, text 1), an OR of
+  the query's terms, ties by rowid: the SQLite store's ranking, computed in SQL
+  from statistics in tables (``memlens.store.postgres.lexical``), hence
+  ``lexical_scorer = "pg-bm25"``.
 """
 
 from __future__ import annotations
 
-import json
+import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -24,7 +23,9 @@ from typing import Any
 import numpy as np
 
 from memlens.limits import MAX_QUERY_TERMS
+from memlens.store.postgres import vectors
 from memlens.store.postgres.compat import COLUMNS, from_pg
+from memlens.store.postgres.lexical import query_tokens, scored_sql, stats_of
 from memlens.store.rows import sound_rows
 from memlens.store.scope import Knn, Rows, Scope, query_terms
 
@@ -50,12 +51,6 @@ def scope_filters(scope: Scope, alias: str = "", *, wings: bool = True) -> tuple
     return where, args
 
 
-def ts_query(text: str) -> str | None:
-    """Free text → a tsquery OR of its quoted terms (the first ``MAX_QUERY_TERMS``; no tsquery syntax leaks)."""
-    terms = query_terms(text)[:MAX_QUERY_TERMS]
-    return " | ".join("'" + t.replace("'", "''").replace("\\", "\\\\") + "'" for t in terms) if terms else None
-
-
 def _where(where: list[str]) -> str:
     return " WHERE " + " AND ".join(where) if where else ""
 
@@ -67,7 +62,7 @@ class PgReads:
     """
 
     backend = "postgresql"
-    lexical_scorer = "pg-ts_rank_cd"
+    lexical_scorer = "pg-bm25"
     hnsw_min_rows: int
     ef_search: int
     connection: Callable[[], AbstractContextManager[Any]]  # a connection for one call
@@ -92,67 +87,51 @@ class PgReads:
         sql = f"SELECT DISTINCT room FROM entries WHERE room != '' AND {visible()}" + (" AND wing = %s" if wing else "")
         return [r for (r,) in self._all(sql + " ORDER BY room", (wing,) if wing else ())]
 
-    def _hnsw_ready(self, conn: Any, wings: list[str] | None = None) -> bool:
-        """Whether an HNSW index exists and the vectors in ``wings`` (None: all) number ``hnsw_min_rows`` or more.
-
-        Sizes are the planner's estimates (table size, the wing column's most common values), never a count:
-        a narrow scope is scanned exactly, which is both exact and faster than a filtered HNSW walk.
-        """
-        row = conn.execute(
-            "SELECT to_regclass('entries_vec_hnsw') IS NOT NULL, "
-            "(SELECT reltuples FROM pg_class WHERE oid = 'entries_vec'::regclass), "
-            "(SELECT coalesce(sum(m.f), 0) FROM pg_stats s, unnest(s.most_common_vals::text::text[], s.most_common_freqs) "
-            " AS m(v, f) WHERE s.schemaname = current_schema() AND s.tablename = 'entries_vec' AND s.attname = 'wing' "
-            " AND m.v = ANY(%s))",
-            (list(wings or []),),
-        ).fetchone()
-        rows = float(row[1] or 0) * (1.0 if wings is None else float(row[2]))
-        return bool(row[0]) and rows >= self.hnsw_min_rows
+    def _vector_info(self, conn: Any) -> vectors.Info:
+        """The indexes and sizes ``vectors.plan`` needs, read again every ``vectors.INFO_TTL_S`` seconds."""
+        info: vectors.Info | None = self.__dict__.get("_vinfo")
+        if info is None or time.monotonic() - info.read_at > vectors.INFO_TTL_S:
+            info = self._vinfo = vectors.read_info(conn)
+        return info
 
     def vector_index(self) -> str:
         with self.connection() as conn:
-            return f"pgvector-hnsw(ef_search={self.ef_search})" if self._hnsw_ready(conn) else "pgvector-exact"
+            return vectors.plan(self._vector_info(conn), None, self.hnsw_min_rows, self.ef_search).name
 
     def knn(self, qvec: np.ndarray, scope: Scope, n: int) -> Knn:
+        """One statement: each wing of the scope by its own index, the others by the index of all vectors or an
+        exact scan (``memlens.store.postgres.vectors``); the candidates ranked by their float32 vectors."""
         q = np.asarray(qvec, dtype=np.float32)
         if not q.any() or not np.isfinite(q).all() or n <= 0:
             return Knn([], "pgvector-exact")
         where, args = scope_filters(scope, "v", wings=False)
-        where = ["v.usable", visible("v"), *where]
-        inner = f"SELECT v.rowid, v.embedding <=> %s AS d FROM entries_vec v{_where(where)}"
-        if scope.wings is not None:
-            sql = (f"SELECT h.rowid, h.d FROM unnest(%s::text[]) AS w(wing) CROSS JOIN LATERAL "
-                   f"({inner} AND v.wing = w.wing ORDER BY d LIMIT %s) h ORDER BY h.d, h.rowid")
-            params: list[Any] = [list(scope.wings), q, *args, n]
-        else:
-            sql = f"{inner} ORDER BY d LIMIT %s"  # by distance alone, so an HNSW index can serve it
-            params = [q, *args, n]
-        with self.connection() as conn, conn.transaction():
-            if self._hnsw_ready(conn, scope.wings):
-                conn.execute(f"SET LOCAL hnsw.ef_search = {int(self.ef_search)}")
-                conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
-                conn.execute("SET LOCAL enable_indexscan = on")  # inside a preview's transaction an exact scan set it off
-                plan = json.dumps(conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()[0])
-                index = f"pgvector-hnsw(ef_search={self.ef_search})" if "entries_vec_hnsw" in plan else "pgvector-exact"
-            else:
-                conn.execute("SET LOCAL enable_indexscan = off")  # never an approximate answer below the threshold
-                index = "pgvector-exact"
-            rows = conn.execute(sql, params).fetchall()
+        with self.connection() as conn:
+            p = vectors.plan(self._vector_info(conn), scope.wings, self.hnsw_min_rows, self.ef_search)
+            sql, params = vectors.knn_sql(p, len(q), ["v.usable", visible("v"), *where], args, q, n)
+            rows = conn.execute(sql, params, prepare=False).fetchall()
         hits = [(int(r), 1.0 - float(d)) for r, d in rows]
         hits.sort(key=lambda h: (-h[1], h[0]))
-        return Knn(hits, index)
+        return Knn(hits, p.name)
+
+    def _bm25(self, conn: Any, text: str, scope: Scope, n: int | None, out: str = "e.rowid") -> list[tuple[Any, float]]:
+        """``out`` and FTS5's bm25 (higher is better) of the rows of ``scope`` matching ``text``'s terms, best first,
+        ties by rowid; the first ``n`` (None: all). The rows are scored from the postings, then walked in that
+        order against the scope: a narrow scope reads only the rows it needs."""
+        tokens = query_tokens(query_terms(text)[:MAX_QUERY_TERMS])
+        if not tokens:
+            return []
+        idfs, avgdl = stats_of(conn, tokens)
+        where, args = scope_filters(scope, "e")
+        sql = (f"SELECT {out}, m.s FROM ({scored_sql()} ORDER BY s DESC, rowid) m "
+               f"JOIN entries e ON e.rowid = m.rowid WHERE {visible('e')}" + "".join(" AND " + w for w in where)
+               + " ORDER BY m.s DESC, m.rowid" + (" LIMIT %s" if n is not None else ""))
+        params = [avgdl, tokens, idfs, *args, *([n] if n is not None else [])]
+        return [(r, float(s)) for r, s in conn.execute(sql, params, prepare=False).fetchall()]
 
     def lexical(self, text: str, scope: Scope, n: int, gens: dict[str, int] | None = None) -> list[tuple[int, float]]:
-        """``ts_rank_cd`` (higher is better) of the matches inside ``scope``; ties by rowid."""
-        tq = ts_query(text)
-        if not tq:
-            return []
-        where, args = scope_filters(scope, "e")
-        # the tsquery inline (not a joined function call): the planner folds it and can estimate the GIN index scan
-        sql = (f"SELECT e.rowid, ts_rank_cd(e.tsv, to_tsquery('english', %s)) AS s FROM entries e "
-               f"WHERE e.tsv @@ to_tsquery('english', %s) AND {visible('e')}" + "".join(" AND " + w for w in where)
-               + " ORDER BY s DESC, e.rowid LIMIT %s")
-        return [(int(r), float(s)) for r, s in self._all(sql, [tq, tq, *args, n])]
+        """FTS5's bm25 (higher is better) of the matches inside ``scope``; ties by rowid."""
+        with self.connection() as conn:
+            return [(int(r), s) for r, s in self._bm25(conn, text, scope, n)]
 
     def listing(self, scope: Scope, n: int) -> list[int]:
         where, args = scope_filters(scope)
@@ -236,12 +215,5 @@ class PgReads:
         return [from_pg(e) if ok else np.zeros(len(from_pg(e)), dtype=np.float32) for e, ok in rows]
 
     def text_matches(self, text: str, wings: list[str]) -> list[str]:
-        tq = ts_query(text)
-        if not tq:
-            return []
-        rows = self._all(
-            f"SELECT e.id FROM entries e WHERE e.tsv @@ to_tsquery('english', %s) AND e.wing = ANY(%s) AND {visible('e')} "
-            "ORDER BY ts_rank_cd(e.tsv, to_tsquery('english', %s)) DESC, e.rowid",
-            [tq, list(wings), tq],
-        )
-        return [r[0] for r in rows]
+        with self.connection() as conn:
+            return [str(i) for i, _ in self._bm25(conn, text, Scope(wings=list(wings)), None, out="e.id")]

@@ -1,4 +1,4 @@
-"""The PostgreSQL schema and its migrations: the SQLite schema's tables, with pgvector and tsvector.
+"""The PostgreSQL schema and its migrations: the SQLite schema's tables, with pgvector and FTS5's bm25.
 
 Same tables and columns as the SQLite store (``memlens.store.db``), so rows
 move between the two unchanged (timestamps stay fixed-width UTC text, JSON
@@ -8,11 +8,14 @@ stays text). The differences:
   the scope columns (wing, room, kind, type, status) and ``import_id``, so a
   KNN applies the whole scope inside one query. ``usable`` is false for a
   vector with no direction (all zeros), which is never a neighbour.
-- ``entries.tsv`` is a generated ``tsvector`` (title weighted A, text B) with
-  a GIN index: the lexical candidates (``ts_rank_cd``, not FTS5's BM25).
+- ``entries`` holds each row's FTS5 tokens and their counts (GIN-indexed), and
+  ``lex_df`` the counts across rows, kept by triggers: the lexical candidates,
+  ranked by FTS5's bm25 (``memlens.store.postgres.lexical``; migration 5, before
+  which a generated ``tsvector`` ranked them by ``ts_rank_cd``).
 - The schema version lives in ``store_meta`` (key ``schema_version``).
-- An HNSW index on ``entries_vec`` is created on demand (``ensure_hnsw``),
-  not by a migration: below a few thousand vectors the exact scan is as fast.
+- The HNSW indexes on ``entries_vec`` are built on demand (``PgStore.ensure_hnsw``,
+  ``memlens.store.postgres.vectors``), not by a migration: below a few thousand
+  vectors the exact scan is as fast.
 
 Migrations run in one transaction under an advisory lock, so two processes
 opening a new store at once do not both create it.
@@ -24,11 +27,10 @@ from typing import Any
 
 from memlens.errors import StoreError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 MIGRATION_LOCK = 0x6D656D6C  # "meml": pg_advisory_xact_lock key of migrations
 WRITE_LOCK = 0x6D656D77  # "memw": every write transaction holds it (writers serialise, as on SQLite)
 NOTIFY_CHANNEL = "memlens_generations"
-HNSW_INDEX = "entries_vec_hnsw"
 
 
 def _migration_1(dim: int) -> list[str]:
@@ -207,7 +209,25 @@ def _migration_4(dim: int) -> list[str]:
     ]
 
 
-MIGRATIONS = {1: _migration_1, 2: _migration_2, 3: _migration_3, 4: _migration_4}
+def _migration_5(dim: int) -> list[str]:
+    """FTS5's bm25 on this backend (``memlens.store.postgres.lexical``): each row's tokens and their counts, in place
+    of the tsvector; rows already stored get theirs in the same transaction (``BACKFILL``)."""
+    from memlens.store.postgres.lexical import SCHEMA
+
+    # the float32 HNSW index of earlier versions: searches now use halfvec indexes (memlens.store.postgres.vectors)
+    return ["DROP INDEX IF EXISTS entries_vec_hnsw", *SCHEMA]
+
+
+MIGRATIONS = {1: _migration_1, 2: _migration_2, 3: _migration_3, 4: _migration_4, 5: _migration_5}
+
+
+def _backfill_5(conn: Any) -> None:
+    from memlens.store.postgres.lexical import backfill
+
+    backfill(conn)
+
+
+BACKFILL = {5: _backfill_5}  # Python work a migration does after its statements
 
 
 def ensure_extension(conn: Any, store: str) -> None:
@@ -261,23 +281,10 @@ def migrate(conn: Any, store: str, dim: int) -> None:
         for v in range(current + 1, SCHEMA_VERSION + 1):
             for stmt in MIGRATIONS[v](dim):
                 conn.execute(stmt)
+            if v in BACKFILL and current:  # a new store has no rows to fill
+                BACKFILL[v](conn)
             conn.execute(
                 "INSERT INTO store_meta(key, value) VALUES ('schema_version', %s) "
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (str(v),),
             )
-
-
-def ensure_hnsw(conn: Any, m: int = 16, ef_construction: int = 64) -> bool:
-    """Create the HNSW index (cosine) if missing; True when it was created now."""
-    if has_hnsw(conn):
-        return False
-    conn.execute(
-        f"CREATE INDEX IF NOT EXISTS {HNSW_INDEX} ON entries_vec USING hnsw (embedding vector_cosine_ops) "
-        f"WITH (m = {int(m)}, ef_construction = {int(ef_construction)})"
-    )
-    return True
-
-
-def has_hnsw(conn: Any) -> bool:
-    return conn.execute("SELECT to_regclass(%s)", (HNSW_INDEX,)).fetchone()[0] is not None

@@ -9,6 +9,7 @@ its password; a connection that broke is replaced on the next call.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,14 +18,15 @@ from typing import TYPE_CHECKING, Any
 from memlens.compact_json import dumps
 from memlens.errors import CorruptRowError, StoreError
 from memlens.models import format_ts, utcnow
-from memlens.store.postgres import connect, schema
+from memlens.store.postgres import connect, schema, vectors
 from memlens.store.postgres.answers import PgAnswers
 from memlens.store.postgres.browse import PgBrowse
 from memlens.store.postgres.compat import COLUMNS, from_pg
 from memlens.store.postgres.ingest import PgIngest
 from memlens.store.postgres.reads import PgReads, visible
 from memlens.store.postgres.replay import LOG_INSERT, PgReplay
-from memlens.store.postgres.writer import PgTaskRows, PgWriter
+from memlens.store.postgres.transaction import PgTransactions
+from memlens.store.postgres.writer import PgTaskRows
 from memlens.store.rows import json_object
 
 if TYPE_CHECKING:
@@ -37,21 +39,26 @@ RETRIEVAL_LOCK_TIMEOUT_MS = 50  # a search never waits longer than this for its 
 PRUNE_EVERY = 64
 
 
-def _configure(conn: Any) -> None:
+def _configure(conn: Any, ef_search: int) -> None:
+    """A new connection: pgvector's types, and the HNSW search settings for the whole session (a KNN is then one
+    statement, with no SET before it)."""
     from pgvector.psycopg import register_vector
 
     register_vector(conn)
+    conn.execute(f"SET hnsw.ef_search = {int(ef_search)}")
+    conn.execute("SET hnsw.iterative_scan = relaxed_order")
 
 
-class PgStore(PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
+class PgStore(PgTransactions, PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
     """A memlens store in a PostgreSQL database. ``model`` is called (only when needed) for the embedding
     model (``.model_id``, ``.dim``) that a new store records."""
 
     backend = "postgresql"
-    lexical_scorer = "pg-ts_rank_cd"
+    lexical_scorer = "pg-bm25"
 
     def __init__(self, uri: str, *, model: Callable[[], Any] | None = None, pooled: bool = False,
-                 hnsw_min_rows: int = 50_000, ef_search: int = 100, pool_size: int = 8, create: bool = True) -> None:
+                 hnsw_min_rows: int = vectors.MIN_ROWS, ef_search: int = vectors.EF_SEARCH, pool_size: int = 8,
+                 create: bool = True) -> None:
         self.uri = uri
         self.path = self.label = connect.label(uri)  # what messages and `stats` show as the store
         self._model = model
@@ -59,9 +66,11 @@ class PgStore(PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
         self.ef_search = int(ef_search)
         self._pruned = False
         self._read_only: bool | None = None
+        self._flush: str | None = None  # ``_durable``'s statement once asked ("" for none)
         self._prepare(create)
-        self._conns: Any = (connect.Pool(uri, self.label, _configure, max_size=pool_size) if pooled
-                            else connect.Single(uri, self.label, _configure))
+        configure = functools.partial(_configure, ef_search=self.ef_search)
+        self._conns: Any = (connect.Pool(uri, self.label, configure, max_size=pool_size) if pooled
+                            else connect.Single(uri, self.label, configure))
         with self.connection() as conn:
             self._meta = dict(conn.execute("SELECT key, value FROM store_meta").fetchall())
 
@@ -174,33 +183,13 @@ class PgStore(PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
         """Nothing to warm: the server holds the vectors (its shared buffers); returns 0 vectors held here."""
         return 0
 
-    def ensure_hnsw(self) -> bool:
-        """Build the HNSW index now if it is missing (minutes at 100k vectors); True when built."""
+    def ensure_hnsw(self) -> list[str]:
+        """Build the missing vector indexes now (``memlens.store.postgres.vectors.ensure``: minutes at 100k vectors);
+        returns the names built."""
         with self.connection() as conn:
-            built = schema.ensure_hnsw(conn)
-            conn.execute("ANALYZE entries_vec")  # the row estimate ``knn`` compares with ``hnsw_min_rows``
-            return built
-
-    # -- writes ---------------------------------------------------------------------------------
-
-    def check_writable(self) -> None:
-        if self.read_only():
-            raise StoreError(f"store {self.label} is read-only (a read-only connection or standby server)")
-
-    @contextmanager
-    def write(self) -> Iterator[PgWriter]:
-        """One transaction under the store's write lock: everything the block wrote commits, or nothing.
-
-        A block that ends normally after its connection died (an error inside it was caught) commits nothing:
-        that is an error here too, never a silent loss.
-        """
-        with self.connection() as conn:
-            with conn.transaction() as tx:
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.WRITE_LOCK,))
-                yield PgWriter(conn, self.model_id)
-            if tx.status != tx.Status.COMMITTED:
-                raise StoreError(f"lost the connection to {self.label} before the write committed; nothing was written; "
-                                 "the next call reconnects")
+            built = vectors.ensure(conn, self.dim, self.hnsw_min_rows)
+        self.__dict__.pop("_vinfo", None)  # read again at the next search
+        return built
 
     def reusable_vector(self, digest: str, model: str) -> bytes | None:
         with self.connection() as conn:

@@ -21,6 +21,7 @@ import numpy as np
 from memlens.limits import printable
 from memlens.models import Entry, format_ts, utcnow
 from memlens.store.postgres.compat import BLOCKER_COLUMNS, COLUMNS, TASK_COLUMNS, as_vector, entry_values, row_to_entry, stamp
+from memlens.store.postgres.lexical import LEX_COLUMNS, postings
 from memlens.store.postgres.reads import visible
 from memlens.store.postgres.schema import NOTIFY_CHANNEL
 
@@ -40,33 +41,128 @@ def dumps(v: Any) -> str | None:
     return None if v is None else json.dumps(v, ensure_ascii=False)
 
 
+_AUDIT_COLUMNS = "ts, action, entry_id, wing, before, after, detail, import_id"
+_ADD = (  # PgWriter.add: every part runs (data-modifying WITH parts always do), the bump after the audit row it names
+    f"WITH e AS (INSERT INTO entries({COLUMNS}, content_hash, model, {LEX_COLUMNS}) VALUES ({', '.join(['%s'] * 19)}) "
+    "RETURNING rowid), "
+    "v AS (INSERT INTO entries_vec(rowid, embedding, usable, wing, room, kind, type, status) "
+    "SELECT e.rowid, %b, %s, %s, %s, %s, %s, %s FROM e RETURNING rowid), "
+    f"a AS (INSERT INTO audit({_AUDIT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING seq), "
+    "b AS (INSERT INTO wings(wing, generation, last_write_seq) SELECT %s, 1, a.seq FROM a "
+    "ON CONFLICT (wing) DO UPDATE SET generation = wings.generation + 1, last_write_seq = excluded.last_write_seq RETURNING 1) "
+    "SELECT pg_notify(%s, %s), (SELECT count(*) FROM v), (SELECT count(*) FROM b)"
+)
+
+
+def _audit_values(action: str, entry_id: str | None, wing: str | None, before: dict[str, Any] | None,
+                  after: dict[str, Any] | None, detail: dict[str, Any] | None, import_id: int | None) -> tuple[Any, ...]:
+    return (format_ts(utcnow()), action, entry_id, wing, dumps(before), dumps(after), dumps(printable(stamp(detail))),
+            import_id)
+
+
+class Synced:
+    """A connection in pipeline mode as code outside this module uses it: each ``execute`` (of it or of its cursors)
+    waits for its result, so rows, ``rowcount`` and errors are there when it returns, as outside pipeline mode.
+    ``failed`` keeps the first error a statement met (the transaction cannot commit after it)."""
+
+    def __init__(self, conn: Any, pipeline: Any) -> None:
+        self._conn, self._pipeline = conn, pipeline
+        self.failed: BaseException | None = None
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        with self.watch():
+            cur = self._conn.execute(*args, **kwargs)
+            self._pipeline.sync()
+        return cur
+
+    def cursor(self, *args: Any, **kwargs: Any) -> Any:
+        return _SyncedCursor(self._conn.cursor(*args, **kwargs), self)
+
+    @contextmanager
+    def watch(self) -> Iterator[None]:
+        try:
+            yield
+        except Exception as exc:
+            self.failed = self.failed or exc
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+class _SyncedCursor:
+    def __init__(self, cur: Any, conn: Synced) -> None:
+        self._cur, self._conn = cur, conn
+
+    def execute(self, *args: Any, **kwargs: Any) -> _SyncedCursor:
+        with self._conn.watch():
+            self._cur.execute(*args, **kwargs)
+            self._conn._pipeline.sync()
+        return self
+
+    def executemany(self, *args: Any, **kwargs: Any) -> None:
+        with self._conn.watch():
+            self._cur.executemany(*args, **kwargs)
+            self._conn._pipeline.sync()
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._cur)
+
+    def __enter__(self) -> _SyncedCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._cur.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cur, name)
+
+
 class PgWriter:
     """One open write transaction (``Store.write()``)."""
 
-    def __init__(self, conn: Any, model: str) -> None:
-        self.conn = conn
+    def __init__(self, conn: Any, model: str, pipeline: Any = None) -> None:
+        self._raw = conn  # in pipeline mode (``PgStore.write``): statements sent here are not waited for
+        self.synced = None if pipeline is None else Synced(conn, pipeline)
+        self.conn = conn if self.synced is None else self.synced  # what callers get: each statement waited for
         self.model = model
-        self.tasks = PgTaskRows(lambda: nullcontext(conn))
+        self.tasks = PgTaskRows(lambda: nullcontext(self.conn))
+        self.adding: list[str] = []  # ids ``add`` sent: a unique violation at commit names one of them
+
+    def add(self, entry: Entry, vector: np.ndarray | bytes) -> None:
+        """The entry row (with its tokens), its vector, its audit row, its wing's bump and the notification, in ONE
+        statement that is sent and not waited for: the transaction's end collects it, and a taken id fails it
+        there (``PgStore.write``)."""
+        v, ok = vector_value(vector)
+        self.adding.append(entry.id)
+        self._raw.execute(_ADD, [
+            *entry_values(entry, self.model), *postings([(entry.title, entry.text)])[0],
+            v, ok, entry.wing, entry.room, entry.kind.value, entry.type.value, entry.status.value,
+            *_audit_values("add", entry.id, entry.wing, None, entry.to_record(), None, None),
+            entry.wing, NOTIFY_CHANNEL, json.dumps([entry.wing]),
+        ])
 
     def _one(self, sql: str, args: Any = ()) -> tuple[Any, ...] | None:
-        row: tuple[Any, ...] | None = self.conn.execute(sql, args).fetchone()
+        with self.synced.watch() if self.synced is not None else nullcontext():
+            row: tuple[Any, ...] | None = self._raw.execute(sql, args).fetchone()
         return row
 
     def insert(self, entry: Entry, vector: np.ndarray | bytes, *, import_id: int | None = None) -> int:
         """The entry row and its vector in one statement (one round trip while the write lock is held)."""
         v, ok = vector_value(vector)
         row = self._one(
-            f"WITH e AS (INSERT INTO entries({COLUMNS}, content_hash, model, import_id) VALUES ({', '.join(['%s'] * 17)}) "
-            "RETURNING rowid) INSERT INTO entries_vec(rowid, embedding, usable, wing, room, kind, type, status, import_id) "
+            f"WITH e AS (INSERT INTO entries({COLUMNS}, content_hash, model, import_id, {LEX_COLUMNS}) "
+            f"VALUES ({', '.join(['%s'] * 20)}) RETURNING rowid) "
+            "INSERT INTO entries_vec(rowid, embedding, usable, wing, room, kind, type, status, import_id) "
             "SELECT e.rowid, %s, %s, %s, %s, %s, %s, %s, %s FROM e RETURNING rowid",
-            [*entry_values(entry, self.model), import_id,
+            [*entry_values(entry, self.model), import_id, *postings([(entry.title, entry.text)])[0],
              v, ok, entry.wing, entry.room, entry.kind.value, entry.type.value, entry.status.value, import_id],
         )
         return int(row[0])  # type: ignore[index]
 
     def _put_vector(self, rowid: int, entry: Entry, vector: np.ndarray | bytes, import_id: int | None) -> None:
         v, ok = vector_value(vector)
-        self.conn.execute(
+        self._raw.execute(
             "INSERT INTO entries_vec(rowid, embedding, usable, wing, room, kind, type, status, import_id) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (rowid) DO UPDATE SET embedding = excluded.embedding, "
             "usable = excluded.usable, wing = excluded.wing, room = excluded.room, kind = excluded.kind, "
@@ -96,10 +192,12 @@ class PgWriter:
     def replace(self, rowid: int, entry: Entry, vector: bytes | np.ndarray | None) -> None:
         values = entry_values(entry, self.model)
         cols = [c.strip() for c in COLUMNS.split(",")]
-        sets = ", ".join(f"{c} = %s" for c in cols[1:]) + ", content_hash = %s, model = %s"
-        self.conn.execute(f"UPDATE entries SET {sets} WHERE rowid = %s", [*values[1:], rowid])
+        sets = ", ".join(f"{c} = %s" for c in cols[1:]) + ", content_hash = %s, model = %s, "
+        sets += ", ".join(f"{c} = %s" for c in LEX_COLUMNS.split(", "))
+        self._raw.execute(f"UPDATE entries SET {sets} WHERE rowid = %s",
+                          [*values[1:], *postings([(entry.title, entry.text)])[0], rowid])
         if vector is None:
-            self.conn.execute(
+            self._raw.execute(
                 "UPDATE entries_vec SET wing = %s, room = %s, kind = %s, type = %s, status = %s WHERE rowid = %s",
                 (entry.wing, entry.room, entry.kind.value, entry.type.value, entry.status.value, rowid),
             )
@@ -108,25 +206,21 @@ class PgWriter:
             self._put_vector(rowid, entry, vector, import_id[0] if import_id else None)
 
     def delete(self, rowid: int) -> None:
-        self.conn.execute("DELETE FROM entries WHERE rowid = %s", (rowid,))  # its vector goes with it (ON DELETE CASCADE)
+        self._raw.execute("DELETE FROM entries WHERE rowid = %s", (rowid,))  # its vector goes with it (ON DELETE CASCADE)
 
     def audit(
         self, action: str, entry_id: str | None, wing: str | None, before: dict[str, Any] | None,
         after: dict[str, Any] | None, detail: dict[str, Any] | None = None, *, import_id: int | None = None,
     ) -> int:
-        row = self._one(
-            "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail, import_id) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING seq",
-            (format_ts(utcnow()), action, entry_id, wing, dumps(before), dumps(after), dumps(printable(stamp(detail))),
-             import_id),
-        )
+        row = self._one(f"INSERT INTO audit({_AUDIT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING seq",
+                        _audit_values(action, entry_id, wing, before, after, detail, import_id))
         return int(row[0])  # type: ignore[index]
 
     def bump(self, wings: Iterable[str], seq: int) -> None:
         names = sorted(set(wings))
         if not names:
             return
-        self.conn.execute(  # the bump and the notification (sent at commit) in one round trip
+        self._raw.execute(  # the bump and the notification (sent at commit) in one statement
             "WITH b AS (INSERT INTO wings(wing, generation, last_write_seq) SELECT w, 1, %s FROM unnest(%s::text[]) AS w "
             "ON CONFLICT (wing) DO UPDATE SET generation = wings.generation + 1, last_write_seq = excluded.last_write_seq "
             "RETURNING 1) SELECT pg_notify(%s, %s), (SELECT count(*) FROM b)",

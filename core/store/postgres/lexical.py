@@ -1,0 +1,234 @@
+"""FTS5's bm25 on PostgreSQL: the SQLite store's tokens, statistics in tables, the same formula in SQL.
+
+The SQLite store ranks text matches with ``bm25(entries_fts, 2.0, 1.0)`` over
+FTS5's ``porter unicode61`` tokens. The PostgreSQL store ranks them the same way:
+
+- **Tokens**: an entry's title and text become tokens as FTS5 makes them. A text
+  of plain ASCII is cut here (unicode61 yields its lower-cased runs of letters
+  and digits; ``memlens.store.porter`` stems them, once checked against SQLite
+  on a probe vocabulary); any other text goes through SQLite's own tokenizer (a
+  temp FTS5 table in memory), so every text gets exactly FTS5's tokens.
+- **Postings**: each ``entries`` row holds its distinct tokens (``lex_terms``,
+  GIN-indexed), each one's frequency weighted by column as the lexical stage
+  asks (title 2, text 1: ``lex_freqs``) and its token count (``lex_len``).
+- **Statistics**: ``lex_df`` holds per token the rows holding it, and under the
+  token '' the row count and the total token count. Statement triggers keep it
+  in step with every insert, update and delete of ``entries`` (the rows of an
+  import in progress count, as they do in FTS5's index).
+- **Score**: a search reads its tokens' counts, computes each idf and the
+  average row length in Python as FTS5 does, and scores the matching rows in
+  SQL with FTS5's expression, term after term in the query's order: the same
+  float operations, so the same scores, rows and order (ties by rowid).
+
+One difference: a query word that FTS5 cuts into several tokens
+(``child_process``) is a phrase there (the tokens side by side); here each of its
+tokens is searched as a word of its own (rows hold no positions).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from memlens.store.lexindex import K1, PROBE, WEIGHTS, B
+from memlens.store.porter import stem
+
+_RUN = re.compile(r"[A-Za-z0-9]+")
+_LOCAL = threading.local()
+_STEMS: dict[str, str | None] = {}  # word -> its token (None: the port is unsure, SQLite tokenizes the text)
+_STEMS_MAX = 200_000
+_PORT_OK: list[bool] = []  # [whether memlens.store.porter agrees with this SQLite], once checked
+_TOKENIZER = "porter unicode61"  # the SQLite store's entries_fts tokenizer
+LEX_COLUMNS = "lex_terms, lex_freqs, lex_len"  # what ``postings`` gives for a row, in this order
+
+_CHANGED = "(n.lex_terms, n.lex_freqs, n.lex_len) IS DISTINCT FROM (o.lex_terms, o.lex_freqs, o.lex_len)"
+SCHEMA = [
+    "ALTER TABLE entries ADD COLUMN lex_terms text[] NOT NULL DEFAULT '{}', "
+    "ADD COLUMN lex_freqs real[] NOT NULL DEFAULT '{}', ADD COLUMN lex_len integer NOT NULL DEFAULT 0",
+    "DROP INDEX IF EXISTS entries_tsv",
+    "ALTER TABLE entries DROP COLUMN IF EXISTS tsv",
+    # per (token, row): the row's weighted frequency of the token and its length, read by index only
+    "CREATE TABLE lex_postings (term text NOT NULL, rowid bigint NOT NULL, freq real NOT NULL, len integer NOT NULL, "
+    "PRIMARY KEY (term, rowid) INCLUDE (freq, len))",
+    "CREATE TABLE lex_df (term text PRIMARY KEY, docs bigint NOT NULL, tokens bigint NOT NULL DEFAULT 0)",
+    # one function for the three triggers: the rows' postings, and the change of each token's row count (and of the
+    # '' row's totals); an update that leaves a row's tokens as they were changes neither
+    """CREATE FUNCTION memlens_lex() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP = 'INSERT' THEN
+            INSERT INTO lex_postings(term, rowid, freq, len)
+            SELECT u.t, n.rowid, u.f, n.lex_len FROM new_rows n, unnest(n.lex_terms, n.lex_freqs) AS u(t, f);
+            INSERT INTO lex_df(term, docs, tokens)
+            SELECT t, sum(d), sum(n) FROM (SELECT unnest(lex_terms) AS t, 1 AS d, 0 AS n FROM new_rows
+                                           UNION ALL SELECT '', 1, lex_len FROM new_rows) x GROUP BY t
+            ON CONFLICT (term) DO UPDATE SET docs = lex_df.docs + excluded.docs, tokens = lex_df.tokens + excluded.tokens;
+        ELSIF TG_OP = 'DELETE' THEN
+            DELETE FROM lex_postings p USING (SELECT unnest(lex_terms) AS t, rowid FROM old_rows) o
+            WHERE p.term = o.t AND p.rowid = o.rowid;
+            UPDATE lex_df SET docs = lex_df.docs - x.d, tokens = lex_df.tokens - x.n
+            FROM (SELECT t, sum(d) AS d, sum(n) AS n FROM (SELECT unnest(lex_terms) AS t, 1 AS d, 0 AS n FROM old_rows
+                  UNION ALL SELECT '', 1, lex_len FROM old_rows) y GROUP BY t) x WHERE lex_df.term = x.t;
+        ELSE
+            IF NOT EXISTS (SELECT 1 FROM new_rows n JOIN old_rows o USING (rowid) WHERE {changed}) THEN
+                RETURN NULL;
+            END IF;
+            DELETE FROM lex_postings p USING (SELECT unnest(o.lex_terms) AS t, o.rowid FROM old_rows o
+                                              JOIN new_rows n USING (rowid) WHERE {changed}) x
+            WHERE p.term = x.t AND p.rowid = x.rowid;
+            INSERT INTO lex_postings(term, rowid, freq, len)
+            SELECT u.t, n.rowid, u.f, n.lex_len FROM new_rows n JOIN old_rows o USING (rowid),
+                   unnest(n.lex_terms, n.lex_freqs) AS u(t, f) WHERE {changed};
+            INSERT INTO lex_df(term, docs, tokens)
+            SELECT t, sum(d), sum(n) FROM (SELECT unnest(lex_terms) AS t, 1 AS d, 0 AS n FROM new_rows
+                                           UNION ALL SELECT '', 1, lex_len FROM new_rows
+                                           UNION ALL SELECT unnest(lex_terms), -1, 0 FROM old_rows
+                                           UNION ALL SELECT '', -1, -lex_len FROM old_rows) x
+            GROUP BY t HAVING sum(d) <> 0 OR sum(n) <> 0
+            ON CONFLICT (term) DO UPDATE SET docs = lex_df.docs + excluded.docs, tokens = lex_df.tokens + excluded.tokens;
+        END IF;
+        RETURN NULL;
+    END $$""".replace("{changed}", _CHANGED),
+    "CREATE TRIGGER entries_lex_ins AFTER INSERT ON entries REFERENCING NEW TABLE AS new_rows "
+    "FOR EACH STATEMENT EXECUTE FUNCTION memlens_lex()",
+    "CREATE TRIGGER entries_lex_del AFTER DELETE ON entries REFERENCING OLD TABLE AS old_rows "
+    "FOR EACH STATEMENT EXECUTE FUNCTION memlens_lex()",
+    "CREATE TRIGGER entries_lex_upd AFTER UPDATE ON entries REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows "
+    "FOR EACH STATEMENT EXECUTE FUNCTION memlens_lex()",
+]
+
+
+def _sqlite() -> Any:
+    """This thread's in-memory SQLite with a scratch FTS5 table of the store's tokenizer and its instance vocabulary."""
+    conn = getattr(_LOCAL, "conn", None)
+    if conn is None:
+        from memlens.store import db
+
+        conn = db.driver().connect(":memory:", isolation_level=None, check_same_thread=False)
+        conn.execute(f"CREATE VIRTUAL TABLE temp.tok USING fts5(title, text, tokenize='{_TOKENIZER}')")
+        conn.execute("CREATE VIRTUAL TABLE temp.tokv USING fts5vocab(temp, tok, instance)")
+        _LOCAL.conn = conn
+    return conn
+
+
+def _by_sqlite(fields: Sequence[str]) -> list[list[str]]:
+    """Each field's tokens, in order, as SQLite's FTS5 makes them (the field as one column of one row)."""
+    conn = _sqlite()
+    conn.execute("DELETE FROM tok")
+    try:
+        conn.executemany("INSERT INTO tok(rowid, title, text) VALUES (?, ?, '')", list(enumerate(fields, 1)))
+        got: dict[int, list[tuple[int, str]]] = {}
+        for doc, off, term in conn.execute("SELECT doc, offset, term FROM tokv"):
+            got.setdefault(doc, []).append((off, term))
+    finally:
+        conn.execute("DELETE FROM tok")
+    return [[t for _, t in sorted(got.get(i, []))] for i in range(1, len(fields) + 1)]
+
+
+def _port_ok() -> bool:
+    """Whether ``memlens.store.porter`` stems as this SQLite does (checked once per process on ``PROBE``)."""
+    if not _PORT_OK:
+        _PORT_OK.append(all(got == [stem(w)] for w, got in zip(PROBE, _by_sqlite(list(PROBE)))))
+    return _PORT_OK[0]
+
+
+def _ascii_tokens(text: str) -> list[str] | None:
+    """unicode61 + porter on a plain-ASCII text, here; None when a word needs SQLite."""
+    out = []
+    for run in _RUN.findall(text):
+        word = run.lower()
+        tok = _STEMS.get(word, "")
+        if tok == "":
+            if len(_STEMS) >= _STEMS_MAX:
+                _STEMS.clear()
+            tok = _STEMS[word] = stem(word)
+        if tok is None:
+            return None
+        out.append(tok)
+    return out
+
+
+def field_tokens(fields: Sequence[str]) -> list[list[str]]:
+    """Each text's tokens, in order, exactly as FTS5's ``porter unicode61`` makes them."""
+    out: list[list[str] | None] = [_ascii_tokens(f) if f.isascii() and _port_ok() else None for f in fields]
+    rest = [i for i, toks in enumerate(out) if toks is None]
+    if rest:
+        for i, toks in zip(rest, _by_sqlite([fields[i] for i in rest])):
+            out[i] = toks
+    return [toks or [] for toks in out]
+
+
+def postings(rows: Sequence[tuple[str, str]]) -> list[tuple[list[str], list[float], int]]:
+    """Per (title, text): its distinct tokens, each one's frequency weighted by column, its token count."""
+    toks = field_tokens([f for title, text in rows for f in (title, text)])
+    out = []
+    for i in range(len(rows)):
+        freqs: dict[str, float] = {}
+        for col, weight in ((toks[2 * i], WEIGHTS["title"]), (toks[2 * i + 1], WEIGHTS["text"])):
+            for t in col:
+                freqs[t] = freqs.get(t, 0.0) + weight
+        terms = sorted(freqs)
+        out.append((terms, [freqs[t] for t in terms], len(toks[2 * i]) + len(toks[2 * i + 1])))
+    return out
+
+
+def query_tokens(terms: Iterable[str]) -> list[str]:
+    """The tokens of a query's terms, in order (a term FTS5 cuts in several gives each; one in none, nothing)."""
+    return [t for toks in field_tokens(list(terms)) for t in toks]
+
+
+def idf(rows: int, hits: int) -> float:
+    """FTS5's idf of a token held by ``hits`` of ``rows`` rows."""
+    v = math.log((rows - hits + 0.5) / (hits + 0.5))
+    return v if v > 0.0 else 1e-6
+
+
+def scored_sql() -> str:
+    """The rows holding any of the query's tokens with FTS5's bm25 score ``s`` (higher is better), from the postings
+    alone. Parameters: the tokens and their idfs (two arrays, in the query's order), the average row length. Each
+    (token, row) contributes FTS5's term; a row's terms are summed in the query's order, as FTS5 sums them (a token
+    the row lacks adds +0.0 there, which changes no sum)."""
+    k1, b = f"{K1!r}::float8", f"{B!r}::float8"
+    term = (f"q.idf * ((p.freq::float8 * {K1 + 1.0!r}::float8) / "
+            f"(p.freq::float8 + {k1} * ((1.0::float8 - {b}) + ({b} * p.len) / %s::float8)))")
+    return (f"SELECT rowid, sum(c ORDER BY i) AS s FROM (SELECT p.rowid, q.i, {term} AS c "
+            "FROM unnest(%s::text[], %s::float8[]) WITH ORDINALITY AS q(t, idf, i) "
+            "JOIN lex_postings p ON p.term = q.t) x GROUP BY rowid")
+
+
+def stats_of(conn: Any, tokens: list[str]) -> tuple[list[float], float]:
+    """Each token's idf and the average row length, from ``lex_df`` (one statement)."""
+    got = {t: (int(d), int(n)) for t, d, n in conn.execute(
+        "SELECT term, docs, tokens FROM lex_df WHERE term = ANY(%s)", (["", *dict.fromkeys(tokens)],))}
+    rows, total = got.get("", (0, 0))
+    return [idf(rows, got.get(t, (0, 0))[0]) for t in tokens], float(total) / float(rows) if rows else 1.0
+
+
+def rebuild(conn: Any) -> None:
+    """``lex_postings`` and ``lex_df`` made again from the rows (after rows were written with the triggers off)."""
+    conn.execute("DELETE FROM lex_postings")
+    conn.execute("INSERT INTO lex_postings(term, rowid, freq, len) SELECT u.t, e.rowid, u.f, e.lex_len FROM entries e, "
+                 "unnest(e.lex_terms, e.lex_freqs) AS u(t, f)")
+    conn.execute("DELETE FROM lex_df")
+    conn.execute("INSERT INTO lex_df(term, docs, tokens) SELECT t, count(*), 0 FROM entries, unnest(lex_terms) AS t "
+                 "GROUP BY t UNION ALL SELECT '', count(*), coalesce(sum(lex_len), 0) FROM entries")
+
+
+def backfill(conn: Any, batch: int = 1000) -> None:
+    """Give every row its postings (a store made before they existed), then count ``lex_df``; inside the
+    migration's transaction."""
+    conn.execute("ALTER TABLE entries DISABLE TRIGGER entries_lex_upd")
+    last = 0
+    while True:
+        rows = conn.execute("SELECT rowid, title, text FROM entries WHERE rowid > %s ORDER BY rowid LIMIT %s",
+                            (last, batch)).fetchall()
+        if not rows:
+            break
+        with conn.cursor() as cur:
+            cur.executemany("UPDATE entries SET lex_terms = %s, lex_freqs = %s, lex_len = %s WHERE rowid = %s",
+                            [(*p, r[0]) for r, p in zip(rows, postings([(r[1], r[2]) for r in rows]))])
+        last = rows[-1][0]
+    conn.execute("ALTER TABLE entries ENABLE TRIGGER entries_lex_upd")
+    rebuild(conn)

@@ -1,0 +1,139 @@
+"""FTS5's bm25 on PostgreSQL (``memlens.store.postgres.lexical``) against FTS5 itself, on real documentation.
+
+The same entries in a SQLite store and, copied, in a PostgreSQL store (same
+rowids): for every question of both question sets, scoped and not, the lexical
+generator must return the same rows in the same order with the same scores;
+after writes through each store (adds, an edit, a delete, an import that is
+discarded), and after a store of schema 4 is upgraded in place.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memlens.store.scope import Scope
+
+pytest.importorskip("psycopg")
+
+DATA = Path(__file__).resolve().parent / "data"
+QUESTIONS = [json.loads(line)["text"] for name in ("docs_qa", "chunking_qa")
+             for line in (DATA / name / "queries.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+SCOPES = [Scope(), Scope(rooms=["fs", "stream", "http"], statuses=["active", "under_review"])]
+
+
+@pytest.fixture(scope="module")
+def node_docs():
+    """The Node.js API reference as sections (tests/data/docs_qa), or a skip where Debian's nodejs docs are absent."""
+    from tests.data.docs_qa import build_corpus
+
+    if not build_corpus.SRC.is_dir():
+        pytest.skip(f"{build_corpus.SRC} is not on this machine")
+    return build_corpus.build()
+
+
+@pytest.fixture(scope="module")
+def twin(tmp_path_factory, pg_server, settings, node_docs):
+    """(SQLite Memory, PostgreSQL Memory) holding the same sections, PostgreSQL's made by ``memlens copy``; the
+    tests below run in order on the same pair (each leaves both as alike as it found them)."""
+    from memlens import Memory
+    from memlens.embed import HashEmbedder
+    from memlens.store.postgres.copy import copy_store
+
+    from .pg_fixture import pg_memory
+
+    hash_embedder = HashEmbedder()
+    tmp_path = tmp_path_factory.mktemp("twin")
+    name, pg_uri = pg_server.create_db()
+    jsonl = tmp_path / "docs.jsonl"
+    with jsonl.open("w", encoding="utf-8") as fh:
+        for d in node_docs:
+            fh.write(json.dumps({"id": d["_id"], "wing": "nodejs", "room": d["_id"].split(":")[0], "kind": "document",
+                                 "title": d["title"][:500], "text": d["text"]}) + "\n")
+    sq = Memory.open(tmp_path / "docs.db", settings=settings, embedder=hash_embedder)
+    sq.import_jsonl(jsonl)
+    copy_store(tmp_path / "docs.db", pg_uri)
+    pg = pg_memory(pg_uri, settings, hash_embedder)
+    try:
+        yield sq, pg
+    finally:
+        sq.close()
+        pg.close()
+        pg_server.drop_db(name)
+
+
+def same_ranking(sq, pg, questions=QUESTIONS, n=100):
+    compared = 0
+    for scope in SCOPES:
+        for q in questions:
+            want = sq.reads.lexical(q, scope, n)
+            got = pg.reads.lexical(q, scope, n)
+            assert [r for r, _ in got] == [r for r, _ in want], q
+            assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-12, abs=0), q
+            compared += bool(want)
+    return compared
+
+
+def df_counted_again(pg):
+    """The postings and ``lex_df`` as kept by the triggers, and as made from the rows now."""
+    with pg.store.connection() as conn:
+        kept = sorted(conn.execute("SELECT term, docs, tokens FROM lex_df WHERE docs > 0 OR term = ''").fetchall())
+        kept += sorted(conn.execute("SELECT term, rowid, freq, len FROM lex_postings").fetchall())
+        fresh = sorted(conn.execute(
+            "SELECT t, count(*), 0 FROM entries, unnest(lex_terms) AS t GROUP BY t "
+            "UNION ALL SELECT '', count(*), coalesce(sum(lex_len), 0) FROM entries").fetchall())
+        fresh += sorted(conn.execute("SELECT u.t, e.rowid, u.f, e.lex_len FROM entries e, "
+                                     "unnest(e.lex_terms, e.lex_freqs) AS u(t, f)").fetchall())
+    return kept, fresh
+
+
+def test_tokens_are_fts5s_on_real_text(node_docs):
+    from memlens.store.postgres import lexical
+
+    texts = [d["text"] for d in node_docs] + [d["title"] for d in node_docs]
+    texts += [Path(__file__).read_text(encoding="utf-8"), "Ünïcödé naïve café ΑΒΓ straße ﬁle 東京 ½ x²", "", "  --  "]
+    assert any(not t.isascii() for t in texts) and any(t.isascii() for t in texts)  # both ways of cutting are compared
+    assert lexical.field_tokens(texts) == lexical._by_sqlite(texts)
+
+
+def test_bm25_is_fts5s_on_every_question(twin):
+    sq, pg = twin
+    assert pg.store.lexical_scorer == "pg-bm25" and sq.store.lexical_scorer == "fts5-bm25"
+    assert same_ranking(sq, pg) > 300  # most questions match something in both scopes
+    kept, fresh = df_counted_again(pg)
+    assert kept == fresh  # copy counted the statistics once, from the rows it wrote
+
+
+def test_bm25_stays_fts5s_through_writes(twin):
+    sq, pg = twin
+    for mem in (sq, pg):
+        a = mem.add("Streams: pipe a readable stream into a writable one; backpressure is handled.", wing="nodejs",
+                    room="stream", id="extra-1")
+        mem.add("HTTP keep-alive agents reuse sockets between requests.", wing="nodejs", room="http", id="extra-2")
+        mem.update(a.id, text="Streams: pipeline() connects readable and writable streams and forwards errors.")
+        mem.set_status("fs:file-system", "deprecated")
+        mem.delete("extra-2")
+    questions = QUESTIONS[:40] + ["pipeline readable writable errors", "keep-alive sockets", "file system flags"]
+    assert same_ranking(sq, pg, questions) > 40
+    kept, fresh = df_counted_again(pg)
+    assert kept == fresh
+
+
+def test_a_schema_4_store_gains_its_rows_tokens(twin, settings, hash_embedder):
+    from memlens.store.postgres import schema
+
+    from .pg_fixture import pg_memory, undo_schema_5
+
+    sq, pg = twin
+    with pg.store.connection() as conn:
+        undo_schema_5(conn)
+    again = pg_memory(pg.store.uri, settings, hash_embedder)
+    try:
+        assert again.store.schema_version() == schema.SCHEMA_VERSION == 5
+        assert same_ranking(sq, again, QUESTIONS[:60]) > 50
+        kept, fresh = df_counted_again(again)
+        assert kept == fresh
+    finally:
+        again.close()
