@@ -256,6 +256,14 @@ class McpConfig(_Section):
                                      description="Host header values served: NAME, NAME:PORT or NAME:* ([v6] bracketed)")
     allowed_origins: list[str] = Field(default_factory=list, max_length=100,
                                        description="Origin header values served besides http://HOST of those names")
+    tokens_file: Path | None = Field(None, description="the bearer tokens' file (default: mcp-tokens beside config.toml, "
+                                                       "used when it exists); owner-only permissions")
+    tokens: list[str] = Field(default_factory=list, max_length=1000, repr=False,
+                              description="token entries 'NAME sha256:HEX [read-only]', as in the file (e.g. from the "
+                                          "environment: MEMLENS_MCP__TOKENS='[\"...\"]')")
+    max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024,
+                                description="largest HTTP request body; a larger one gets 413")
+    max_sessions: int = Field(200, ge=1, le=100_000, description="open HTTP sessions at most; one more gets 503")
 
     @field_validator("allowed_hosts")
     @classmethod
@@ -271,6 +279,17 @@ class McpConfig(_Section):
         for entry in v:
             if not ORIGIN_ENTRY.match(entry):
                 raise ValueError(f"{entry[:80]!r} is not an origin like http://host:port")
+        return v
+
+    @field_validator("tokens")
+    @classmethod
+    def _tokens(cls, v: list[str]) -> list[str]:
+        from memlens.mcp.tokens import TokenError, parse_entries
+
+        try:
+            parse_entries(v)  # the error never repeats an entry: it might be a token pasted by mistake
+        except TokenError as exc:
+            raise ValueError(str(exc)) from None
         return v
 
 
