@@ -47,13 +47,14 @@ def error_text(result: Any) -> str:
 
 
 def run_client(server: Any, body: Any, *, name: str = "pytest-agent", version: str = "1.0", mode: str = "legacy",
-               timeout: float = TIMEOUT, token: str | None = None) -> Any:
+               timeout: float = TIMEOUT, token: str | None = None, headers: dict[str, str] | None = None) -> Any:
     """Open an SDK ``Client`` to ``server`` (stdio params or URL), run ``await body(client)``, return its value."""
     import anyio
 
     async def main() -> Any:
         with anyio.fail_after(timeout):
-            async with sdk_client(server, name=name, version=version, mode=mode, timeout=timeout, token=token) as client:
+            async with sdk_client(server, name=name, version=version, mode=mode, timeout=timeout, token=token,
+                                  headers=headers) as client:
                 return await body(client)
 
     return anyio.run(main)
@@ -61,19 +62,22 @@ def run_client(server: Any, body: Any, *, name: str = "pytest-agent", version: s
 
 @asynccontextmanager
 async def sdk_client(server: Any, *, name: str = "pytest-agent", version: str = "1.0", mode: str = "legacy",
-                     timeout: float = TIMEOUT, token: str | None = None) -> AsyncIterator[Any]:
-    """The SDK's ``Client``; with ``token``, over the SDK's streamable HTTP transport sending it as a bearer token."""
+                     timeout: float = TIMEOUT, token: str | None = None,
+                     headers: dict[str, str] | None = None) -> AsyncIterator[Any]:
+    """The SDK's ``Client``; with ``token`` (and ``headers``), over the SDK's streamable HTTP transport sending it as a
+    bearer token."""
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
     from mcp.types import Implementation
 
     info = Implementation(name=name, version=version)
-    if token is None:
+    if token is None and headers is None:
         async with Client(server, mode=mode, client_info=info, read_timeout_seconds=timeout) as client:
             yield client
         return
-    async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
+    sent = {**(headers or {}), **({"Authorization": f"Bearer {token}"} if token else {})}
+    async with create_mcp_http_client(headers=sent) as http:
         async with Client(streamable_http_client(server, http_client=http), mode=mode, client_info=info,
                           read_timeout_seconds=timeout) as client:
             yield client
@@ -159,7 +163,8 @@ class RawClient:
 def http_server(store: Any, *args: str, env: dict[str, str] | None = None,
                 stderr: list[bytes] | None = None) -> Iterator[str]:
     """``memlens mcp --transport http --port 0`` on 127.0.0.1; yields its URL (``stderr`` collects what it printed)."""
-    proc = subprocess.Popen([MEMLENS, "--store", str(store), "mcp", "--transport", "http", "--port", "0", *args],
+    where = ["--store", str(store)] if store is not None else []  # None: the store MEMLENS_STORE names
+    proc = subprocess.Popen([MEMLENS, *where, "mcp", "--transport", "http", "--port", "0", *args],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=server_env(**(env or {})))
     err = LineReader(proc.stderr, stderr)
