@@ -160,7 +160,8 @@ def render_table(res: dict[str, Any]) -> str:
     rows.append("")
     rows.append(f"`python -m tests.bench.team`: {res['plan']['seconds']:g} s of load per backend after every session "
                 "opened and the server's model loaded; one entry per call, embedded by the real model in the server; "
-                "clients and server share the machine. "
+                "clients and server share the machine, which other work shared too (the 1-min load average before "
+                "each run is in the table; 2 cores). "
                 f"{m['cpu_model']}, {m['cores_usable']} cores, Python {m['python']}, mcp {res['sdk_version']}; {m['date']}.")
     return "\n".join(rows)
 
