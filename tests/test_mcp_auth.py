@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from memlens.mcp import tokens
+from memlens.mcp.tools import READ_TOOLS, WRITE_TOOLS
 from tests.conftest import run_cli
 from tests.mcp_helpers import error_text, http_server, result_data, run_client
 
@@ -174,10 +175,16 @@ def test_tokens_name_the_client_and_read_only_writes_nothing(token_server, setti
         done = result_data(await client.call_tool("task_complete", {"task_id": "t-1", "intent": "set up the team"}))
         return added, done
 
+    async def tools(client):
+        return {t.name for t in (await client.list_tools()).tools}
+
+    assert run_client(url, tools, token=token_server["alice"]) == {*READ_TOOLS, *WRITE_TOOLS}
     added, _ = run_client(url, write, name="claude-code", token=token_server["alice"])
     assert added["status"] == "created"
 
     async def read_then_write(client):
+        listed = {t.name for t in (await client.list_tools()).tools}
+        assert listed == set(READ_TOOLS)  # a read-only token is offered the read tools only
         got = result_data(await client.call_tool("memory_get", {"id": added["id"]}))
         wings = result_data(await client.call_tool("memory_wings", {}))
         refused = [error_text(await client.call_tool(name, args)) for name, args in (

@@ -102,9 +102,10 @@ def _authenticated(token: Token) -> dict[str, Any]:
 
 
 def token_of(ctx: Any) -> tuple[str, bool] | None:
-    """(the token's name, whether it may write) for a tool call that came with a bearer token; None without one."""
+    """(the token's name, whether it may write) for a request (a tool's ``Context`` or the SDK's request context)
+    that came with a bearer token; None without one."""
     try:
-        request = ctx.request_context.request
+        request = ctx.request_context.request if hasattr(ctx, "request_context") else ctx.request
     except (AttributeError, ValueError):  # no context, or not inside a request
         return None
     user = getattr(request, "scope", {}).get("user") if request is not None else None

@@ -40,7 +40,15 @@ def build(engine: Any, *, read_only: bool = False) -> Any:
     from memlens.mcp.tools import READ_TOOLS, WRITE_TOOLS, register
 
     class MemlensMCPServer(MCPServer):
-        """Tool errors as one line: ``memory_add: argument 'wing' is required``."""
+        """Tool errors as one line: ``memory_add: argument 'wing' is required``; a read-only bearer token's calls
+        reach the read tools only."""
+
+        async def _handle_list_tools(self, ctx: Any, params: Any) -> Any:  # the SDK's handler, given the request
+            listed = await super()._handle_list_tools(ctx, params)
+            token = token_of(ctx)
+            if token is not None and not token[1]:  # a read-only token is offered the read tools only
+                listed.tools = [t for t in listed.tools if t.name not in WRITE_TOOLS]
+            return listed
 
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
             token = token_of(context)
