@@ -53,7 +53,7 @@ def cmd_token(args: argparse.Namespace) -> int:
               f"client as 'Authorization: Bearer TOKEN'", file=sys.stderr)
     elif args.token_action == "remove":
         tokens.remove(path, args.name)
-        print(f"memlens: removed token {args.name!r} from {path}; a running server keeps it until it restarts",
+        print(f"memlens: removed token {args.name!r} from {path}; a running server refuses it from its next request",
               file=sys.stderr)
     else:
         for entry in tokens.read_file(path) if path.exists() else []:

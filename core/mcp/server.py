@@ -282,11 +282,12 @@ def _serve_http(store: str | None, host: str, port: int, read_only: bool) -> int
     engine = Engine(store, read_only=read_only)
     server = build(engine, read_only=read_only)
     # Host and Origin are checked for every bind address (memlens.mcp.listen), not only for the SDK's loopback three;
-    # the SDK answers a body over max_body_bytes with 413 and a session beyond max_sessions with 503
+    # the SDK answers a session beyond max_sessions with 503, Front the token (401) and a body over max_body_bytes (413;
+    # the SDK gets the same bound, so its own plain-text 413 never answers first)
     app = server.streamable_http_app(host=host, transport_security=transport_security(host, bound, mcp_settings),
-                                     max_request_body_size=mcp_settings.max_body_bytes,
-                                     max_sessions=mcp_settings.max_sessions)
-    app = Front(app, tokens if tokens else None, mcp_settings.max_body_bytes)  # the bearer token; 413 as JSON-RPC
+                                     max_sessions=mcp_settings.max_sessions,
+                                     max_request_body_size=mcp_settings.max_body_bytes)
+    app = Front(app, tokens if tokens else None, mcp_settings.max_body_bytes)
     mode = "read-only, " if read_only else ""
     if tokens:
         mode += f"{len(tokens)} bearer token{'s' if len(tokens) != 1 else ''} from {tokens.source}, "

@@ -113,11 +113,14 @@ class TokenSet:
     def __init__(self, path: Path | None, fixed: list[Token]) -> None:
         self.path = path
         self.fixed = fixed
-        self._signature: tuple[int, int, int] | None = None
+        self._signature: tuple[int, int, int] | None = None  # the file's (mtime, size, inode) when it was read
         self._from_file: list[Token] = []
         if path is not None:
             self._from_file = read_file(path)
             self._signature = _signature(path)
+            if not self._from_file:
+                raise TokenError(f"token file {path} holds no token: add one with `memlens mcp token add NAME` "
+                                 f"or remove the file")
         clash = {t.name for t in self._from_file} & {t.name for t in fixed}
         if clash:
             raise TokenError(f"token name {sorted(clash)[0]!r} is both in {path} and in [mcp] tokens")
@@ -162,12 +165,7 @@ def load(tokens_file: Path | None, entries: list[str]) -> TokenSet:
     """The server's tokens: the file (the configured one must exist; the default one is read when it does) and
     ``[mcp] tokens``. A file without a token is an error (delete it to serve without tokens, on loopback)."""
     path = tokens_file.expanduser() if tokens_file else default_file()
-    use_file = tokens_file is not None or path.exists()
-    tokens = TokenSet(path if use_file else None, parse_entries(entries))
-    if use_file and not tokens._from_file:
-        raise TokenError(f"token file {path} holds no token: add one with `memlens mcp token add NAME` "
-                         f"or remove the file")
-    return tokens
+    return TokenSet(path if tokens_file is not None or path.exists() else None, parse_entries(entries))
 
 
 def add(path: Path, name: str, read_only: bool = False) -> str:

@@ -151,7 +151,7 @@ def client_of(ctx: Context | None) -> dict[str, str] | None:
         return said
     record = attribution.client_record(token[0], via="mcp token")
     if record is not None and said is not None:
-        record["agent"] = attribution.describe({**said, "via": ""})
+        record["agent"] = " ".join(said[k] for k in ("name", "version") if k in said)
     return record
 
 
