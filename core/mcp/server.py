@@ -37,7 +37,7 @@ def build(engine: Any, *, read_only: bool = False) -> Any:
     from memlens import __version__
     from memlens.mcp.auth import token_of
     from memlens.mcp.meta import INSTRUCTIONS, SERVER_NAME
-    from memlens.mcp.tools import READ_TOOLS, WRITE_TOOLS, register
+    from memlens.mcp.tools import READ_TOOLS, register
 
     class MemlensMCPServer(MCPServer):
         """Tool errors as one line: ``memory_add: argument 'wing' is required``; a read-only bearer token's calls
@@ -47,12 +47,12 @@ def build(engine: Any, *, read_only: bool = False) -> Any:
             listed = await super()._handle_list_tools(ctx, params)
             token = token_of(ctx)
             if token is not None and not token[1]:  # a read-only token is offered the read tools only
-                listed.tools = [t for t in listed.tools if t.name not in WRITE_TOOLS]
+                listed.tools = [t for t in listed.tools if t.name in READ_TOOLS]
             return listed
 
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
             token = token_of(context)
-            if token is not None and not token[1] and name in WRITE_TOOLS:  # a read-only token writes nothing
+            if token is not None and not token[1] and name not in READ_TOOLS:  # a read-only token writes nothing
                 raise ToolError(f"{name}: the bearer token {token[0]!r} is read-only; it may call only "
                                 f"{', '.join(READ_TOOLS)}")
             try:
