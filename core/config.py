@@ -246,6 +246,10 @@ class LlmConfig(_Section):
 
 
 HOST_ENTRY = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::(?P<port>\*|\d{1,5}))?$")
+# a bearer token's entry (memlens.mcp.tokens): its name, the SHA-256 of the token, and whether it may only read
+TOKEN_ENTRY = re.compile(r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._@-]{0,63})\s+sha256:(?P<digest>[0-9a-f]{64})"
+                         r"(?:\s+(?P<read_only>read-only))?\s*$")
+TOKEN_FORM = "NAME sha256:DIGEST [read-only]"
 ORIGIN_ENTRY = re.compile(r"^https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:(\*|\d{1,5}))?$")
 
 
@@ -284,12 +288,10 @@ class McpConfig(_Section):
     @field_validator("tokens")
     @classmethod
     def _tokens(cls, v: list[str]) -> list[str]:
-        from memlens.mcp.tokens import TokenError, parse_entries
-
-        try:
-            parse_entries(v)  # the error never repeats an entry: it might be a token pasted by mistake
-        except TokenError as exc:
-            raise ValueError(str(exc)) from None
+        for number, entry in enumerate(v, 1):  # never repeated in the error: it might be a token pasted by mistake
+            if not TOKEN_ENTRY.match(entry.split("#", 1)[0]):
+                raise ValueError(f"entry {number} is not {TOKEN_FORM!r} (a token itself is never stored: "
+                                 f"add one with `memlens mcp token add NAME`)")
         return v
 
 

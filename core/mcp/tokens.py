@@ -29,10 +29,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from memlens.config import TOKEN_ENTRY, TOKEN_FORM, config_file
 from memlens.errors import MemlensError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
-DIGEST = re.compile(r"^sha256:([0-9a-f]{64})$")
 READ_ONLY = "read-only"
 TOKEN_PREFIX = "memlens_"  # a prefix lets secret scanners recognise a leaked token
 FILE_NAME = "mcp-tokens"
@@ -63,24 +63,22 @@ def parse_entries(lines: Iterable[str], where: str = "") -> list[Token]:
     tokens: list[Token] = []
     names: set[str] = set()
     for number, line in enumerate(lines, 1):
-        fields = line.split("#", 1)[0].split()
-        if not fields:
+        text = line.split("#", 1)[0]
+        if not text.strip():
             continue
         at = f"{where}: line {number}" if where else f"entry {number}"
-        m = DIGEST.match(fields[1]) if len(fields) > 1 else None
-        if len(fields) not in (2, 3) or not NAME.match(fields[0]) or m is None or fields[2:] not in ([], [READ_ONLY]):
-            raise TokenError(f"{at} is not 'NAME sha256:DIGEST [read-only]' (a token itself is never stored: "
+        m = TOKEN_ENTRY.match(text)
+        if m is None:
+            raise TokenError(f"{at} is not {TOKEN_FORM!r} (a token itself is never stored: "
                              f"add one with `memlens mcp token add NAME`)")
-        if fields[0] in names:
-            raise TokenError(f"{at}: the name {fields[0]!r} is given twice")
-        names.add(fields[0])
-        tokens.append(Token(fields[0], bytes.fromhex(m.group(1)), fields[2:] == [READ_ONLY]))
+        if m["name"] in names:
+            raise TokenError(f"{at}: the name {m['name']!r} is given twice")
+        names.add(m["name"])
+        tokens.append(Token(m["name"], bytes.fromhex(m["digest"]), m["read_only"] is not None))
     return tokens
 
 
 def default_file() -> Path:
-    from memlens.config import config_file
-
     return config_file().parent / FILE_NAME
 
 
