@@ -246,6 +246,10 @@ class LlmConfig(_Section):
 
 
 HOST_ENTRY = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::(?P<port>\*|\d{1,5}))?$")
+# a bearer token's entry (memlens.mcp.tokens): its name, the SHA-256 of the token, and whether it may only read
+TOKEN_ENTRY = re.compile(r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._@-]{0,63})\s+sha256:(?P<digest>[0-9a-f]{64})"
+                         r"(?:\s+(?P<read_only>read-only))?\s*$")
+TOKEN_FORM = "NAME sha256:DIGEST [read-only]"
 ORIGIN_ENTRY = re.compile(r"^https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:(\*|\d{1,5}))?$")
 
 
@@ -256,6 +260,14 @@ class McpConfig(_Section):
                                      description="Host header values served: NAME, NAME:PORT or NAME:* ([v6] bracketed)")
     allowed_origins: list[str] = Field(default_factory=list, max_length=100,
                                        description="Origin header values served besides http://HOST of those names")
+    tokens_file: Path | None = Field(None, description="the bearer tokens' file (default: mcp-tokens beside config.toml, "
+                                                       "used when it exists); owner-only permissions")
+    tokens: list[str] = Field(default_factory=list, max_length=1000, repr=False,
+                              description="token entries 'NAME sha256:HEX [read-only]', as in the file (e.g. from the "
+                                          "environment: MEMLENS_MCP__TOKENS='[\"...\"]')")
+    max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024,
+                                description="largest HTTP request body; a larger one gets 413")
+    max_sessions: int = Field(200, ge=1, le=100_000, description="open HTTP sessions at most; one more gets 503")
 
     @field_validator("allowed_hosts")
     @classmethod
@@ -271,6 +283,15 @@ class McpConfig(_Section):
         for entry in v:
             if not ORIGIN_ENTRY.match(entry):
                 raise ValueError(f"{entry[:80]!r} is not an origin like http://host:port")
+        return v
+
+    @field_validator("tokens")
+    @classmethod
+    def _tokens(cls, v: list[str]) -> list[str]:
+        for number, entry in enumerate(v, 1):  # never repeated in the error: it might be a token pasted by mistake
+            if not TOKEN_ENTRY.match(entry.split("#", 1)[0]):
+                raise ValueError(f"entry {number} is not {TOKEN_FORM!r} (a token itself is never stored: "
+                                 f"add one with `memlens mcp token add NAME`)")
         return v
 
 

@@ -59,7 +59,7 @@ def allowed_range(model: type[BaseModel], loc: tuple[Any, ...]) -> str | None:
 
 
 _BOUND_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
-SECRET_SETTINGS = ("api_key",)
+SECRET_SETTINGS = ("api_key", "tokens")
 
 
 def describe_error(err: dict[str, Any], model: type[BaseModel], loc: tuple[Any, ...], origin: str, prefix: str = "") -> str:
@@ -70,7 +70,7 @@ def describe_error(err: dict[str, Any], model: type[BaseModel], loc: tuple[Any, 
     if err.get("type") == "extra_forbidden":
         return f"configuration: unknown setting {where} ({origin})"
     value = err.get("input")
-    if loc and str(loc[-1]) in SECRET_SETTINGS:  # a key is never repeated, not even a refused one
+    if any(str(part) in SECRET_SETTINGS for part in loc):  # a key is never repeated, not even a refused one
         return f"configuration: {where}: {msg} ({origin})"
     if isinstance(value, str):
         value = without_password(value)  # a URL is shown without the password of its userinfo

@@ -8,8 +8,8 @@ import queue
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from .conftest import MEMLENS
@@ -47,27 +47,48 @@ def error_text(result: Any) -> str:
 
 
 def run_client(server: Any, body: Any, *, name: str = "pytest-agent", version: str = "1.0", mode: str = "legacy",
-               timeout: float = TIMEOUT) -> Any:
+               timeout: float = TIMEOUT, token: str | None = None, headers: dict[str, str] | None = None) -> Any:
     """Open an SDK ``Client`` to ``server`` (stdio params or URL), run ``await body(client)``, return its value."""
     import anyio
-    from mcp import Client
-    from mcp.types import Implementation
 
     async def main() -> Any:
         with anyio.fail_after(timeout):
-            async with Client(server, mode=mode, client_info=Implementation(name=name, version=version),
-                              read_timeout_seconds=timeout) as client:
+            async with sdk_client(server, name=name, version=version, mode=mode, timeout=timeout, token=token,
+                                  headers=headers) as client:
                 return await body(client)
 
     return anyio.run(main)
 
 
+@asynccontextmanager
+async def sdk_client(server: Any, *, name: str = "pytest-agent", version: str = "1.0", mode: str = "legacy",
+                     timeout: float = TIMEOUT, token: str | None = None,
+                     headers: dict[str, str] | None = None) -> AsyncIterator[Any]:
+    """The SDK's ``Client``; with ``token`` (and ``headers``), over the SDK's streamable HTTP transport sending it as a
+    bearer token."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+    from mcp.types import Implementation
+
+    info = Implementation(name=name, version=version)
+    if token is None and headers is None:
+        async with Client(server, mode=mode, client_info=info, read_timeout_seconds=timeout) as client:
+            yield client
+        return
+    sent = {**(headers or {}), **({"Authorization": f"Bearer {token}"} if token else {})}
+    async with create_mcp_http_client(headers=sent) as http:
+        async with Client(streamable_http_client(server, http_client=http), mode=mode, client_info=info,
+                          read_timeout_seconds=timeout) as client:
+            yield client
+
+
 class LineReader:
     """Lines of a pipe, read by a thread, waited for with a timeout."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, seen: list[bytes] | None = None) -> None:
         self.lines: queue.Queue[bytes | None] = queue.Queue()
-        self.seen: list[bytes] = []
+        self.seen: list[bytes] = [] if seen is None else seen
         threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
 
     def _pump(self, stream: Any) -> None:
@@ -139,11 +160,14 @@ class RawClient:
 
 
 @contextmanager
-def http_server(store: Any, *args: str) -> Iterator[str]:
-    """``memlens mcp --transport http --port 0`` on 127.0.0.1; yields its URL."""
-    proc = subprocess.Popen([MEMLENS, "--store", str(store), "mcp", "--transport", "http", "--port", "0", *args],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server_env())
-    err = LineReader(proc.stderr)
+def http_server(store: Any, *args: str, env: dict[str, str] | None = None,
+                stderr: list[bytes] | None = None) -> Iterator[str]:
+    """``memlens mcp --transport http --port 0`` on 127.0.0.1; yields its URL (``stderr`` collects what it printed)."""
+    where = ["--store", str(store)] if store is not None else []  # None: the store MEMLENS_STORE names
+    proc = subprocess.Popen([MEMLENS, *where, "mcp", "--transport", "http", "--port", "0", *args],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=server_env(**(env or {})))
+    err = LineReader(proc.stderr, stderr)
     LineReader(proc.stdout)
     try:
         line = err.wait_for(b"serving http://").decode()

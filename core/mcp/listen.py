@@ -16,9 +16,9 @@ header (the page's own origin). So a request is served only when:
   those names, or one of ``[mcp] allowed_origins``.
 
 Anything else gets 421 (Host) or 403 (Origin), through the SDK's own check
-(``TransportSecuritySettings``), before a session opens. A server reachable
-from other machines (any address but loopback) warns that it has no
-authentication.
+(``TransportSecuritySettings``), before a session opens. An address other
+machines can reach (any but loopback) is served only with bearer tokens
+(``memlens.mcp.tokens``), and warns that plain HTTP carries them in clear.
 """
 
 from __future__ import annotations
@@ -78,11 +78,27 @@ def transport_security(bind: str, bound: str, mcp_settings: Any) -> Any:
                                      allowed_origins=origin_patterns(hosts, mcp_settings.allowed_origins))
 
 
+def refuse_unauthenticated(address: str) -> None:
+    """Without bearer tokens only loopback is served: any other address (an IP; a name is decided once bound) is an error."""
+    try:
+        ipaddress.ip_address(address.strip("[]").split("%")[0])
+    except ValueError:
+        return
+    if not is_loopback(address):
+        from memlens.errors import MemlensError
+
+        where = "every interface" if _unspecified(address) else _bracketed(address)
+        raise MemlensError(f"refusing to listen on {where} without authentication: other machines could reach it; "
+                           f"add a bearer token (`memlens mcp token add NAME`) or listen on 127.0.0.1")
+
+
 def exposure_warning(bind: str, bound: str) -> str | None:
-    """The start-up warning for an address other machines can reach (None on loopback: 127.0.0.0/8, ::1)."""
+    """The start-up note for an address other machines can reach (None on loopback: 127.0.0.0/8, ::1): tokens
+    travel in clear over plain HTTP."""
     if is_loopback(bound):
         return None
     names = "a loopback name" if _unspecified(bound) else f"{_bracketed(bind)}, a loopback name"
     where = "every interface" if _unspecified(bound) else bind
-    return (f"memlens mcp: warning: listening on {where}, reachable from other machines, and there is no "
-            f"authentication; only requests whose Host is {names} or one of [mcp] allowed_hosts are served")
+    return (f"memlens mcp: warning: listening on {where}, reachable from other machines: bearer tokens travel in clear "
+            f"over plain HTTP, put a TLS reverse proxy in front; only requests whose Host is {names} or one of "
+            f"[mcp] allowed_hosts are served")

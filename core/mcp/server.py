@@ -35,13 +35,26 @@ def build(engine: Any, *, read_only: bool = False) -> Any:
     sdk_server.configure_logging = _plain_logging  # type: ignore[attr-defined]  # the SDK does not export its logging hook; replaced on purpose
 
     from memlens import __version__
+    from memlens.mcp.auth import token_of
     from memlens.mcp.meta import INSTRUCTIONS, SERVER_NAME
-    from memlens.mcp.tools import register
+    from memlens.mcp.tools import READ_TOOLS, register
 
     class MemlensMCPServer(MCPServer):
-        """Tool errors as one line: ``memory_add: argument 'wing' is required``."""
+        """Tool errors as one line: ``memory_add: argument 'wing' is required``; a read-only bearer token's calls
+        reach the read tools only."""
+
+        async def _handle_list_tools(self, ctx: Any, params: Any) -> Any:  # the SDK's handler, given the request
+            listed = await super()._handle_list_tools(ctx, params)
+            token = token_of(ctx)
+            if token is not None and not token[1]:  # a read-only token is offered the read tools only
+                listed.tools = [t for t in listed.tools if t.name in READ_TOOLS]
+            return listed
 
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            token = token_of(context)
+            if token is not None and not token[1] and name not in READ_TOOLS:  # a read-only token writes nothing
+                raise ToolError(f"{name}: the bearer token {token[0]!r} is read-only; it may call only "
+                                f"{', '.join(READ_TOOLS)}")
             try:
                 return await super().call_tool(name, arguments, context)
             except UnexpectedToolError:
@@ -238,29 +251,46 @@ def _serve_http(store: str | None, host: str, port: int, read_only: bool) -> int
 
     from memlens.config import load_settings
     from memlens.errors import MemlensError
-    from memlens.mcp.listen import exposure_warning, transport_security
+    from memlens.mcp.auth import Front
+    from memlens.mcp.listen import exposure_warning, refuse_unauthenticated, transport_security
+    from memlens.mcp.tokens import load as load_tokens
     from memlens.mcp.tools import Engine
 
     mcp_settings = load_settings().mcp  # a bad setting is one line before anything listens
+    tokens = load_tokens(mcp_settings.tokens_file, mcp_settings.tokens)
+    if not tokens:
+        refuse_unauthenticated(host)  # an address other machines reach needs tokens, refused before anything binds
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        bound, actual = sock.getsockname()[:2]
+        if not tokens:
+            refuse_unauthenticated(bound)  # a name (--host myhost) is decided on the address it bound
     except (OSError, OverflowError) as exc:
         sock.close()
         raise MemlensError(f"cannot listen on {host}:{port}: {getattr(exc, 'strerror', None) or exc}") from None
+    except MemlensError:
+        sock.close()
+        raise
     sock.listen(128)
-    bound, actual = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     warning = exposure_warning(host, bound)
     if warning:
         print(warning, file=sys.stderr, flush=True)
     engine = Engine(store, read_only=read_only)
     server = build(engine, read_only=read_only)
-    # Host and Origin are checked for every bind address (memlens.mcp.listen), not only for the SDK's loopback three
-    app = server.streamable_http_app(host=host, transport_security=transport_security(host, bound, mcp_settings))
+    # Host and Origin are checked for every bind address (memlens.mcp.listen), not only for the SDK's loopback three;
+    # the SDK answers a session beyond max_sessions with 503, Front the token (401) and a body over max_body_bytes (413;
+    # the SDK gets the same bound, so its own plain-text 413 never answers first)
+    app = server.streamable_http_app(host=host, transport_security=transport_security(host, bound, mcp_settings),
+                                     max_sessions=mcp_settings.max_sessions,
+                                     max_request_body_size=mcp_settings.max_body_bytes)
+    app = Front(app, tokens if tokens else None, mcp_settings.max_body_bytes)
     mode = "read-only, " if read_only else ""
+    if tokens:
+        mode += f"{len(tokens)} bearer token{'s' if len(tokens) != 1 else ''} from {tokens.source}, "
     print(f"memlens mcp: serving http://{shown}:{actual}/mcp ({mode}pid {os.getpid()})", file=sys.stderr, flush=True)
     engine.start()
     config = uvicorn.Config(app, log_level="warning", lifespan="on")

@@ -136,13 +136,23 @@ def landed(mem: Any, status: str | None) -> str | None:
 
 
 def client_of(ctx: Context | None) -> dict[str, str] | None:
-    """The connection's client as named in its ``initialize`` (or request envelope)."""
+    """The client: the bearer token's name when the call came with one (what the client says about itself is
+    kept as ``agent``), else the client as named in its ``initialize`` (or request envelope)."""
+    from memlens.mcp.auth import token_of
+
     try:
         params = ctx.session.client_params if ctx is not None else None
         info = params.client_info if params is not None else None
     except Exception:
-        return None
-    return attribution.client_record(getattr(info, "name", None), getattr(info, "version", None), via="mcp")
+        info = None
+    said = attribution.client_record(getattr(info, "name", None), getattr(info, "version", None), via="mcp")
+    token = token_of(ctx)
+    if token is None:
+        return said
+    record = attribution.client_record(token[0], via="mcp token")
+    if record is not None and said is not None:
+        record["agent"] = " ".join(said[k] for k in ("name", "version") if k in said)
+    return record
 
 
 def asking(ctx: Context | None) -> str | None:

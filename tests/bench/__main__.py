@@ -1,8 +1,8 @@
 """``python -m tests.bench [--quick] [--only NAME]`` (``make bench`` runs it without flags).
 
 Runs the suites in order: ``foundation``, ``retrieval``, ``tasks``, ``tui``, ``limits``, ``mcp``, ``imports``,
-``integrity``, ``conflicts``, ``web``, ``ask``, ``postgres``, ``ingest``, ``replay``, ``pipeline_cost``, ``chunking``,
-``embedder``, ``install``, ``review``. NAME
+``integrity``, ``conflicts``, ``web``, ``ask``, ``postgres``, ``team``, ``ingest``, ``replay``, ``pipeline_cost``,
+``chunking``, ``embedder``, ``install``, ``review``. NAME
 is one suite or one part of the foundation suite (``foundation.search``,
 ``foundation.embed``, ``foundation.import``, ``foundation.cold``). Only a full
 run of a whole suite writes ``tests/bench/results/<suite>.json`` and its table in
@@ -30,6 +30,7 @@ SUITES = (
     "web",
     "ask",
     "postgres",
+    "team",
     "ingest",
     "replay",
     "pipeline_cost",

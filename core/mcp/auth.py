@@ -1,0 +1,115 @@
+"""Who is calling the HTTP MCP server, and how much it may send: an ASGI layer in front of the SDK's app.
+
+A request body over ``[mcp] max_body_bytes`` gets 413 with a JSON-RPC error
+body before the SDK sees it (the SDK's own bound answers in plain text).
+
+With tokens configured (``memlens.mcp.tokens``), every HTTP request must carry
+``Authorization: Bearer TOKEN``; a missing or unknown token gets 401 with a
+JSON-RPC error body and reaches nothing else. An accepted request carries the
+token's entry as the SDK's ``AuthenticatedUser`` (``client_id`` = the token's
+name, scopes ``read`` and, unless the token is read-only, ``write``): the SDK
+then binds each session to the token that opened it (another token presenting
+its id gets 404), and the tools read the name and the scopes from the request
+(``token_of``). The token itself is never logged, printed or kept in the
+request's state.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from memlens.mcp.tokens import Token, TokenSet
+
+UNAUTHORIZED = -32001  # JSON-RPC server error: the request carries no valid credentials
+TOO_LARGE = -32600  # JSON-RPC invalid request: the body is over the bound
+
+
+async def _refuse(send: Any, status: int, code: int, message: str, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    """An HTTP error with a JSON-RPC error body, as the SDK answers its own refusals (503 at the session bound)."""
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class Front:
+    """ASGI middleware in front of the SDK's app: the bearer token (when ``tokens`` is given), then the body's size."""
+
+    def __init__(self, app: Any, tokens: TokenSet | None, max_body: int) -> None:
+        self.app = app
+        self.tokens = tokens
+        self.max_body = max_body
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":  # lifespan
+            await self.app(scope, receive, send)
+            return
+        if self.tokens is not None:
+            header = next((v for k, v in scope.get("headers", []) if k == b"authorization"), b"")
+            scheme, _, presented = header.decode("latin-1").partition(" ")
+            presented = presented.strip() if scheme.lower() == "bearer" else ""
+            token = self.tokens.verify(presented) if presented else None
+            if token is None:
+                await _refuse(send, 401, UNAUTHORIZED, "the bearer token is not valid" if presented else
+                              "this server needs a bearer token: send the header 'Authorization: Bearer TOKEN'",
+                              ((b"www-authenticate", b'Bearer realm="memlens"'),))
+                return
+            scope = {**scope, **_authenticated(token)}
+        declared = next((v for k, v in scope.get("headers", []) if k == b"content-length"), b"0")
+        body = await self._body(receive) if not declared.isdigit() or int(declared) <= self.max_body else None
+        if body is None:
+            await _refuse(send, 413, TOO_LARGE, f"the request body is over {self.max_body} bytes ([mcp] max_body_bytes)")
+            return
+        replayed = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return dict(await receive())
+
+        await self.app(scope, replay, send)
+
+    async def _body(self, receive: Any) -> bytes | None:
+        """The whole request body, or None as soon as it is over ``max_body``."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return b"".join(chunks)
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                return b"".join(chunks)
+
+
+def _authenticated(token: Token) -> dict[str, Any]:
+    """The request's identity as the SDK reads it: it binds each session to the token (``client_id``) that opened it."""
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+    from starlette.authentication import AuthCredentials
+
+    scopes = ["read"] if token.read_only else ["read", "write"]
+    access = AccessToken(token=f"sha256:{token.digest.hex()}", client_id=token.name, scopes=scopes)
+    return {"user": AuthenticatedUser(access), "auth": AuthCredentials(scopes)}
+
+
+def token_of(ctx: Any) -> tuple[str, bool] | None:
+    """(the token's name, whether it may write) for a request (a tool's ``Context`` or the SDK's request context)
+    that came with a bearer token; None without one."""
+    try:
+        request = ctx.request_context.request if hasattr(ctx, "request_context") else ctx.request
+    except (AttributeError, ValueError):  # no context, or not inside a request
+        return None
+    user = getattr(request, "scope", {}).get("user") if request is not None else None
+    access = getattr(user, "access_token", None)
+    if access is None:
+        return None
+    return access.client_id, "write" in access.scopes
