@@ -93,7 +93,7 @@ def test_every_question_set_ranks_the_same_with_the_speed_layer_on_and_off(quest
     assert not diffs, f"{len(diffs)} searches differ:\n" + "\n".join(diffs[:10])
 
 
-def _demo_searches(mem: Any) -> list[Search]:
+def _demo_searches() -> list[Search]:
     import json
     import re
 
@@ -109,7 +109,7 @@ def _demo_searches(mem: Any) -> list[Search]:
 def test_the_demo_memorys_searches_rank_the_same_with_the_speed_layer_on_and_off_before_and_after_writes(
         demo_store, opened):
     mems = opened(demo_store)
-    searches = _demo_searches(mems["off"])
+    searches = _demo_searches()
     diffs = [d for p in (1, 2) for d in _differences(mems, searches, f"demo pass {p}")]
     first = searches[0]
     victim, edited = _ranked(mems["off"], *first)[0][0], _ranked(mems["off"], *first)[1][0]
