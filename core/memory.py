@@ -332,7 +332,7 @@ class Memory:
 
     @property
     def vector_index(self) -> Any:
-        """The in-process vector index when in use (see core/store/vindex.py), else None (sqlite-vec)."""
+        """The in-process vector index when in use (see core/store/speed/vindex.py), else None (sqlite-vec)."""
         return self.store.vindex
 
     def warm_index(self, *, text: bool = False) -> int:

@@ -178,6 +178,27 @@ def demo_store(tmp_path_factory, settings, real_embedder) -> Iterator[Path]:
     assert snapshot_store(path) == before, "a test wrote to the session's demo_store; copy it first"
 
 
+@pytest.fixture(scope="session")
+def question_stores(tmp_path_factory, settings, real_embedder) -> dict[str, Path]:
+    """Each question set's corpus (tests/data/<set>) in its own store, embedded by the real model once per run;
+    set name -> store path (the quality guard and the speed layer's parity test read them)."""
+    from memlens import Memory
+    from tests.data import beir
+
+    root = tmp_path_factory.mktemp("quality")
+    out = {}
+    for name in beir.SETS:
+        try:
+            docs = beir.corpus(name)
+        except beir.CorpusMismatch as exc:
+            pytest.fail(str(exc))
+        beir.write_entries(docs, beir.WINGS[name], root / f"{name}.jsonl")
+        out[name] = root / f"{name}.db"
+        with Memory.open(out[name], settings=settings, embedder=real_embedder) as mem:
+            assert mem.import_jsonl(root / f"{name}.jsonl")["imported"] == len(docs)
+    return out
+
+
 @pytest.fixture
 def demo_mem(demo_store, tmp_path, settings, real_embedder):
     from memlens import Memory

@@ -37,7 +37,7 @@ def test_the_stage_passes_every_term_and_traces_them(engine):
     run = run_until(engine, "where are the parameters declared", "lexical")
     assert run.trace.fusion["lexical_terms"] == ["where", "are", "the", "parameters", "declared"]
     want = engine.reads.lexical("where are the parameters declared", run.plan.search_scope, 50)
-    assert list(run.bm25) == [r for r, _ in want] and len(run.bm25) == 2  # "where" and "the" match the second entry
+    assert list(run.found.bm25) == [r for r, _ in want] and len(run.found.bm25) == 2  # "where" and "the" match the second entry
 
 
 def test_the_cut_note_counts_every_distinct_term(engine):

@@ -1,4 +1,4 @@
-"""The in-process lexical index (memlens.store.lexindex) against FTS5's own bm25, on real text.
+"""The in-process lexical index (memlens.store.speed.lexindex) against FTS5's own bm25, on real text.
 
 Every comparison runs the SQL by hand here (``bm25(entries_fts, 2.0, 1.0)``, the scope as a join on
 entries) and asks the store's lexical generator with the in-process vector index warm; the two must give
@@ -21,9 +21,11 @@ import pytest
 
 from memlens.retrieval.evaluate import load_queries
 from memlens.retrieval.terms import lexical_terms
-from memlens.store.lexindex import LexIndex, varints
 from memlens.store.reads import fts_query
 from memlens.store.scope import Scope
+from memlens.store.speed.lexindex import LexIndex
+from memlens.store.speed.stamps import Stamps
+from memlens.store.textindex import varints
 from tests.other_process import write
 
 DATA = Path(__file__).resolve().parent / "data" / "docs_qa"
@@ -67,7 +69,7 @@ def lazy_warm(mem) -> None:
     """Warm the vector index only (as ``search --queries`` does): the text index's postings are then read as
     searches ask for words."""
     mem.warm_index()
-    assert mem.store._lexindex()._snap is None
+    assert mem.store.speed.postings._snap is None
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +119,7 @@ def same(got: list[tuple[int, float]], want: list[tuple[int, float]]) -> None:
 
 
 def served(mem) -> int:
-    return mem.store._lexindex().served
+    return mem.store.speed.postings.served
 
 
 def hold(mem) -> None:
@@ -311,7 +313,7 @@ def test_the_store_file_is_not_written(docs_store, tmp_path):
         mem.warm_index()
         for q in questions()[:10] * 2:
             mem.store.lexical(q, Scope(), N)
-        assert mem.store._lexindex().served >= 10  # asked again, each question is answered in process
+        assert mem.store.speed.postings.served >= 10  # asked again, each question is answered in process
         assert mem.conn.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE 'memlens_lex%'").fetchone()[0] == 0
     assert path.read_bytes() == data
 
@@ -321,7 +323,7 @@ def test_a_store_written_between_searches_never_reads_postings(copy_mem):
     sizes or postings are read; two searches in one state and the second is answered in process."""
     mem = copy_mem
     store, conn = mem.store, mem.conn
-    lex = store._lexindex()
+    lex = store.speed.postings
     for i in range(3):
         mem.add(f"platypusword note {i}", wing="w1")
         same(store.lexical("platypusword buffer", Scope(), N), fts5(conn, "platypusword buffer", Scope(), N))
@@ -385,7 +387,7 @@ def test_a_read_only_connection_runs_the_sql(copy_mem):
 
 def test_varints_and_a_search_before_any_row():
     assert varints(bytes([0x05, 0x81, 0x00, 0x7F])) == [5, 128, 127]
-    assert LexIndex().search(_NoRows(), ["x"], None, 5) is None
+    assert LexIndex(Stamps()).search(_NoRows(), ["x"], None, 5) is None
 
 
 class _NoRows:
@@ -422,7 +424,7 @@ def whole_mem(docs_store, tmp_path):
     shutil.copy(docs_store, path)
     with Memory.open(path, embedder=HashEmbedder()) as mem:
         mem.warm_index(text=True)
-        snap = mem.store._lexindex()._snap
+        snap = mem.store.speed.postings._snap
         assert snap is not None and snap.complete and len(snap.postings) > 5000
         yield mem
 
@@ -466,7 +468,7 @@ def test_a_write_ends_the_whole_index_and_searches_see_it(whole_mem):
         same(got, fts5(conn, text, Scope(), N))
         assert got[0][0] == rowid
     assert served(mem) == before + 3  # the first search in the new state runs the SQL, the next ones read and hold
-    assert not store._lexindex()._snap.complete
+    assert not store.speed.postings._snap.complete
 
 
 def test_a_text_index_above_the_bound_is_not_read_whole(docs_store, tmp_path, monkeypatch):
@@ -479,7 +481,7 @@ def test_a_text_index_above_the_bound_is_not_read_whole(docs_store, tmp_path, mo
     shutil.copy(docs_store, path)
     with Memory.open(path, embedder=HashEmbedder()) as mem:
         mem.warm_index(text=True)
-        assert mem.store._lexindex()._snap is None
+        assert mem.store.speed.postings._snap is None
         same(mem.store.lexical("readable stream", Scope(), N), fts5(mem.conn, "readable stream", Scope(), N))
         assert served(mem) == 0
 
@@ -489,13 +491,13 @@ def test_a_snapshot_built_by_another_search_during_the_warm_up_gets_the_postings
     postings: the snapshot held at the end gets them all (nothing read is thrown away)."""
     from memlens import Memory
     from memlens.embed import HashEmbedder
-    from memlens.store import lexindex
+    from memlens.store.speed import lexindex
 
     path = tmp_path / "race.db"
     shutil.copy(docs_store, path)
     with Memory.open(path, embedder=HashEmbedder()) as mem:
         mem.warm_index()
-        lex = mem.store._lexindex()
+        lex = mem.store.speed.postings
         real = lexindex.LexIndex._all_postings
 
         def meanwhile(self, snap, rows):
@@ -534,9 +536,8 @@ def test_a_search_reads_the_text_index_state_once(copy_mem):
 
 
 def test_the_state_records_kept_for_a_search_end_with_a_write(copy_mem):
-    from memlens.store.lexindex import state_records
-
     mem = copy_mem
+    state_records = mem.store.speed.postings.state_records
     with mem.reads.settled():
         before = state_records(mem.conn)
         assert state_records(mem.conn) is before  # kept
@@ -551,7 +552,7 @@ def test_in_process_sums_are_made_phrase_after_phrase(copy_mem):
     floats, bit for bit, as adding phrase after phrase, repeated phrases included."""
     mem = copy_mem
     mem.warm_index(text=True)
-    lex = mem.store._lexindex()
+    lex = mem.store.speed.postings
     snap = lex._snap
     assert snap is not None and snap.complete
     tokens = sorted(snap.postings)

@@ -143,8 +143,8 @@ def test_the_engine_warms_the_vector_and_the_text_index_on_its_loader_thread(mem
     engine.start(warm=True)
     assert engine._thread is not None
     engine._thread.join(60)
-    snap = mem.store._lexindex()._snap
+    snap = mem.store.speed.postings._snap
     assert mem.vector_index is not None and snap is not None and snap.complete and "executor" in snap.postings
-    before = mem.store._lexindex().served
+    before = mem.store.speed.postings.served
     assert [r.entry.text for r in mem.search("executor scheduler", use_cache=False).results]
-    assert mem.store._lexindex().served == before + 1
+    assert mem.store.speed.postings.served == before + 1

@@ -1,4 +1,4 @@
-"""memlens.store.porter against SQLite's own ``porter unicode61`` tokenizer, and its use by the lexical index.
+"""memlens.store.speed.porter against SQLite's own ``porter unicode61`` tokenizer, and its use by the lexical index.
 
 The reference is SQLite itself: words are inserted into an in-memory FTS5 table with that tokenizer and read
 back through fts5vocab, so every expectation here is what the running SQLite makes of the word.
@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from memlens.store import db, lexindex
-from memlens.store.lexindex import PROBE, LexIndex
-from memlens.store.porter import stem
+from memlens.store import db
+from memlens.store.speed import lexindex
+from memlens.store.speed.lexindex import PROBE, LexIndex
+from memlens.store.speed.porter import stem
+from memlens.store.speed.stamps import Stamps
 
 NODE_DOCS = Path("/usr/share/doc/nodejs/api")
 
@@ -107,7 +109,7 @@ def test_the_lexical_index_stems_ascii_words_itself_once_the_port_is_checked(con
     calls: list[list[str]] = []
     real = LexIndex._tokenize
     monkeypatch.setattr(LexIndex, "_tokenize", lambda self, c, words: calls.append(list(words)) or real(self, c, words))
-    lex = LexIndex()
+    lex = LexIndex(Stamps())
     words = ["encodings", "buffers", "decoded", "café", "read_file"]
     got = lex._words_tokens(conn, words)
     assert calls == [list(PROBE), ["café", "read_file"]]  # the check once; then only what the port cannot do
@@ -121,7 +123,7 @@ def test_a_port_that_disagrees_with_sqlite_is_not_used(conn, monkeypatch):
     calls: list[list[str]] = []
     real = LexIndex._tokenize
     monkeypatch.setattr(LexIndex, "_tokenize", lambda self, c, words: calls.append(list(words)) or real(self, c, words))
-    lex = LexIndex()
+    lex = LexIndex(Stamps())
     got = lex._words_tokens(conn, ["encodings", "buffers"])
     assert got == {"encodings": ("encod",), "buffers": ("buffer",)}
     assert calls == [list(PROBE), ["encodings", "buffers"]]
@@ -131,7 +133,7 @@ def test_a_port_that_disagrees_with_sqlite_is_not_used(conn, monkeypatch):
 def test_a_store_with_another_tokenizer_is_tokenized_by_sqlite(tmp_path):
     conn = db.driver().connect(str(tmp_path / "x.db"))
     conn.execute("CREATE VIRTUAL TABLE entries_fts USING fts5(title, text, tokenize='unicode61')")
-    lex = LexIndex()
+    lex = LexIndex(Stamps())
     assert lex._words_tokens(conn, ["encodings"]) == {"encodings": ("encodings",)}
     assert lex._stemmer is False
     conn.close()

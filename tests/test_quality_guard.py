@@ -6,9 +6,9 @@ beside each set (``tests/data/<set>/quality.json``).
   sections of Python's tutorial, HOWTOs, language reference and usage guides.
 
 Each corpus is rebuilt from its source on this machine, checked against its digest, and stored with the real model
-(embedded once per run, in this module); the installed ``memlens eval`` command then ranks every question. A change
-that lowers MRR@10 or R@1 on either set by more than ``TOLERANCE`` fails here; one that raises them should commit
-the new figures, so the guard follows the best measured so far.
+(embedded once per run: the ``question_stores`` fixture, tests/conftest.py); the installed ``memlens eval`` command
+then ranks every question. A change that lowers MRR@10 or R@1 on either set by more than ``TOLERANCE`` fails here; one that raises
+them should commit the new figures, so the guard follows the best measured so far.
 """
 
 from __future__ import annotations
@@ -19,33 +19,13 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.data import beir
-
-SETS = ("docs_qa", "python_faq")
-
-
-@pytest.fixture(scope="module")
-def stores(tmp_path_factory, settings, real_embedder):
-    """Each set's corpus in its own store, embedded by the real model (the session's, loaded once)."""
-    from memlens import Memory
-
-    root = tmp_path_factory.mktemp("quality")
-    out = {}
-    for name in SETS:
-        try:
-            docs = beir.corpus(name)
-        except beir.CorpusMismatch as exc:
-            pytest.fail(str(exc))
-        beir.write_entries(docs, beir.WINGS[name], root / f"{name}.jsonl")
-        out[name] = root / f"{name}.db"
-        with Memory.open(out[name], settings=settings, embedder=real_embedder) as mem:
-            assert mem.import_jsonl(root / f"{name}.jsonl")["imported"] == len(docs)
-    return out
+from tests.data.beir import SETS
 
 
 @pytest.mark.parametrize("name", SETS)
-def test_memlens_eval_holds_the_committed_figures(stores, name):
+def test_memlens_eval_holds_the_committed_figures(question_stores, name):
     data = beir.DATA / name
-    done = run_cli("--store", str(stores[name]), "eval", str(data / "queries.jsonl"), str(data / "qrels" / "test.tsv"),
+    done = run_cli("--store", str(question_stores[name]), "eval", str(data / "queries.jsonl"), str(data / "qrels" / "test.tsv"),
                    "--json", timeout=900)
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout)

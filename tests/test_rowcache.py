@@ -1,4 +1,4 @@
-"""Entry rows kept in process beside the warm vector index (memlens.store.rowcache): served only while their wing
+"""Entry rows kept in process beside the warm vector index (memlens.store.speed.rowcache): served only while their wing
 is at the generation they were read at, so a write by this or another process, or a rolled-back one, is never
 hidden; damaged rows are never kept."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from memlens.store import rowcache
+from memlens.store.speed import rowcache
 from tests.other_process import write
 
 

@@ -66,11 +66,11 @@ def test_plan_scope_from_the_store(engine):
 
 def test_gate_says_why_nothing_is_searched(engine):
     run = run_until(engine, "kind=document coffee", "gate", profile="personal")
-    assert run.mode is None and "allows no kind" in run.trace.notes[0]
+    assert run.found.mode is None and "allows no kind" in run.trace.notes[0]
     run = run_until(engine, "callbacks", "gate", profile="academic")
-    assert run.mode is None and "needs 2" in run.trace.notes[0]
-    assert run_until(engine, "type=decision", "gate").mode == "listing"
-    assert run_until(engine, "callbacks", "gate").mode == "text"
+    assert run.found.mode is None and "needs 2" in run.trace.notes[0]
+    assert run_until(engine, "type=decision", "gate").found.mode == "listing"
+    assert run_until(engine, "callbacks", "gate").found.mode == "text"
 
 
 def test_vector_stage_records_the_index_and_the_lexical_scorer(engine):
@@ -78,22 +78,22 @@ def test_vector_stage_records_the_index_and_the_lexical_scorer(engine):
     assert run.trace.fusion["vector_index"] == "fake"
     assert run.trace.fusion["lexical"] == "fake-term-count"
     store, q = engine.reads, engine.embed(["parameters declared"])[0]
-    assert max(run.sims, key=run.sims.get) == max(store.vecs, key=lambda r: float(store.vecs[r] @ q))
-    assert sorted(run.vec_rank.values()) == list(range(1, len(run.sims) + 1))
+    assert max(run.found.sims, key=run.found.sims.get) == max(store.vecs, key=lambda r: float(store.vecs[r] @ q))
+    assert sorted(run.found.vec_rank.values()) == list(range(1, len(run.found.sims) + 1))
 
 
 def test_degenerate_query_vector_skips_the_knn(engine, monkeypatch):
     monkeypatch.setattr(engine, "embed", lambda texts: np.zeros((1, 64), dtype=np.float32))
     run = run_until(engine, "parameters", "lexical")
-    assert "knn" not in engine.reads.calls and run.sims == {}
+    assert "knn" not in engine.reads.calls and run.found.sims == {}
     assert any("degenerate" in n for n in run.trace.notes)
-    assert run.bm25 and run.ordered == list(run.bm25)
+    assert run.found.bm25 and run.found.ordered == list(run.found.bm25)
 
 
 def test_lexical_stage_orders_the_union_and_notes_the_term_cut(engine):
     run = run_until(engine, "parameters declared", "lexical")
-    assert list(run.bm25) == [r for r, _ in engine.reads.lexical("parameters declared", run.plan.search_scope, 50)]
-    assert run.ordered[: len(run.sims)] == list(run.sims)
+    assert list(run.found.bm25) == [r for r, _ in engine.reads.lexical("parameters declared", run.plan.search_scope, 50)]
+    assert run.found.ordered[: len(run.found.sims)] == list(run.found.sims)
     words = " ".join(f"w{i}" for i in range(MAX_QUERY_TERMS + 3))
     run = run_until(engine, words, "lexical")
     assert f"first {MAX_QUERY_TERMS} of the query's {MAX_QUERY_TERMS + 3}" in " ".join(run.trace.notes)

@@ -1,4 +1,4 @@
-"""The in-process vector index (memlens.store.vindex): one scan over every wing of the scope, the same rows as
+"""The in-process vector index (memlens.store.speed.vindex): one scan over every wing of the scope, the same rows as
 sqlite-vec's exact KNN, and never an answer from vectors or metadata older than the store."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from memlens.store import vindex
 from memlens.store.scope import Scope
-from memlens.store.vindex import VectorIndex, _top
+from memlens.store.speed import vindex
+from memlens.store.speed.vindex import VectorIndex, _top
 from tests.other_process import write
 
 WINGS = ["w0", "w1", "w2", "w3"]

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 from memlens.ingest.runs import index, ingest
 
 if TYPE_CHECKING:
-    from memlens.memory import Memory
+    from memlens.ingest.context import IngestContext
 
 __all__ = ["ingest", "index", "index_status"]
 
 
-def index_status(mem: Memory, *, stale_sample: int = 20_000) -> dict[str, Any]:
+def index_status(mem: IngestContext, *, stale_sample: int = 20_000) -> dict[str, Any]:
     """The code index at a glance: files, chunks, last run, stale ratio, queue depth and retrieval rates."""
     from memlens.ingest.status import status
 

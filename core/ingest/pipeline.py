@@ -35,7 +35,7 @@ from memlens.store.writes import validate_entry
 from memlens.vocab import NAME_RE
 
 if TYPE_CHECKING:
-    from memlens.memory import Memory
+    from memlens.ingest.context import IngestContext
 
 BATCH_CHUNKS = 256  # chunks embedded and written together
 BATCH_FILES = 200  # files per batch at most (many tiny files)
@@ -140,7 +140,7 @@ def _read(path: str, cap: int) -> bytes:
 class _Writer(threading.Thread):
     """Embeds and writes batches from the queue; the first error stops it and is raised by ``join_checked``."""
 
-    def __init__(self, mem: Memory, run: Run, progress: Progress | None) -> None:
+    def __init__(self, mem: IngestContext, run: Run, progress: Progress | None) -> None:
         super().__init__(name="memlens-ingest-writer", daemon=True)
         self.mem, self.run_, self.progress = mem, run, progress
         self.q: queue.Queue[list[storage.SourceWrite] | None] = queue.Queue(maxsize=QUEUE_BATCHES)
@@ -222,7 +222,7 @@ def _chunks_for(
     return chunks, "code", f"code:{how}", {}
 
 
-def run_pipeline(mem: Memory, targets: list[Target], run: Run, *, progress: Progress | None = None,
+def run_pipeline(mem: IngestContext, targets: list[Target], run: Run, *, progress: Progress | None = None,
                  deadline: float | None = None, only: set[str] | None = None) -> dict[str, Any]:
     """Bring the catalog of ``run.wing`` in line with ``targets``; returns the summary (see ``summary``).
 
@@ -301,7 +301,7 @@ def summary(run: Run, seconds: float) -> dict[str, Any]:
             "chunks": c["chunks"], "skipped": run.skipped, "seconds": round(seconds, 3), "complete": run.complete}
 
 
-def _plan_file(mem: Memory, run: Run, target: Target, f: Found, known: storage.Source | None, count: TokenCounter,
+def _plan_file(mem: IngestContext, run: Run, target: Target, f: Found, known: storage.Source | None, count: TokenCounter,
                skips: list[Skip], touched: list[tuple[int, int, int]]) -> storage.SourceWrite | None:
     """What to write for one file: None when it is unchanged or skipped."""
     suffix = os.path.splitext(f.path)[1].lower()

@@ -28,7 +28,7 @@ from memlens.models import parse_ts, utcnow
 from memlens.trace import Bundle, Dropped
 
 if TYPE_CHECKING:
-    from memlens.memory import Memory
+    from memlens.ingest.context import IngestContext
     from memlens.models import Entry
 
 MAX_CHUNKS = 3
@@ -45,7 +45,7 @@ def _drop(bundle: Bundle, id_: str, wing: str, stage: str, reason: str, detail: 
     bundle.trace.dropped.append(Dropped(id=id_, stage=stage, reason=reason, detail=detail, score=score, wing=wing))
 
 
-def code_section(mem: Memory, bundle: Bundle) -> str:
+def code_section(mem: IngestContext, bundle: Bundle) -> str:
     """The markdown "Relevant code" section for ``bundle``'s query ("" when none); gates and drops go to its trace.
 
     Code chunks among the memory results leave them (they are shown here, once, after the gates).
@@ -130,11 +130,11 @@ def render(served: list[tuple[Entry, float]]) -> str:
     return "\n".join(lines)
 
 
-def _log(mem: Memory, wings: list[str], served: int, reasons: dict[str, Any]) -> None:
+def _log(mem: IngestContext, wings: list[str], served: int, reasons: dict[str, Any]) -> None:
     storage.log_code_recall(mem, {"wings": wings, "served": served, "dropped": reasons, "degraded": not wings})
 
 
-def render_with_code(mem: Memory, bundle: Bundle) -> str:
+def render_with_code(mem: IngestContext, bundle: Bundle) -> str:
     """``render_context`` plus the Relevant code section (the context an agent receives)."""
     from memlens.retrieval.budget import render_context
 

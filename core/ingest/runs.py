@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 from memlens.models import format_ts, utcnow
 
 if TYPE_CHECKING:
+    from memlens.ingest.context import IngestContext
     from memlens.ingest.pipeline import Progress
-    from memlens.memory import Memory
 
 
-def _run(mem: Memory, mode: str, targets: Any, wing: str, room: str, root: str | None, progress: Progress | None,
+def _run(mem: IngestContext, mode: str, targets: Any, wing: str, room: str, root: str | None, progress: Progress | None,
          deadline_s: float | None, only: set[str] | None = None) -> dict[str, Any]:
     from memlens.ingest import storage
     from memlens.ingest.pipeline import Run, run_pipeline
@@ -28,7 +28,7 @@ def _run(mem: Memory, mode: str, targets: Any, wing: str, room: str, root: str |
     return out
 
 
-def ingest(mem: Memory, paths: Sequence[str | Path], *, wing: str, room: str = "", progress: Progress | None = None
+def ingest(mem: IngestContext, paths: Sequence[str | Path], *, wing: str, room: str = "", progress: Progress | None = None
            ) -> dict[str, Any]:
     """Ingest files and folders into ``wing``: documents as kind ``document``, source files as kind ``code``."""
     from memlens.ingest.pipeline import check_name, resolve_targets
@@ -39,7 +39,7 @@ def ingest(mem: Memory, paths: Sequence[str | Path], *, wing: str, room: str = "
     return _run(mem, "ingest", targets, wing, room, root, progress, None)
 
 
-def index(mem: Memory, workspace: str | Path, *, wing: str, room: str = "", progress: Progress | None = None,
+def index(mem: IngestContext, workspace: str | Path, *, wing: str, room: str = "", progress: Progress | None = None,
           deadline_s: float | None = None, only: set[str] | None = None) -> dict[str, Any]:
     """Index a workspace's files as kind ``code`` (syntax-aware chunks, line ranges); incremental.
 

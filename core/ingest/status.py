@@ -9,7 +9,7 @@ from memlens.ingest import storage
 from memlens.ingest.walker import inside
 
 if TYPE_CHECKING:
-    from memlens.memory import Memory
+    from memlens.ingest.context import IngestContext
 
 
 def _stale(sources: list[storage.Source], sample: int) -> tuple[int, int]:
@@ -27,7 +27,7 @@ def _stale(sources: list[storage.Source], sample: int) -> tuple[int, int]:
     return stale, checked
 
 
-def status(mem: Memory, *, stale_sample: int = 20_000) -> dict[str, Any]:
+def status(mem: IngestContext, *, stale_sample: int = 20_000) -> dict[str, Any]:
     from memlens.ingest.watch import active_watchers
 
     indexes = []

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from memlens.memory import Memory
+    from memlens.ingest.context import IngestContext
 
 _active: list[Watcher] = []
 _active_lock = threading.Lock()
@@ -28,7 +28,7 @@ def active_watchers() -> list[Watcher]:
 
 
 class Watcher:
-    def __init__(self, mem: Memory, root: str, wing: str, room: str = "", *, rescan_s: float = 300.0,
+    def __init__(self, mem: IngestContext, root: str, wing: str, room: str = "", *, rescan_s: float = 300.0,
                  debounce_ms: int = 200, deadline_s: float = 60.0,
                  on_run: Callable[[str, dict[str, Any]], None] | None = None,
                  on_error: Callable[[BaseException], None] | None = None) -> None:

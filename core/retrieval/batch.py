@@ -13,13 +13,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from pydantic import ValidationError as PydanticError
 
 from memlens.errors import MemlensError, ValidationError
 from memlens.limits import MAX_BUDGET, MAX_K, MAX_QUERY_CHARS
+from memlens.retrieval.plan import Planning
+
+if TYPE_CHECKING:
+    from memlens.trace import Bundle
 
 FIELDS = ("id", "query", "active_wing", "wings", "k", "profile", "budget")
 
@@ -68,7 +72,16 @@ def parse_lines(path: Path) -> list[tuple[int, BatchQuery]]:
     return jobs
 
 
-def run(mem: Any, path: Path, jobs: list[tuple[int, BatchQuery]], defaults: dict[str, Any], out: Any = None) -> int:
+class Batch(Planning, Protocol):
+    """What a batch asks of the engine (a ``Memory`` is one): a plan's parts (each line is checked first), the
+    in-process index loaded once, and searches."""
+
+    def warm_index(self) -> int: ...
+
+    def search(self, query: str, **kw: Any) -> Bundle: ...
+
+
+def run(mem: Batch, path: Path, jobs: list[tuple[int, BatchQuery]], defaults: dict[str, Any], out: Any = None) -> int:
     """Check every line of ``parse_lines(path)`` against the store, then run them all; returns the searches run."""
     from memlens.retrieval.search import check
 

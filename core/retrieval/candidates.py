@@ -24,7 +24,7 @@ from memlens.trace import Components
 def gate(run: Run) -> None:
     """Decide what to look for: free text, a filters-only listing, or nothing (the trace says why)."""
     plan, trace, text = run.plan, run.trace, run.text
-    run.n_cand = knn_rows(plan.k, run.settings.search.candidates)  # never past sqlite-vec's KNN limit
+    run.found.n_cand = knn_rows(plan.k, run.settings.search.candidates)  # never past sqlite-vec's KNN limit
     if plan.kinds == []:
         trace.notes.append(f"profile {plan.profile.name!r} allows no kind that the query asked for")
     elif text and len(text.split()) < plan.profile.min_query_tokens:
@@ -32,59 +32,59 @@ def gate(run: Run) -> None:
             f"query has {len(text.split())} token(s); profile {plan.profile.name!r} needs {plan.profile.min_query_tokens}"
         )
     else:
-        run.mode = "text" if text else "listing"
+        run.found.mode = "text" if text else "listing"
 
 
 def has_text(run: Run) -> bool:
-    return run.mode == "text"
+    return run.found.mode == "text"
 
 
 def is_listing(run: Run) -> bool:
-    return run.mode == "listing"
+    return run.found.mode == "listing"
 
 
 def embed(run: Run) -> None:
-    run.qvec = run.ctx.embed([run.text])[0]
+    run.found.qvec = run.ctx.embed([run.text])[0]
 
 
 def vector(run: Run) -> None:
     """The KNN generator: nearest stored vectors inside the scope."""
-    qvec, trace, store = run.qvec, run.trace, run.store
+    qvec, trace, store = run.found.qvec, run.trace, run.store
     assert qvec is not None
     if degenerate(qvec):
-        run.qvec = clean(qvec)
+        run.found.qvec = clean(qvec)
         hits: list[tuple[int, float]] = []
         trace.notes.append("the query's vector is degenerate (zero or not finite): text matches only")
         index = store.vector_index()
     else:
-        knn = store.knn(qvec, run.plan.search_scope, run.n_cand)
-        hits, index, run.knn_gens, run.scanned = knn.hits, knn.index, knn.gens, knn.scanned
+        knn = store.knn(qvec, run.plan.search_scope, run.found.n_cand)
+        hits, index, run.found.knn_gens, run.found.scanned = knn.hits, knn.index, knn.gens, knn.scanned
         if knn.note:
             trace.notes.append(knn.note)
     trace.fusion["vector_index"] = index
     trace.fusion["lexical"] = store.lexical_scorer
-    hits = hits[: run.n_cand]
-    run.sims.update(hits)
-    run.vec_rank.update(zip([rowid for rowid, _ in hits], range(1, len(hits) + 1)))
+    hits = hits[: run.found.n_cand]
+    run.found.sims.update(hits)
+    run.found.vec_rank.update(zip([rowid for rowid, _ in hits], range(1, len(hits) + 1)))
 
 
 def lexical(run: Run) -> None:
     """The lexical generator: the best text matches inside the scope, for every term of the query up to the cap
     (``memlens.retrieval.terms``); the trace lists the terms used."""
     sel = lexical_terms(run.text)
-    hits = run.store.lexical(sel.text, run.plan.search_scope, run.n_cand, run.knn_gens)
+    hits = run.store.lexical(sel.text, run.plan.search_scope, run.found.n_cand, run.found.knn_gens)
     run.trace.fusion["lexical_terms"] = sel.terms
     if sel.cut:
         run.trace.notes.append(f"the lexical search used the first {MAX_QUERY_TERMS} of the query's {sel.distinct} "
                                "distinct terms")
-    run.bm25.update(hits)
-    run.bm25_rank.update(zip([rowid for rowid, _ in hits], range(1, len(hits) + 1)))
-    run.ordered = list(dict.fromkeys([*run.sims, *run.bm25]))
+    run.found.bm25.update(hits)
+    run.found.bm25_rank.update(zip([rowid for rowid, _ in hits], range(1, len(hits) + 1)))
+    run.found.ordered = list(dict.fromkeys([*run.found.sims, *run.found.bm25]))
 
 
 def listing(run: Run) -> None:
     """Filters only: the scope in authority order, most salient first."""
-    run.ordered = run.store.listing(run.plan.search_scope, run.n_cand)
+    run.found.ordered = run.store.listing(run.plan.search_scope, run.found.n_cand)
 
 
 def _rows(run: Run, rowids: list[int]) -> list[StoredRow]:
@@ -99,7 +99,7 @@ def _rows(run: Run, rowids: list[int]) -> list[StoredRow]:
 def _load(run: Run, rowids: list[int], pool: dict[int, Candidate]) -> tuple[list[Candidate], list[Candidate]]:
     """Candidates for the rows of ``rowids``, each with what the generators found for it (similarity, ranks, bm25).
     Returns the new candidates without a similarity yet (text-only matches, pull-ins), and those with a key."""
-    sims, vec_rank, bm25, bm25_rank = run.sims, run.vec_rank, run.bm25, run.bm25_rank
+    sims, vec_rank, bm25, bm25_rank = run.found.sims, run.found.vec_rank, run.found.bm25, run.found.bm25_rank
     unscored, keyed = [], []
     for r in _rows(run, rowids):
         rowid = r[0]
@@ -138,10 +138,10 @@ def _similarities(run: Run, pool: dict[int, Candidate], unscored: list[Candidate
     """Vectors for the candidates the KNN did not score (``unscored``) and for the key groups dedup compares
     (``keyed``). A KNN that scanned the whole scope computed most of those similarities already (the in-process
     index): they are read from it."""
-    qvec, sims = run.qvec, run.sims
+    qvec, sims = run.found.qvec, run.found.sims
     assert qvec is not None
-    if run.scanned is not None and unscored:
-        sims.update(run.scanned({c.rowid: c.wing for c in unscored}))
+    if run.found.scanned is not None and unscored:
+        sims.update(run.found.scanned({c.rowid: c.wing for c in unscored}))
     fetch_vectors(run, {c.rowid: c.wing for c in (*unscored, *keyed) if c.rowid not in sims or c.key})
     rowids = [r for r in run.vectors if r in pool]
     if not rowids:
@@ -160,17 +160,17 @@ def _similarities(run: Run, pool: dict[int, Candidate], unscored: list[Candidate
 def load(run: Run) -> None:
     """The pool: the generators' rows, the pull-ins, their vectors and every candidate's raw components."""
     trace = run.trace
-    trace.candidates = {"vector": len(run.sims), "lexical": len(run.bm25), "over_fetch": run.n_cand}
+    trace.candidates = {"vector": len(run.found.sims), "lexical": len(run.found.bm25), "over_fetch": run.found.n_cand}
     pool: dict[int, Candidate] = {}
-    unscored, keyed = _load(run, run.ordered, pool)
+    unscored, keyed = _load(run, run.found.ordered, pool)
     mandatory, extra = _pull_in(run, pool)
     more, more_keyed = _load(run, list(dict.fromkeys(extra)), pool)
     unscored += more
     keyed += more_keyed
     trace.candidates["pulled_in"] = len(set(extra))
-    if pool and run.qvec is not None:
+    if pool and run.found.qvec is not None:
         _similarities(run, pool, unscored, keyed)
-        sims = run.sims
+        sims = run.found.sims
         for c in unscored:  # the similarities found since the candidates were made
             c.comps.similarity = sims.get(c.rowid)
     for rowid in mandatory:

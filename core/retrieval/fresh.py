@@ -3,7 +3,7 @@
 A vector is stale when the store moved to another model (``memlens reembed`` is under way or was never run)
 or the text changed behind the engine's back. The pipeline already holds each hit's stored content hash
 (its row); the model that made each vector is one indexed lookup for the final hits only (a long-lived
-process keeps the models beside its rows, ``memlens.store.rowcache``). A workspace
+process keeps the models beside its rows, ``memlens.store.speed.rowcache``). A workspace
 document (the fallback) has no stored vector: its ``vector`` stays None.
 """
 

@@ -62,7 +62,7 @@ def year_boosted(run: Run) -> Scorer:
 def conversation(run: Run) -> Scorer:
     """Conversation fusion: raw cosine, the query against the session's mean turn vector ("summary"), recency."""
     conv = run.plan.profile.conversation_fusion or {}
-    qvec = run.qvec
+    qvec = run.found.qvec
     centroids = session_centroids(run)
 
     def score(c: Candidate, comps: Components, raw: float) -> None:

@@ -13,8 +13,10 @@ themselves. The engine is reached only through the search's context
 embedder, the cache, the profiles, the log), and what the search logs is
 the record built here (``RetrievalRecord``), handed to ``ctx.log``.
 
-To add a stage: write ``def my_stage(run: Run) -> None`` (read the parts of
-``run`` the stages before it set, write the ones after it read), add
+To add a stage: write ``def my_stage(run: Run) -> None``. It reads the parts
+of ``run`` the stages before it write and writes parts the stages after it
+read: ``Run`` (``memlens.retrieval.run``) lists each part and the stage that
+writes it (what a new stage produces goes in a part of its own). Add
 ``Stage("my_stage", my_stage, latency_key_or_None, when=condition_or_None)``
 to ``PIPELINE`` at its place, and test it with ``run_until`` in
 tests/test_stages.py (the pipeline up to a stage, on a fake store).
@@ -62,21 +64,21 @@ def cache(run: Run) -> None:
     if not (run.use_cache and s.cache.enabled):
         return
     params = {**plan.cache_params(), "workspace": run.workspace}
-    run.cache_key = cache_key(plan.text_query, plan.user, plan.scope, params)
+    run.cache_state.key = cache_key(plan.text_query, plan.user, plan.scope, params)
     if plan.scope is not None:
-        run.gens = store.generations(run.wings_searched)
+        run.cache_state.gens = store.generations(run.wings_searched)
     else:  # every wing of entries; the working memory's counter ("_tasks") is not a wing
-        run.gens = {w: g for w, g in store.generations().items() if w != "_tasks"}
-    hit, run.cache_info = ctx.cache.get(run.cache_key, run.gens, ctx.describe_write)
+        run.cache_state.gens = {w: g for w, g in store.generations().items() if w != "_tasks"}
+    hit, run.cache_state.info = ctx.cache.get(run.cache_state.key, run.cache_state.gens, ctx.describe_write)
     if hit is not None:  # a code result whose file changed since (no write to the store says so): search again
         changed = code_gates.first_failure(hit.results)
         if changed is not None:
-            run.cache_info.invalidated_by, hit = changed, None
+            run.cache_state.info.invalidated_by, hit = changed, None
     if hit is not None:
-        trace = hit.trace.model_copy(update={"cache_hit": True, "cache": run.cache_info})
+        trace = hit.trace.model_copy(update={"cache_hit": True, "cache": run.cache_state.info})
         trace.latency_ms = {st: 0.0 for st in STAGES}
         run.bundle = Bundle(results=_copies(hit.results), trace=trace, context=hit.context)
-        run.cached = True
+        run.cache_state.hit = True
 
 
 def start_trace(run: Run) -> None:
@@ -90,8 +92,8 @@ def start_trace(run: Run) -> None:
                 "normalise": s.retrieval.normalise, "active_wing_boost": s.retrieval.active_wing_boost,
                 "half_life_days": s.retrieval.half_life_days},
     )
-    if run.cache_info is not None:
-        run.trace.cache = run.cache_info
+    if run.cache_state.info is not None:
+        run.trace.cache = run.cache_state.info
     else:
         run.trace.cache.enabled = False
 
@@ -150,7 +152,7 @@ def search(
                 stage.run(run)
                 if stage.latency is not None:
                     run.lat[stage.latency] += (time.perf_counter() - t) * 1000
-            if run.cached:
+            if run.cache_state.hit:
                 break
     bundle = _finish(run, t_start)
     request = {"query": query, **{n: v for n, v in options.items() if v is not None and n != "weights"}}
@@ -163,14 +165,14 @@ def _finish(run: Run, t_start: float) -> Bundle:
     bundle = run.bundle
     assert bundle is not None
     total = (time.perf_counter() - t_start) * 1000
-    if run.cached:
+    if run.cache_state.hit:
         bundle.trace.latency_ms["total"] = round(total, 3)
     else:
         run.lat["total"] = total
         run.trace.latency_ms = {st: round(v, 3) for st, v in run.lat.items()}
-        if run.cache_info is not None and not bundle.trace.degraded:
+        if run.cache_state.info is not None and not bundle.trace.degraded:
             copy = Bundle(results=_copies(bundle.results), trace=run.trace.model_copy(), context=bundle.context)
-            run.ctx.cache.put(run.cache_key, copy, run.gens)
+            run.ctx.cache.put(run.cache_state.key, copy, run.cache_state.gens)
     return bundle
 
 

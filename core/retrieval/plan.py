@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
+from memlens.config import Settings
 from memlens.errors import QueryError, ValidationError
 from memlens.limits import check_budget, check_k, check_text
 from memlens.models import GLOBAL_WING
@@ -11,6 +12,19 @@ from memlens.profiles import Profile, route
 from memlens.retrieval.query import ParsedQuery, check_known, parse
 from memlens.retrieval.scoring import RetrievalWeights
 from memlens.store.reads import Reads, Scope, entry_filters, sql_filters
+
+
+class Planning(Protocol):
+    """What a plan reads of the engine (a ``Memory`` is one): the settings, the profiles, the store's read role."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def profiles(self) -> dict[str, Profile]: ...
+
+    @property
+    def reads(self) -> Reads: ...
 
 
 def resolve_scope(store: Reads, parsed: ParsedQuery, active_wing: str | None, wings: list[str] | None) -> list[str] | None:
@@ -42,7 +56,7 @@ def _check_types(active_wing: Any, wings: Any, user: Any, profile: Any) -> None:
 class Plan:
     """Everything decided before touching the index: scope, filters, profile, weights."""
 
-    def __init__(self, settings: Any, profiles: dict[str, Profile], store: Reads, query: str, active_wing: str | None,
+    def __init__(self, settings: Settings, profiles: dict[str, Profile], store: Reads, query: str, active_wing: str | None,
                  wings: list[str] | None, k: int | None, profile: str | None, budget: int | None, user: str | None,
                  weights: dict[str, float] | None) -> None:
         s = self.settings = settings

@@ -38,7 +38,7 @@ def score(run: Run) -> None:
     """Every component of every candidate, and the final score (``memlens.trace.FORMULA``)."""
     _normalise(run)
     s, plan, pool = run.settings, run.plan, run.pool
-    relevance = run.hooks.relevance(run) if run.qvec is not None else None
+    relevance = run.hooks.relevance(run) if run.found.qvec is not None else None
     w = plan.weights
     boost_active = s.retrieval.active_wing_boost
     assert run.now is not None

@@ -6,7 +6,7 @@ their answers are worded differently, and words like "why", "how", "between",
 words out of the text search, and then the words found in more than a tenth of
 a large store's entries, cost MRR@10 .729 → .701 (R@1 .627 → .580) on 169 FAQ
 questions over 2.7k documentation sections, for a faster lexical stage; the
-speed is found where the ranking is untouched instead (``memlens.store.lexindex``).
+speed is found where the ranking is untouched instead (``memlens.store.speed.lexindex``).
 
 Only the first ``MAX_QUERY_TERMS`` distinct terms are used: an OR-query costs time
 in proportion to its terms, and the trace notes the cut. The vector generator

@@ -7,15 +7,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memlens.compact_json import dumps
 from memlens.models import format_ts, utcnow
-from memlens.store import corruption, db, retention
+from memlens.store import corruption, retention
 from memlens.store.replay_sql import LOG_INSERT
 from memlens.store.rows import json_object
 from memlens.store.staging import visible
+
+if TYPE_CHECKING:
+    from memlens.store.speed import SpeedLayer
 
 # the entry writes (and review marks) of every entry an agent wrote to, oldest first; "agent" is decided again on the
 # decoded detail (``memlens.review.inbox``), the text test only narrows the rows read
@@ -32,6 +36,10 @@ class SqliteAuditLog:
     path: Path
     _busy_timeout_ms: int
     _pruned: bool
+
+    if TYPE_CHECKING:  # the host's speed layer: its stamps count the retrieval log's changes apart (``log_write``)
+        @property
+        def speed(self) -> SpeedLayer | None: ...
 
     def audit(self, entry_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         sql = f"SELECT seq, ts, action, entry_id, wing, before, after, detail FROM audit WHERE {visible()}"
@@ -76,7 +84,8 @@ class SqliteAuditLog:
             return
         conn = self.conn
         own = False
-        with db.log_write(conn):  # what a search keeps stays good: no search reads these rows
+        speed = self.speed
+        with nullcontext() if speed is None else speed.stamps.log_write(conn):  # no search reads these rows
             try:
                 replay_row = record() if record is not None else None
                 # a search must never wait for a writer: give up on the log row after 50 ms

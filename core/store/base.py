@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from memlens.models import Entry
-    from memlens.store.vindex import VectorIndex
+    from memlens.store.speed.vindex import VectorIndex
 
 from memlens.store.catalog import Catalog
 from memlens.store.reads import Reads
@@ -327,7 +327,7 @@ class Store(Reads, Writes, Lookups, ReplayLog, Catalog, Protocol):
     # -- this process's side ----------------------------------------------------------------------
     @property
     def vindex(self) -> VectorIndex | None:
-        """The in-process vector index when in use (``memlens.store.vindex``), else None."""
+        """The in-process vector index when in use (``memlens.store.speed.vindex``), else None."""
         ...
 
     def warm_index(self, *, text: bool = False) -> int:

@@ -11,18 +11,16 @@ import os
 import sqlite3 as _stdlib_sqlite3
 import stat
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import quote
 
 from memlens.errors import StoreCorruptError, StoreError, StoreLockedError
 from memlens.store import corruption
 from memlens.store.schema import MIGRATIONS, SCHEMA_VERSION
-
-T = TypeVar("T")
 
 _driver_lock = threading.Lock()
 _driver: ModuleType | None = None
@@ -194,56 +192,6 @@ def _open_immutable(sq: ModuleType, path: Path, busy_timeout_ms: int) -> Any:
     except sq.Error as exc:
         raise StoreError(f"cannot open store {path} read-only: {exc}") from None
     return conn
-
-
-SETTLED = "memlens_version"  # the connection attribute holding the data_version read on entering settled()
-
-
-LOGGED = "memlens_logged"  # the connection attribute counting the rows its retrieval-log writes changed
-
-
-def settled_stamp(conn: Any) -> tuple[int, int] | None:
-    """Inside the connection's ``settled()`` block (``memlens.store.sqlite_reads``), and outside a transaction: the
-    ``data_version`` read on entering it and the connection's ``own_changes`` now. What a search reads under this
-    stamp stays good until another connection commits or this one writes. None elsewhere."""
-    version = getattr(conn, SETTLED, None)
-    if version is None or conn.in_transaction:
-        return None
-    return version, own_changes(conn)
-
-
-def kept(conn: Any, name: str, read: Callable[[Any], T], stamp: tuple[int, int] | None = None) -> T:
-    """``read(conn)``, kept on the connection (attribute ``name``) under ``settled_stamp`` (or ``stamp``, one the
-    caller read): read once for as long as nothing that a search reads changes; read every time outside a
-    ``settled()`` block or inside a transaction, when the caller gives no stamp."""
-    stamp = settled_stamp(conn) if stamp is None else stamp
-    if stamp is not None:
-        held = getattr(conn, name, None)
-        if held is not None and held[0] == stamp:
-            value: T = held[1]
-            return value
-    value = read(conn)
-    if stamp is not None:
-        setattr(conn, name, (stamp, value))
-    return value
-
-
-def own_changes(conn: Any) -> int:
-    """The rows this connection changed that a search could read: ``total_changes`` less what its retrieval-log
-    writes changed (``log_write``). Every search logs itself; without this, the generations and FTS5's state
-    records kept for the next search would be read again after each one."""
-    return int(conn.total_changes) - getattr(conn, LOGGED, 0)
-
-
-@contextmanager
-def log_write(conn: Any) -> Iterator[None]:
-    """A write to the retrieval log only (the audit's ``retrieval`` rows and ``retrieval_log``, which no search
-    reads): its changes are left out of ``own_changes``, so what a search keeps stays good."""
-    before = conn.total_changes
-    try:
-        yield
-    finally:
-        setattr(conn, LOGGED, getattr(conn, LOGGED, 0) + conn.total_changes - before)
 
 
 def is_read_only(conn: Any) -> bool:

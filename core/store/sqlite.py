@@ -24,30 +24,27 @@ from memlens.store import corruption, db, importer, staging
 from memlens.store.answers_sql import SqliteAnswers
 from memlens.store.audit_sql import SqliteAuditLog
 from memlens.store.browse_sql import SqliteBrowse
-from memlens.store.distinct import DistinctValues
 from memlens.store.ingest_sql import SqliteIngest
-from memlens.store.lexindex import WARM_INSTANCES
 from memlens.store.replay_sql import SqliteReplay
 from memlens.store.rows import COLUMN_LIST, HINT, select_list
+from memlens.store.speed import SpeedLayer
+from memlens.store.speed.lexindex import WARM_INSTANCES
+from memlens.store.speed.vindex import VectorIndex
 from memlens.store.sqlite_reads import SqliteReads
-from memlens.store.staging import visible, visible_count, visible_groups
+from memlens.store.staging import visible, visible_count
 from memlens.store.task_rows import SqliteTaskRows
 from memlens.store.vectors import degenerate
-from memlens.store.vindex import VectorIndex
 from memlens.store.writer import SqliteWriter
 
 if TYPE_CHECKING:
     from memlens.models import Entry
-
-_GROUP_COLUMNS = frozenset({"wing", "room", "kind", "type", "status"})
-
 
 class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, SqliteReplay, SqliteIngest):
     """One SQLite store file: the read half (``SqliteReads``) and the write half.
 
     ``model`` is called (lazily, only when needed) for the embedding model (``.model_id``, ``.dim``) that a
     new store records, and that a store without a record falls back to; ``vector_index`` for the current
-    ``search.vector_index`` setting.
+    ``search.vector_index`` setting, the speed layer's switch (``memlens.store.speed``).
     """
 
     backend = "sqlite"
@@ -58,8 +55,8 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
                  vector_index: Callable[[], str] = lambda: "sqlite-vec") -> None:
         self.path = path
         self._vector_index_mode = vector_index  # now: "sqlite-vec", "memory" or "auto" (search.vector_index)
-        self._vindex: VectorIndex | None = None
-        self._distinct = DistinctValues(self)
+        self._speed: SpeedLayer | None = SpeedLayer(self, vector_index)
+        self._staged_vectors: VectorIndex | None = None
         self._model = model
         self._busy_timeout_ms = int(busy_timeout_ms)
         self._mmap_size = mmap_size
@@ -105,16 +102,15 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
         return conn
 
     def on_connection(self, conn: Any) -> SqliteStore:
-        """A copy of this store that uses ``conn`` on this thread, with its own caches and no in-process index
-        (a preview runs its writes inside one transaction it never commits)."""
+        """A copy of this store that uses ``conn`` on this thread, without the speed layer (a preview runs its writes
+        inside one transaction it never commits)."""
         clone = copy.copy(self)
         clone._local = threading.local()
         clone._local.conn = conn
-        clone.pinned = True  # one connection, on this thread: no other thread may read through the clone
         clone._conns = []
         clone._conns_lock = threading.Lock()
-        clone._vindex = None
-        clone._distinct = DistinctValues(clone)
+        clone._speed = None  # one connection, on this thread: nothing kept for other threads or later
+        clone._staged_vectors = None
         return clone
 
     def set_model(self, model: str) -> None:
@@ -277,13 +273,6 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
     def count(self) -> int:
         return visible_count(self.conn)
 
-    def groups(self, column: str, wing: str | None = None, *, named_only: bool = False) -> list[tuple[Any, int]]:
-        """(value, visible entries) per value of ``column``, in order; ``named_only`` leaves out ``''``."""
-        if column not in _GROUP_COLUMNS:
-            raise ValueError(f"cannot group entries by {column!r}")
-        where = " AND ".join(([f"{column} != ''"] if named_only else []) + (["wing = ?"] if wing else []))
-        return visible_groups(self.conn, column, where, (wing,) if wing else ())
-
     def wing_counts(self) -> list[dict[str, Any]]:
         """Every wing with its entry count and rooms (room -> count), from one ``GROUP BY`` on the scope index."""
         wings: dict[str, dict[str, Any]] = {}
@@ -299,30 +288,18 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
             "SELECT (SELECT count(*) FROM audit) - (SELECT count(*) FROM audit WHERE import_id IN (SELECT id FROM imports))"
         ).fetchone()[0])
 
-    # -- the in-process vector index ------------------------------------------------------------
-
-    @property
-    def vindex(self) -> VectorIndex | None:
-        """The in-process vector index when in use (``memlens.store.vindex``), else None (sqlite-vec)."""
-        mode = self._vector_index_mode()
-        if mode == "sqlite-vec":
-            return None
-        if self._vindex is None and mode == "memory":
-            self._vindex = VectorIndex()
-        return self._vindex
+    # -- the speed layer (memlens.store.speed) --------------------------------------------------
 
     def warm_index(self, *, text: bool = False) -> int:
         """Load the in-process vector index now (long-lived processes); returns vectors held. ``text``: and every
         word's postings (``LexIndex.load_all``), when the text index holds at most ``WARM_INSTANCES`` tokens, and
         every entry row, when they fit the row cache (``warm_rows``)."""
-        if self._vector_index_mode() == "sqlite-vec":
+        speed = self.speed
+        if speed is None:
             return 0
-        if self._vindex is None:
-            self._vindex = VectorIndex()
-        held = self._vindex.warm(self)
-        if text and self.lexical_in_process and not self.pinned:
-            self._lexindex().load_all(self.conn, WARM_INSTANCES)
-        if text and not self.pinned:
+        held = speed.warm_vectors().warm(self)
+        if text:
+            speed.postings.load_all(self.conn, WARM_INSTANCES)
             self.warm_rows()
         return held
 

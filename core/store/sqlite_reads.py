@@ -3,27 +3,25 @@
 from __future__ import annotations
 
 import functools
-import threading
-import weakref
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memlens.limits import MAX_QUERY_TERMS
-from memlens.store import db, rowcache, staging, textindex
 from memlens.store import rows as entry_rows
-from memlens.store.distinct import DistinctValues
-from memlens.store.lexindex import LexIndex
+from memlens.store import staging, textindex
 from memlens.store.reads import ENTRY_COLUMNS, entry_filters, fts_query, sql_filters, sql_in
 from memlens.store.rows import sound_rows
 from memlens.store.scope import Knn, Rows, Scope, query_terms
+from memlens.store.speed import OFF, SpeedLayer, rowcache
+from memlens.store.speed.vindex import VectorIndex
 from memlens.store.vectors import from_blob, vec0_knn
 
+_GROUP_COLUMNS = frozenset({"wing", "room", "kind", "type", "status"})
 _SELECT = f"SELECT rowid, content_hash, {ENTRY_COLUMNS} FROM entries"
-_staged_indexes: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-_staged_lock = threading.Lock()
 
 
 def _where(where: list[str]) -> str:
@@ -32,81 +30,94 @@ def _where(where: list[str]) -> str:
 
 class SqliteReads:
     """``Reads`` with SQLite, sqlite-vec and FTS5, over this thread's connection: the read role of ``SqliteStore``,
-    which provides ``conn`` (this thread's connection), ``vindex`` (the in-process ``VectorIndex`` when in use,
-    else None; it reads the store through this same object: its ``path``, ``dim`` and reads), and ``_distinct``
-    (the wings and rooms, kept until the next write)."""
+    which provides ``conn`` (this thread's connection), ``speed`` (the speed layer, ``memlens.store.speed``, or None:
+    every read is SQL) and ``_staged_vectors`` (an in-process copy of the visible vectors while an import is staged
+    in a searched scope). Every method answers the same with the layer on or off; the layer only saves reads."""
 
     backend = "sqlite"
     lexical_scorer = "fts5-bm25"
     conn: Any
-    vindex: Any
-    _distinct: DistinctValues
-    lexical_in_process = True  # rank text matches from postings held in process when the vector index is too
-    pinned = False  # True: a copy bound to one connection handed in (``SqliteStore.on_connection``)
-    _lex: LexIndex
+    path: Path
+    _speed: SpeedLayer | None  # None on a store pinned to one connection
+    _vector_index_mode: Callable[[], str]  # search.vector_index now: the speed layer's switch
+    _staged_vectors: VectorIndex | None
+
+    if TYPE_CHECKING:  # the host's vector size (what the in-process index reads the store with)
+        @property
+        def dim(self) -> int: ...
+
+    @property
+    def speed(self) -> SpeedLayer | None:
+        """The speed layer, or None when the switch is off (``search.vector_index = "sqlite-vec"``) or the store is
+        pinned to one connection: every read is then SQL."""
+        return None if self._vector_index_mode() == OFF else self._speed
+
+    @property
+    def vindex(self) -> VectorIndex | None:
+        """The speed layer's in-process vector index when in use, else None (sqlite-vec answers the KNN)."""
+        speed = self.speed
+        return None if speed is None else speed.vectors
 
     def wings(self) -> list[str]:
-        """Every wing holding a visible entry (cached until the next write)."""
-        return self._distinct.values("wing")
+        """Every wing holding a visible entry."""
+        speed = self.speed
+        if speed is not None:
+            return speed.distinct.values("wing")
+        return [v for v, _ in self.groups("wing")]
 
     def rooms(self, wing: str | None = None) -> list[str]:
-        """Every non-empty room of a visible entry (of ``wing``), cached until the next write."""
-        return self._distinct.values("room", wing, named_only=True)
+        """Every non-empty room of a visible entry (of ``wing``)."""
+        speed = self.speed
+        if speed is not None:
+            return speed.distinct.values("room", wing, named_only=True)
+        return [v for v, _ in self.groups("room", wing, named_only=True)]
+
+    def groups(self, column: str, wing: str | None = None, *, named_only: bool = False) -> list[tuple[Any, int]]:
+        """(value, visible entries) per value of ``column``, in order; ``named_only`` leaves out ``''``."""
+        if column not in _GROUP_COLUMNS:
+            raise ValueError(f"cannot group entries by {column!r}")
+        where = " AND ".join(([f"{column} != ''"] if named_only else []) + (["wing = ?"] if wing else []))
+        return staging.visible_groups(self.conn, column, where, (wing,) if wing else ())
 
     def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
         gens = self._all_generations()
         return dict(gens) if wings is None else {w: gens.get(w, 0) for w in wings}
 
     def _all_generations(self) -> dict[str, int]:
-        """Every wing's generation, read again only when the database may have changed since the last read on
-        this connection: SQLite's ``data_version`` moves when another connection (of any process) commits,
-        and the connection's ``db.own_changes`` when it writes (its retrieval log aside). A search asks five
-        times or so; this way it reads the table at most once. Inside a transaction (whose writes a rollback may
-        undo) the table is always read and nothing is kept. Not to be mutated: callers get copies."""
-        conn = self.conn
-        if conn.in_transaction:
+        """Every wing's generation. With the speed layer, read again only when the database may have changed since
+        the last read on this connection (its stamp: ``memlens.store.speed.stamps``): a search asks five times or
+        so and reads the table at most once. Inside a transaction it is always read. Not to be mutated: callers
+        get copies."""
+        conn, speed = self.conn, self.speed
+        if speed is None or conn.in_transaction:
             return _read_generations(conn)
-        stamp = db.settled_stamp(conn) or (conn.execute("PRAGMA data_version").fetchone()[0], db.own_changes(conn))
-        return db.kept(conn, "memlens_generations", _read_generations, stamp)
+        return speed.stamps.kept(conn, "generations", _read_generations, speed.stamps.fresh_stamp(conn))
 
-    @contextmanager
-    def settled(self) -> Iterator[None]:
-        """SQLite's ``data_version`` (did another connection commit?) read once for the block: a search asks for
-        the generations five times or so, each an SQL statement otherwise (``SqliteStore._all_generations``)."""
-        conn = self.conn
-        if getattr(conn, db.SETTLED, None) is not None or conn.in_transaction:  # nested, or not kept
-            yield
-            return
-        setattr(conn, db.SETTLED, conn.execute("PRAGMA data_version").fetchone()[0])
-        try:
-            yield
-        finally:
-            setattr(conn, db.SETTLED, None)
+    def settled(self) -> Any:
+        """Whether another connection committed is asked once for the block (a search), when the speed layer keeps
+        what the search reads; a no-op without it."""
+        speed = self.speed
+        return nullcontext() if speed is None else speed.stamps.settled(self.conn)
 
     def vector_index(self) -> str:
         return "memory" if self.vindex is not None else "sqlite-vec"
 
     def knn(self, qvec: np.ndarray, scope: Scope, n: int) -> Knn:
-        mem = self  # what the in-process index reads the store through
         vindex = self.vindex
         if vindex is not None:
             gens = self.generations()  # one read for both generators: the blocks and the scope set they check
-            hits = vindex.knn(mem, qvec, scope.wings, scope.index_filters(), n, gens)
+            hits = vindex.knn(self, qvec, scope.wings, scope.index_filters(), n, gens)
             return Knn(hits, "memory", gens, scanned=functools.partial(vindex.scanned, token=vindex.last_scan()))
-        hits = self._vec0(qvec.astype("<f4").tobytes(), scope, n)
-        if hits is None:  # an import in progress has rows in the scope: rank the visible vectors in process
-            with _staged_lock:
-                vindex = _staged_indexes.get(mem)
-                if vindex is None:
-                    from memlens.store.vindex import VectorIndex
-
-                    vindex = _staged_indexes[mem] = VectorIndex()
+        found = self._vec0(qvec.astype("<f4").tobytes(), scope, n)
+        if found is None:  # an import in progress has rows in the scope: rank the visible vectors in process
+            staged = self._staged_vectors
+            if staged is None:
+                staged = self._staged_vectors = VectorIndex()
             gens = self.generations()
-            return Knn(vindex.knn(mem, qvec, scope.wings, scope.index_filters(), n, gens), "memory", gens,
+            return Knn(staged.knn(self, qvec, scope.wings, scope.index_filters(), n, gens), "memory", gens,
                        "an import in progress has rows in this scope: vectors ranked in process, without them")
-        with _staged_lock:
-            _staged_indexes.pop(mem, None)  # that copy of the vectors was for the import's duration
-        return Knn(hits, "sqlite-vec")
+        self._staged_vectors = None  # that copy of the vectors was for the import's duration
+        return Knn(found, "sqlite-vec")
 
     def _vec0(self, blob: bytes, scope: Scope, n: int) -> list[tuple[int, float]] | None:
         """vec0 KNN inside the scope; None when an import in progress has staged rows in the scope (the KNN
@@ -133,7 +144,7 @@ class SqliteReads:
         index warm, the test is a lookup in the set of in-scope rowids the index
         holds, and bm25 is computed for the rows inside only. Same rows, same
         order, in about 60% of the time. Better still, outside a transaction the
-        ranking comes from postings held in process (``memlens.store.lexindex``):
+        ranking comes from postings held in process (``memlens.store.speed.lexindex``):
         FTS5's bm25 without its per-match reads; this SQL runs when that cannot
         answer exactly (a word of several tokens, a read-only connection, the
         first search after a write).
@@ -141,14 +152,13 @@ class SqliteReads:
         terms = query_terms(text)[:MAX_QUERY_TERMS]  # the phrases of fts_query(text), in its order
         if not terms:
             return []
-        conn = self.conn
-        vindex = self.vindex
-        if vindex is not None:
+        conn, speed = self.conn, self.speed
+        vindex = None if speed is None else speed.vectors
+        if speed is not None and vindex is not None:
             allowed = vindex.in_scope(self, scope.wings, scope.index_filters(), gens)
-            if self.lexical_in_process and not self.pinned and not conn.in_transaction:  # FTS5's bm25, in process
-                hits = self._lexindex().search(conn, terms, allowed, n)
-                if hits is not None:
-                    return hits
+            hits = speed.postings.search(conn, terms, allowed, n)  # FTS5's bm25, in process (None: it cannot say)
+            if hits is not None:
+                return hits
             fq = fts_query(text)
             if len(allowed) == self._fts_rows() and not staging.staged(conn, None):
                 # the scope holds every row of the text index (a subset of the same size), none of an import:
@@ -170,16 +180,6 @@ class SqliteReads:
             sql += "".join(" AND " + w for w in ewhere) + " ORDER BY s, e.rowid LIMIT ?"
             rows = conn.execute(sql, [fq, *eargs, n]).fetchall()
         return [(r, -float(s)) for r, s in rows]  # SQLite's bm25 is "lower is better"; flip it
-
-    def _lexindex(self) -> LexIndex:
-        """This store's in-process postings (one per store, shared by its threads; ``memlens.store.lexindex``)."""
-        lex = self.__dict__.get("_lex")
-        if lex is None:
-            with _staged_lock:
-                lex = self.__dict__.get("_lex")
-                if lex is None:
-                    lex = self._lex = LexIndex()
-        return lex
 
     def _fts_rows(self) -> int:
         """Rows in the text index: the first varint of FTS5's "averages" record (id 1), no scan."""
@@ -223,7 +223,7 @@ class SqliteReads:
 
     def warm_rows(self) -> int:
         """Keep every visible entry's row and vector model beside the in-process index now, when they fit the
-        row cache (``memlens.store.rowcache``), and build their entries when those fit too (``rows.kept_entry``):
+        row cache (``memlens.store.speed.rowcache``), and build their entries when those fit too (``rows.kept_entry``):
         a long-lived process's first searches then read and build none. Returns the rows kept (0 without the
         in-process index, or for a store past the cache's bounds)."""
         vindex = self.vindex
@@ -296,7 +296,8 @@ class SqliteReads:
         cols = "rowid, wing, room, kind, type, status"
         out: list[int] = []
         # most stores hold no override at all: one probe of the partial index on overrides says so
-        if not db.kept(conn, "memlens_any_override", _any_override):
+        speed = self.speed
+        if not (_any_override(conn) if speed is None else speed.stamps.kept(conn, "any_override", _any_override)):
             ids = []
         for i in range(0, len(ids), 400):
             chunk = ids[i : i + 400]

@@ -18,10 +18,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from memlens.store.lexindex import varints
-
 SEGMENTS_MAX = 8
 ROWS_MAX = 200_000  # larger indexes keep FTS5's own merging: one rewrite would hold the write lock for seconds
+
+
+def varints(blob: bytes) -> list[int]:
+    """Every SQLite varint of ``blob`` in order (big-endian, 7 bits a byte, the ninth byte whole)."""
+    out: list[int] = []
+    i, n = 0, len(blob)
+    while i < n:
+        v = 0
+        for j in range(9):
+            b = blob[i]
+            i += 1
+            if j == 8:
+                v = (v << 8) | b
+                break
+            v = (v << 7) | (b & 0x7F)
+            if not b & 0x80 or i >= n:
+                break
+        out.append(v)
+    return out
 
 
 def segments(conn: Any) -> int:

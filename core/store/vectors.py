@@ -46,7 +46,7 @@ def from_blob(blob: bytes) -> np.ndarray:
 
 
 def vec0_knn(conn: Any, blob: bytes, n: int, where: list[str], args: list[Any]) -> list[tuple[int, float]]:
-    """sqlite-vec's top ``n`` as (rowid, similarity), best first, without rows whose vector is degenerate.
+    """sqlite-vec's top ``n`` as (rowid, similarity), best first (ties by rowid), without rows whose vector is degenerate.
 
     With a partition key, ``wing IN (...)`` yields up to ``n`` rows per wing; merged here.
     A degenerate stored vector comes back from vec0 with a NULL distance and
@@ -62,4 +62,6 @@ def vec0_knn(conn: Any, blob: bytes, n: int, where: list[str], args: list[Any]) 
             break
         k = min(max(n + bad, 2 * k), SQLITE_VEC_MAX_KNN)
     hits = [(r, 1.0 - float(d)) for r, d in rows if d is not None and math.isfinite(d)]
-    return sorted(hits, key=lambda h: -h[1])
+    # ties by rowid, as the in-process index orders them (two copies of one text have the same vector): the pool,
+    # and so the final ranking, holds equal scores in this order (sqlite-vec returns them in either order)
+    return sorted(hits, key=lambda h: (-h[1], h[0]))

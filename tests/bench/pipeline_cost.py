@@ -185,7 +185,7 @@ def real_corpus(quick: bool, res: dict[str, Any]) -> None:
             res["chromadb"] = {"skipped": "chromadb is not installed (pip install chromadb into the bench venv only)"}
             log("  chromadb not installed: its row is skipped")
         res["warm_index_vectors"] = mem.warm_index(text=True)  # as the app and the MCP server warm up
-        from memlens.store.vindex import kernel
+        from memlens.store.speed.vindex import kernel
 
         res["scan_kernel"] = kernel()  # the product the in-process scans use, timed at the process's first scan
         embed_cpu = [0.0]

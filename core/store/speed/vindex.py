@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from memlens.store.rowcache import RowCache
+from memlens.store.speed.rowcache import RowCache
 from memlens.store.staging import visible
 from memlens.store.vectors import degenerate_rows
 
@@ -218,7 +218,7 @@ class VectorIndex:
         self._scopes: dict[tuple[Any, ...], frozenset[int]] = {}  # see in_scope()
         self._spans: dict[tuple[Any, ...], _Span] = {}  # see _span()
         self._local = threading.local()  # each thread's output buffer (_buffer())
-        self.rows = RowCache()  # the entry rows searches read, kept beside the vectors (memlens.store.rowcache)
+        self.rows = RowCache()  # the entry rows searches read, kept beside the vectors (memlens.store.speed.rowcache)
 
     def _block(self, mem: IndexHost, wing: str, generation: int) -> _Block:
         with self._lock:

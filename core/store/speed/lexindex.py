@@ -25,7 +25,7 @@ ranked here.
 
 Words are turned into tokens by SQLite itself (a temp FTS5 table with the index's own
 tokenizer), except plain ASCII words under the default ``porter unicode61`` tokenizer: those
-are stemmed by ``memlens.store.porter``, a port of SQLite's stemmer (about 1 µs a word, where
+are stemmed by ``memlens.store.speed.porter``, a port of SQLite's stemmer (about 1 µs a word, where
 the temp table cost ~0.35 ms a search). Before it is trusted, the port is compared with the
 running SQLite on a probe vocabulary; one difference and SQLite tokenizes every word, as
 before. A quoted word that becomes zero or several tokens
@@ -45,7 +45,9 @@ from typing import Any
 import numpy as np
 
 from memlens.store import db
-from memlens.store.porter import stem
+from memlens.store.speed.porter import stem
+from memlens.store.speed.stamps import Stamps
+from memlens.store.textindex import varints
 
 K1 = 1.2
 B = 0.75
@@ -56,7 +58,7 @@ WARM_INSTANCES = 4_000_000  # a text index up to this many token instances is re
 # 8-16 words, on the warming thread; ~16 bytes held per (token, row) pair
 WORDS_KEPT = 50_000  # word -> tokens kept (the tokenizer never changes, so neither does the answer)
 
-# words that take every rule of the Porter stemmer, for the check of memlens.store.porter against SQLite
+# words that take every rule of the Porter stemmer, for the check of memlens.store.speed.porter against SQLite
 PROBE = tuple("""
 caresses ponies ties caress cats feed agreed plastered bled motoring sing conflated troubled sized hopping tanned
 falling hissing fizzed failing filing happy sky relational conditional rational valenci hesitanci digitizer
@@ -73,34 +75,6 @@ _TOK = "memlens_lex_tok"  # a scratch FTS5 table with the index's tokenizer
 _TOKV = "memlens_lex_tokv"  # fts5vocab(instance) over the scratch table
 
 
-def varints(blob: bytes) -> list[int]:
-    """Every SQLite varint of ``blob`` in order (big-endian, 7 bits a byte, the ninth byte whole)."""
-    out: list[int] = []
-    i, n = 0, len(blob)
-    while i < n:
-        v = 0
-        for j in range(9):
-            b = blob[i]
-            i += 1
-            if j == 8:
-                v = (v << 8) | b
-                break
-            v = (v << 7) | (b & 0x7F)
-            if not b & 0x80 or i >= n:
-                break
-        out.append(v)
-    return out
-
-
-def state_records(conn: Any) -> dict[int, bytes]:
-    """FTS5's "averages" record (id 1) and structure record (id 10): rewritten by every change to the index.
-
-    Read again only when they may have changed: inside a ``settled()`` block (``memlens.store.sqlite_reads``) they
-    are kept on the connection until another connection commits or this one writes (``db.kept``); outside such a
-    block or inside a transaction they are read every time."""
-    return db.kept(conn, "memlens_fts_blocks", _read_state_records)
-
-
 def _read_state_records(conn: Any) -> dict[int, bytes]:
     return dict(conn.execute("SELECT id, block FROM entries_fts_data WHERE id IN (1, 10)").fetchall())
 
@@ -110,11 +84,6 @@ def _tokenizer(conn: Any) -> str | None:
     row = conn.execute("SELECT sql FROM main.sqlite_master WHERE name = 'entries_fts'").fetchone()
     m = re.search(r"tokenize\s*=\s*'([^']*)'", row[0] if row else "")
     return m.group(1) if m else None
-
-
-def _state(conn: Any) -> tuple[Any, Any]:
-    blocks = state_records(conn)
-    return blocks.get(1), blocks.get(10)
 
 
 class _Inexact(Exception):
@@ -150,14 +119,15 @@ def _entry(snap: _Snapshot, rows_at: np.ndarray, fs: np.ndarray) -> tuple[np.nda
 class LexIndex:
     """One store's in-process postings; thread-safe (a lock around every change, snapshots read whole)."""
 
-    def __init__(self) -> None:
+    def __init__(self, stamps: Stamps) -> None:
+        self._stamps = stamps
         self._lock = threading.Lock()
         self._snap: _Snapshot | None = None
         self._pending: tuple[Any, Any] | None = None  # a state seen once, not yet held
         self._seen: set[str] = set()  # tokens searches asked for in ``_seen_state``
         self._seen_state: tuple[Any, Any] | None = None
         self._words: dict[str, tuple[str, ...]] = {}
-        self._stemmer: bool | None = None  # memlens.store.porter agrees with this store's tokenizer (None: not checked)
+        self._stemmer: bool | None = None  # memlens.store.speed.porter agrees with this store's tokenizer (None: not checked)
         self.served = 0  # searches answered here (the rest ran FTS5's SQL)
 
     def search(self, conn: Any, terms: list[str], allowed: frozenset[int] | None, n: int) -> list[tuple[int, float]] | None:
@@ -175,7 +145,8 @@ class LexIndex:
         if tokens is None:
             return None
         snap = self._snap
-        state = _state(conn)
+        blocks = self.state_records(conn)
+        state = (blocks.get(1), blocks.get(10))
         if snap is not None and snap.state == state and snap.complete:  # every token held: nothing to read
             return self._rank(snap, [t for t in tokens if t in snap.postings], allowed, n)
         held = snap.postings if snap is not None and snap.state == state else {}
@@ -283,8 +254,14 @@ class LexIndex:
 
     # --- the data, per state of the text index
 
+    def state_records(self, conn: Any) -> dict[int, bytes]:
+        """FTS5's "averages" record (id 1) and structure record (id 10): rewritten by every change to the index.
+        Kept under the connection's stamp (``memlens.store.speed.stamps``): inside a ``settled()`` block, read
+        again only when another connection committed or this one wrote; elsewhere read every time."""
+        return self._stamps.kept(conn, "fts_state", _read_state_records)
+
     def _snapshot(self, conn: Any) -> _Snapshot:
-        blocks = state_records(conn)
+        blocks = self.state_records(conn)
         state = (blocks.get(1), blocks.get(10))
         snap = self._snap
         if snap is not None and snap.state == state:
@@ -378,7 +355,7 @@ class LexIndex:
         return out
 
     def _stems(self, conn: Any) -> bool:
-        """Whether ``memlens.store.porter`` makes this store's tokens: the index's tokenizer is ``porter unicode61``
+        """Whether ``memlens.store.speed.porter`` makes this store's tokens: the index's tokenizer is ``porter unicode61``
         (or ``porter``, which wraps it) and the port gives what SQLite gives on ``PROBE`` (checked once)."""
         if self._stemmer is None:
             spec = _tokenizer(conn)
@@ -421,4 +398,4 @@ class LexIndex:
         conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_TOKV} USING fts5vocab(temp, {_TOK}, instance)")
 
 
-__all__ = ["WARM_INSTANCES", "LexIndex", "state_records", "varints"]
+__all__ = ["WARM_INSTANCES", "LexIndex"]

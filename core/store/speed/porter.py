@@ -9,7 +9,7 @@ positions.
 
 ``stem`` returns None where the C code would read before the start of its buffer
 (stems cut to one letter, as in "oing"): such a word, and any word with another
-character, is left for SQLite to tokenize. ``memlens.store.lexindex`` compares this
+character, is left for SQLite to tokenize. ``memlens.store.speed.lexindex`` compares this
 module with the running SQLite on a probe vocabulary before trusting it, and
 tests/test_porter.py compares them on every word of the Python standard library's modules
 and of the Node.js docs.
