@@ -5,7 +5,7 @@ FTS5's ``porter unicode61`` tokens. The PostgreSQL store ranks them the same way
 
 - **Tokens**: an entry's title and text become tokens as FTS5 makes them. A text
   of plain ASCII is cut here (unicode61 yields its lower-cased runs of letters
-  and digits; ``memlens.store.porter`` stems them, once checked against SQLite
+  and digits; ``memlens.store.speed.porter`` stems them, once checked against SQLite
   on a probe vocabulary); any other text goes through SQLite's own tokenizer (a
   temp FTS5 table in memory), so every text gets exactly FTS5's tokens.
 - **Postings**: each ``entries`` row holds its distinct tokens (``lex_terms``,
@@ -33,14 +33,14 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from memlens.store.lexindex import K1, PROBE, WEIGHTS, B
-from memlens.store.porter import stem
+from memlens.store.speed.lexindex import K1, PROBE, WEIGHTS, B
+from memlens.store.speed.porter import stem
 
 _RUN = re.compile(r"[A-Za-z0-9]+")
 _LOCAL = threading.local()
 _STEMS: dict[str, str | None] = {}  # word -> its token (None: the port is unsure, SQLite tokenizes the text)
 _STEMS_MAX = 200_000
-_PORT_OK: list[bool] = []  # [whether memlens.store.porter agrees with this SQLite], once checked
+_PORT_OK: list[bool] = []  # [whether memlens.store.speed.porter agrees with this SQLite], once checked
 _TOKENIZER = "porter unicode61"  # the SQLite store's entries_fts tokenizer
 LEX_COLUMNS = "lex_terms, lex_freqs, lex_len"  # what ``postings`` gives for a row, in this order
 
@@ -128,7 +128,7 @@ def _by_sqlite(fields: Sequence[str]) -> list[list[str]]:
 
 
 def _port_ok() -> bool:
-    """Whether ``memlens.store.porter`` stems as this SQLite does (checked once per process on ``PROBE``)."""
+    """Whether ``memlens.store.speed.porter`` stems as this SQLite does (checked once per process on ``PROBE``)."""
     if not _PORT_OK:
         _PORT_OK.append(all(got == [stem(w)] for w, got in zip(PROBE, _by_sqlite(list(PROBE)))))
     return _PORT_OK[0]
