@@ -25,6 +25,9 @@ spinning, graph optimisation, torch threads) and the 1-min load average before a
 after each round are recorded.
 
     python -m tests.bench.embedder [--quick]
+
+``EMBEDDER_PARTS=ingest`` runs the fresh-process ingests only and keeps the last
+full run's side-by-side rounds (the table says which run each column is from).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import ROOT, ensure_readme_block, log, machine_info, publish, suite_main
+from .common import RESULTS, ROOT, ensure_readme_block, log, machine_info, publish, suite_main
 
 NAME = "embedder"
 THREADS = 2
@@ -187,6 +190,8 @@ elif kind == "chromadb":
     import chromadb
     from chromadb.utils.embedding_functions.onnx_mini_lm_l6_v2 import ONNXMiniLM_L6_V2
     ONNXMiniLM_L6_V2.DOWNLOAD_PATH = __import__("pathlib").Path(scratch) / "chroma-model"
+    if not (ONNXMiniLM_L6_V2.DOWNLOAD_PATH / "onnx" / "model.onnx").is_file():
+        sys.exit("chromadb's model folder is missing: it would download one (nothing here may reach the network)")
     client = chromadb.PersistentClient(path=os.path.join(scratch, "chroma"),
                                        settings=chromadb.Settings(anonymized_telemetry=False))
     col = client.create_collection("docs", embedding_function=ONNXMiniLM_L6_V2(preferred_providers=["CPUExecutionProvider"]))
@@ -235,6 +240,11 @@ def render_table(res: dict[str, Any]) -> str:
               "the machine was shared with other engineers' tests. Settings: "
               + "; ".join(f"{k}: " + ", ".join(f"{a} {b}" for a, b in v.items()) for k, v in s["settings"].items())
               + ". sentence-transformers' ingest figure is its embedding alone (no storage)."]
+    if "side_by_side_run" in res:
+        lines += ["", f"The texts/s, CPU and cosine columns are from the run of {res['side_by_side_run'][:16]}; the ingest "
+                  f"columns (entries/s, peak RSS) from {m['date'][:16]} (`EMBEDDER_PARTS=ingest`: fresh processes only; 1-min "
+                  f"load average {res['load_before']:.2f} before, after each ingest: "
+                  f"{', '.join(str(ing[k]['load_after']) for k in ('memlens', 'chromadb', 'sentence-transformers'))})."]
     return "\n".join(lines)
 
 
@@ -246,14 +256,21 @@ def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
     res: dict[str, Any] = {"suite": NAME, "mode": "quick" if quick else "full", "machine": machine_info(),
                            "cpu_flags": cpu_flags(), "corpus": source, "texts": len(texts), "rounds": rounds,
                            "load_before": os.getloadavg()[0]}
-    res["results"] = {"side_by_side": side_by_side(texts, rounds, scratch), "ingest": ingest(n, scratch)}
+    if os.environ.get("EMBEDDER_PARTS") == "ingest" and not quick:  # the side-by-side rounds of the last full run
+        last = json.loads((RESULTS / f"{NAME}.json").read_text())
+        res["side_by_side_run"] = last.get("side_by_side_run", last["machine"]["date"])
+        side = last["results"]["side_by_side"]
+        chroma_model_dir(scratch)  # chromadb's child reads its model from here (it would try to download one)
+    else:
+        side = side_by_side(texts, rounds, scratch)
+    res["results"] = {"side_by_side": side, "ingest": ingest(n, scratch)}
     eng = res["results"]["side_by_side"]["engines"]
     ours, st = eng["memlens"], eng["sentence-transformers"]
     ing = res["results"]["ingest"]
     res["targets"] = {
         "throughput_vs_st": {"met": ours["texts_per_s"] >= st["texts_per_s"] and ours["min_cosine_to_st"] >= 0.99999},
         "ingest_ahead_at_no_more_rss": {"met": all(ing["memlens"]["entries_per_s"] > ing[k]["entries_per_s"]
-                                                   and ing["memlens"]["peak_rss_mb"] <= max(ing[k]["peak_rss_mb"], 1100)
+                                                   and ing["memlens"]["peak_rss_mb"] <= ing[k]["peak_rss_mb"]
                                                    for k in ("chromadb", "sentence-transformers"))},
     }
     res["duration_s"] = round(time.perf_counter() - t0, 1)

