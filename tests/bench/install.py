@@ -207,7 +207,7 @@ def render_table(res: dict[str, Any]) -> str:
             ("spawn → first `memory_search` answered, p50", "mcp_first_search"),
             ("MCP server idle, RSS (MB)", "idle_rss_mb"),
             ("MCP server peak RSS after its first search (MB)", "search_hwm_mb")]
-    lines = ["| | this tree | main (today) |", "|---|---|---|"]
+    lines = ["| | this tree | today (before the torch-free embedder) |", "|---|---|---|"]
     lines += [f"| {label} | {_fmt(now, key)} | {_fmt(today, key)} |" for label, key in rows]
     m = res["machine"]
     lines += ["", f"`python -m tests.bench.install`: {m['cpu_model']}, {m['cores']} cores; 1-min load average before the run "
@@ -216,7 +216,7 @@ def render_table(res: dict[str, Any]) -> str:
               "environment's versions. "
               f"Largest packages: {', '.join(f'{k} {v} MB' for k, v in now['largest_mb'].items())}."
               + (f" *Today*: the tree before the torch-free embedder ({today.get('commit', '')}), measured "
-                 f"{today.get('date', '')[:16]}, its commands run from a checkout venv ({today.get('commands_from')}: "
+                 f"{today.get('date', '')[:16]} (1-min load average {today.get('load_before', 0):.2f} before the run), its commands run from a checkout venv ({today.get('commands_from')}: "
                  "its wheel misses `memlens.replay`, so a search from it fails); its venv holds the CPU torch of this machine, "
                  "on a user's Linux machine `pip` takes the CUDA build (several GB more)." if today else "")]
     return "\n".join(lines)
@@ -230,6 +230,7 @@ def run(quick: bool = False, write: bool = True, src: Path = ROOT, memlens: str 
     measured = measure(src, memlens, quick)
     measured["date"] = res["machine"]["date"]
     measured["commit"] = _run_out("git", "-C", src, "rev-parse", "--short", "HEAD").strip()
+    measured["load_before"] = res["load_before"]
     if label:
         write_json(RESULTS / f"{NAME}_{label}.json", measured)
         log(f"[{NAME}] wrote {RESULTS / f'{NAME}_{label}.json'}")
