@@ -216,7 +216,8 @@ def render_table(res: dict[str, Any]) -> str:
               "environment's versions. "
               f"Largest packages: {', '.join(f'{k} {v} MB' for k, v in now['largest_mb'].items())}."
               + (f" *Today*: the tree before the torch-free embedder ({today.get('commit', '')}), measured "
-                 f"{today.get('date', '')[:16]} (1-min load average {today.get('load_before', 0):.2f} before the run), its commands run from a checkout venv ({today.get('commands_from')}: "
+                 f"{today.get('date', '')[:16]} (1-min load average {today.get('load_before', 0):.2f} before the run), "
+                 f"its commands run from a checkout venv ({today.get('commands_from')}: "
                  "its wheel misses `memlens.replay`, so a search from it fails); its venv holds the CPU torch of this machine, "
                  "on a user's Linux machine `pip` takes the CUDA build (several GB more)." if today else "")]
     return "\n".join(lines)
