@@ -23,10 +23,12 @@ each wing of 1,000 or more). Timed on one thread, after a warm-up:
   transaction at a time (entry + vector + audit + generation), as entries/s;
 * the copy SQLite → PostgreSQL and the index build, once, as wall time.
 
-    python -m tests.bench.postgres [--quick]
+    python -m tests.bench.postgres [--quick] [--writes-only]
 
 A full run writes ``tests/bench/results/postgres.json`` and the table in
-tests/bench/README.md between the ``bench:postgres`` markers.
+tests/bench/README.md between the ``bench:postgres`` markers. ``--writes-only``
+runs the writers alone (both backends, a server of its own) and replaces only the
+writes in those results (the table says when they were measured).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import README, ROOT, ensure_readme_block, log, machine_info, publish, suite_main, summary
+from .common import README, RESULTS, ROOT, ensure_readme_block, log, machine_info, publish, suite_main, summary
 
 NAME = "postgres"
 K = 10
@@ -170,6 +172,49 @@ def _knn_rows(res: dict[str, Any], sq: Any, uri: str, queries: list[Any], warmup
     exact.close()
 
 
+def _write_rows(server: Any, scratch: Path, emb: Any, model_id: str) -> dict[str, Any]:
+    """Each writer count on SQLite then on PostgreSQL, a new store each."""
+    out = {}
+    for n in WRITERS:
+        out[str(n)] = {
+            "sqlite": _writers(_new_file(scratch / f"writes{n}.db", emb), n, model_id),
+            "postgresql": _writers(_new_db(server, emb, f"writes{n}"), n, model_id),
+        }
+        log(f"[{NAME}] writes, {n} writers: {out[str(n)]}")
+    return out
+
+
+def run_writes(write: bool = True) -> dict[str, Any]:
+    """The writers alone; an official run puts them into the last full run's results and table."""
+    from memlens.config import load_settings
+    from memlens.embed import make_embedder
+
+    from . import foundation as fd
+
+    t0 = time.perf_counter()
+    run_info: dict[str, Any] = {"machine": machine_info(), "load_1min_before": round(os.getloadavg()[0], 2)}
+    model_id = make_embedder(load_settings().embedding, load_settings().cache_dir).model_id
+    scratch = Path(tempfile.mkdtemp(prefix="memlens-bench-pg-"))
+    server = None
+    try:
+        server = _start_server(scratch)
+        writes = _write_rows(server, scratch, fd.FixedEmbedder(model_id), model_id)
+    finally:
+        if server is not None:
+            server.cleanup()
+        shutil.rmtree(scratch, ignore_errors=True)
+    run_info["load_1min_after"] = round(os.getloadavg()[0], 2)
+    run_info["duration_s"] = round(time.perf_counter() - t0, 1)
+    res = json.loads((RESULTS / f"{NAME}.json").read_text(encoding="utf-8"))
+    res.pop("readme_table", None)
+    res["writes"], res["writes_run"] = writes, run_info
+    if write:
+        publish(NAME, res, _table(res), official=True, target_lines=[t for t in _targets(res) if t.startswith("writes")])
+    else:
+        log(f"[{NAME}] writes: {json.dumps(writes)}")
+    return res
+
+
 def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
     import psycopg
 
@@ -236,13 +281,7 @@ def run(quick: bool = False, write: bool = True) -> dict[str, Any]:
                 row["lexical fts5-bm25 (SQLite)"], _ = _timed(lambda q, scope=scope: sq.lexical(q, scope, 100), texts, warmup)
                 row["lexical bm25 (PostgreSQL)"], _ = _timed(lambda q, scope=scope: lex.lexical(q, scope, 100), texts, warmup)
             lex.close()
-        res["writes"] = {}
-        for n in WRITERS:
-            res["writes"][str(n)] = {
-                "sqlite": _writers(_new_file(scratch / f"writes{n}.db", emb), n, model_id),
-                "postgresql": _writers(_new_db(server, emb, f"writes{n}"), n, model_id),
-            }
-            log(f"[{NAME}] writes, {n} writers: {res['writes'][str(n)]}")
+        res["writes"] = _write_rows(server, scratch, emb, model_id)
         if not quick:
             res["quality"] = pg_quality.compare(server, settings, make_embedder(settings.embedding, settings.cache_dir),
                                                 scratch / "quality")
@@ -299,6 +338,15 @@ def _targets(res: dict[str, Any]) -> list[str]:
     return out
 
 
+def _writes_run(res: dict[str, Any]) -> str:
+    run = res.get("writes_run")
+    if not run:
+        return ""
+    return (f" Measured apart from the rest (`--writes-only`, {run['machine']['date']}): 1-min load average "
+            f"{run['load_1min_before']} before, {run['load_1min_after']} after, on the same 2 cores shared with other "
+            "engineers' work.")
+
+
 def _ms(stat: dict[str, Any]) -> str:
     return f"{stat['p50_ms']:.1f} / {stat['p95_ms']:.1f}"
 
@@ -328,9 +376,13 @@ def _table(res: dict[str, Any]) -> str:
               "| SQLite | " + " | ".join(f"{w[n]['sqlite']['entries_per_s']}/s" for n in w) + " | 552/s |",
               "| PostgreSQL | " + " | ".join(f"{w[n]['postgresql']['entries_per_s']}/s" for n in w) + " | 73/s |", "",
               f"Writes: {WRITES:,} `Memory.add` calls split between the processes, started together. A PostgreSQL add "
-              "returns once its commit's WAL is flushed to disk (flushes shared by concurrent writers); SQLite's WAL "
-              "commit (synchronous NORMAL) does not wait for the disk. Today's figures used the storage interface with "
-              "several round trips per write.", ""]
+              "is one statement that takes the write lock and commits without waiting for the disk, then a flush "
+              "of the WAL it waits for (flushes shared by concurrent writers): it returns once its commit is on disk; "
+              "SQLite's WAL commit (synchronous NORMAL) does not wait for the disk. Writer CPU per entry (the "
+              "writing processes' own, not the server's): SQLite "
+              + " / ".join(f"{w[n]['sqlite'].get('writer_cpu_ms_per_entry', '?')}" for n in w) + " ms, PostgreSQL "
+              + " / ".join(f"{w[n]['postgresql'].get('writer_cpu_ms_per_entry', '?')}" for n in w) + " ms. "
+              "Today's figures used the storage interface with several round trips per write." + _writes_run(res), ""]
     if res.get("quality"):
         first = next(iter(res["quality"].values()))
         sides = {"sqlite": "SQLite", "postgresql": "PostgreSQL (default: exact scan at this size)",
@@ -358,6 +410,11 @@ def _table(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--writes-only" in args:
+        args.remove("--writes-only")
+        return suite_main("python -m tests.bench.postgres --writes-only", __doc__,
+                          lambda quick=False: run_writes(write=not quick), "README and results/ untouched", args)
     return suite_main("python -m tests.bench.postgres", __doc__, run, "10k entries, fewer queries; README and results/ untouched",
                       argv)
 
