@@ -209,8 +209,9 @@ class PgWriter:
 
     def add(self, entry: Entry, vector: np.ndarray | bytes) -> None:
         """The entry row (with its tokens), its vector, its audit row, its wing's bump and the notification, in ONE
-        statement that is sent and not waited for: the transaction's end collects it, and a taken id fails it
-        there (``PgStore.write``)."""
+        statement that takes the write lock first (again, at no cost, inside an open transaction): held back and
+        not waited for, it is the whole transaction when the block does nothing else (``finish``); a taken id
+        fails it at the end (``PgStore.write``)."""
         v, ok = vector_value(vector)
         self.adding.append(entry.id)
         self._later(_ADD, [
@@ -274,7 +275,7 @@ class PgWriter:
         sets = ", ".join(f"{c} = %s" for c in cols[1:]) + ", content_hash = %s, model = %s, "
         sets += ", ".join(f"{c} = %s" for c in LEX_COLUMNS.split(", "))
         self._later(f"UPDATE entries SET {sets} WHERE rowid = %s",
-                          [*values[1:], *postings([(entry.title, entry.text)])[0], rowid])
+                    [*values[1:], *postings([(entry.title, entry.text)])[0], rowid])
         if vector is None:
             self._later(
                 "UPDATE entries_vec SET wing = %s, room = %s, kind = %s, type = %s, status = %s WHERE rowid = %s",
