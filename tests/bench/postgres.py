@@ -209,7 +209,8 @@ def run_writes(write: bool = True) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     run_info: dict[str, Any] = {"machine": machine_info(), "load_1min_before": round(os.getloadavg()[0], 2)}
-    model_id = make_embedder(load_settings().embedding, load_settings().cache_dir).model_id
+    settings = load_settings()
+    model_id = make_embedder(settings.embedding, settings.cache_dir).model_id
     scratch = Path(tempfile.mkdtemp(prefix="memlens-bench-pg-"))
     server = None
     try:
