@@ -145,6 +145,44 @@ def test_write_commits_entry_vector_audit_and_generation_together(pg_uri, hash_e
     store.close()
 
 
+def test_an_add_alone_takes_the_write_lock_and_draws_its_seq_under_it(pg_uri, hash_embedder):
+    """An add is one statement that is its own transaction: it still waits for the write lock, and its entry and
+    audit seq come after those of the write that held the lock (writes commit in the order of their seqs)."""
+    import threading
+
+    import psycopg
+
+    from memlens.store.postgres.schema import WRITE_LOCK
+
+    store = open_pg(pg_uri, hash_embedder)
+    e = entry(1, random.Random(3))
+    vec = hash_embedder.embed([e.embed_text])[0]
+    with psycopg.connect(pg_uri, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (WRITE_LOCK,))
+        errors: list[BaseException] = []
+
+        def add() -> None:
+            try:
+                with store.write() as w:
+                    w.add(e, vec)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        t = threading.Thread(target=add)
+        t.start()
+        t.join(timeout=1.0)
+        assert t.is_alive() and store.get_row(e.id) is None  # waiting for the lock, nothing written
+        held_seq = holder.execute("INSERT INTO audit(ts, action) VALUES ('2026-01-01T00:00:00', 'probe') "
+                                  "RETURNING seq").fetchone()[0]
+        holder.execute("SELECT pg_advisory_unlock(%s)", (WRITE_LOCK,))
+        t.join(timeout=30)
+    assert not t.is_alive() and not errors, errors
+    add_seq = [r["seq"] for r in store.audit(e.id)]
+    assert add_seq and add_seq[0] > held_seq and store.get_row(e.id)[0] == e.id
+    assert store.generations() == {e.wing: 1}
+    store.close()
+
+
 def test_write_that_fails_leaves_nothing(pg_uri, hash_embedder):
     store = open_pg(pg_uri, hash_embedder)
     rng = random.Random(2)

@@ -89,13 +89,19 @@ def df_counted_again(pg):
     return kept, fresh
 
 
-def test_tokens_are_fts5s_on_real_text(node_docs):
+def test_tokens_are_fts5s_on_real_text(node_docs, monkeypatch):
     from memlens.store.postgres import lexical
 
     texts = [d["text"] for d in node_docs] + [d["title"] for d in node_docs]
     texts += [Path(__file__).read_text(encoding="utf-8"), "Ünïcödé naïve café ΑΒΓ straße ﬁle 東京 ½ x²", "", "  --  "]
+    # cut here although not ASCII: an automatic title ("…"), quotes, dashes, bullets, a no-break space
+    texts += [t[:59].rstrip() + "…" for t in texts[:20]]
+    texts += ["the node’s “stream” API—backpressure – then\u00a0pipe()… • done", "…", "’’x’’"]
     assert any(not t.isascii() for t in texts) and any(t.isascii() for t in texts)  # both ways of cutting are compared
     assert lexical.field_tokens(texts) == lexical._by_sqlite(texts)
+    assert lexical._port_ok()
+    monkeypatch.setattr(lexical, "_by_sqlite", lambda fields: pytest.fail(f"cut by SQLite: {fields}"))
+    assert lexical.field_tokens(["an entry’s title…"]) == [["an", "entri", "s", "titl"]]  # cut here
 
 
 def test_bm25_is_fts5s_on_every_question(twin):

@@ -42,6 +42,10 @@ _STEMS: dict[str, str | None] = {}  # word -> its token (None: the port is unsur
 _STEMS_MAX = 200_000
 _PORT_OK: list[bool] = []  # [whether memlens.store.speed.porter agrees with this SQLite], once checked
 _TOKENIZER = "porter unicode61"  # the SQLite store's entries_fts tokenizer
+# characters outside ASCII that unicode61 always cuts at (punctuation and spaces; checked once with ``PROBE``): a
+# text whose only other characters are ASCII is cut here too (an automatic title ends with "…")
+_SEPARATORS = "\u00a0\u2013\u2014\u2018\u2019\u201c\u201d\u2022\u2026"
+_AS_SPACE = str.maketrans(_SEPARATORS, " " * len(_SEPARATORS))
 LEX_COLUMNS = "lex_terms, lex_freqs, lex_len"  # what ``postings`` gives for a row, in this order
 
 _CHANGED = "(n.lex_terms, n.lex_freqs, n.lex_len) IS DISTINCT FROM (o.lex_terms, o.lex_freqs, o.lex_len)"
@@ -130,7 +134,9 @@ def _by_sqlite(fields: Sequence[str]) -> list[list[str]]:
 def _port_ok() -> bool:
     """Whether ``memlens.store.speed.porter`` stems as this SQLite does (checked once per process on ``PROBE``)."""
     if not _PORT_OK:
-        _PORT_OK.append(all(got == [stem(w)] for w, got in zip(PROBE, _by_sqlite(list(PROBE)))))
+        words = list(PROBE) + [f"a{c}b" for c in _SEPARATORS]
+        want = [[stem(w)] for w in PROBE] + [["a", "b"]] * len(_SEPARATORS)
+        _PORT_OK.append(_by_sqlite(words) == want)
     return _PORT_OK[0]
 
 
@@ -152,7 +158,9 @@ def _ascii_tokens(text: str) -> list[str] | None:
 
 def field_tokens(fields: Sequence[str]) -> list[list[str]]:
     """Each text's tokens, in order, exactly as FTS5's ``porter unicode61`` makes them."""
-    out: list[list[str] | None] = [_ascii_tokens(f) if f.isascii() and _port_ok() else None for f in fields]
+    out: list[list[str] | None] = [_ascii_tokens(f if f.isascii() else f.translate(_AS_SPACE))
+                                   if (f.isascii() or f.translate(_AS_SPACE).isascii()) and _port_ok() else None
+                                   for f in fields]
     rest = [i for i, toks in enumerate(out) if toks is None]
     if rest:
         for i, toks in zip(rest, _by_sqlite([fields[i] for i in rest])):

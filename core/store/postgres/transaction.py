@@ -45,13 +45,15 @@ class PgTransactions:
     def write(self) -> Iterator[PgWriter]:
         """One transaction under the store's write lock: everything the block wrote commits, or nothing.
 
-        The transaction is sent in pipeline mode: BEGIN, the lock and every statement whose result the block
-        does not read go out together, and the commit goes with a flush of the WAL (``durable``): a write that
-        reads nothing back (``add``) is one round trip, the lock is held only while the server runs it (never
-        while the client waits), and the commit does not wait for the disk under the lock (``synchronous_commit
-        = off`` for this transaction); the flush after it does, outside the lock, so concurrent writers share
-        one flush, and the block returns only once the commit is on disk. A block that ends normally after its
-        transaction failed (an error inside it was caught) commits nothing: that is an error here too.
+        Nothing is sent while the block runs until it must be (``PgWriter``): a statement whose result the block
+        reads opens the transaction (in pipeline mode: BEGIN, the lock, what was held back, then the statement);
+        else the end of the block sends everything at once with the COMMIT and a flush of the WAL (``durable``)
+        right behind, and a block that only adds an entry is ONE statement that takes the lock and commits by
+        itself. Either way the lock is held only while the server runs the statements, never while it waits for
+        this process. The commit does not wait for the disk under the lock (``synchronous_commit = off`` for
+        this transaction); the flush after it does, outside the lock, so concurrent writers share one flush, and
+        the block returns only once the commit is on disk. A block that ends normally after its transaction
+        failed (an error inside it was caught) commits nothing: that is an error here too.
         """
         import psycopg
 
@@ -64,11 +66,7 @@ class PgTransactions:
             flush = self._durable(conn)
             writer: PgWriter | None = None
             try:
-                with conn.pipeline() as pipeline:
-                    writer = PgWriter(conn, self.model_id, pipeline)
-                    conn.execute("BEGIN")
-                    conn.execute("SELECT pg_advisory_xact_lock(%s)" + (", set_config('synchronous_commit', 'off', true)"
-                                                                        if flush else ""), (schema.WRITE_LOCK,))
+                with PgWriter(conn, self.model_id, held=True, relaxed="off" if flush else None) as writer:
                     yield writer
                     failed = writer.synced.failed if writer.synced is not None else None
                     if failed is not None or _gone(conn):  # the block went on after a statement of it failed
@@ -76,8 +74,8 @@ class PgTransactions:
                                          "written; the next call reconnects" if failed is None or connect.lost(failed)
                                          else f"a statement of this write to {self.label} failed ({connect.first_line(failed)}); "
                                          "nothing was written")
-                    done = conn.execute("COMMIT")
-                    if flush:
+                    done = conn.execute("COMMIT") if writer.finish() else None
+                    if flush and writer.sent:
                         conn.execute(flush)
             except psycopg.errors.UniqueViolation as exc:
                 self._end_failed(conn)
@@ -87,7 +85,7 @@ class PgTransactions:
             except BaseException:
                 self._end_failed(conn)
                 raise
-            if done.statusmessage != "COMMIT":
+            if done is not None and done.statusmessage != "COMMIT":
                 raise StoreError(f"a statement of this write to {self.label} failed; nothing was written")
 
     def _durable(self, conn: Any) -> str | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ from memlens.models import Entry, format_ts, utcnow
 from memlens.store.postgres.compat import BLOCKER_COLUMNS, COLUMNS, TASK_COLUMNS, as_vector, entry_values, row_to_entry, stamp
 from memlens.store.postgres.lexical import LEX_COLUMNS, postings
 from memlens.store.postgres.reads import visible
-from memlens.store.postgres.schema import NOTIFY_CHANNEL
+from memlens.store.postgres.schema import NOTIFY_CHANNEL, WRITE_LOCK
 
 
 def _usable(v: np.ndarray) -> bool:
@@ -42,12 +42,28 @@ def dumps(v: Any) -> str | None:
 
 
 _AUDIT_COLUMNS = "ts, action, entry_id, wing, before, after, detail, import_id"
-_ADD = (  # PgWriter.add: every part runs (data-modifying WITH parts always do), the bump after the audit row it names
-    f"WITH e AS (INSERT INTO entries({COLUMNS}, content_hash, model, {LEX_COLUMNS}) VALUES ({', '.join(['%s'] * 19)}) "
+# the write lock, and (``relaxed``: 'off', else None) a commit that does not wait for the disk (``PgStore.write``)
+LOCK = ("SELECT pg_advisory_xact_lock(%s), "
+        "set_config('synchronous_commit', coalesce(%s, current_setting('synchronous_commit')), true)")
+# the types of the entry's values (``entry_values``, then ``postings``) and of an audit row's: an INSERT ... SELECT
+# does not take them from the columns as a VALUES list does
+_ENTRY_TYPES = ["text"] * 9 + ["float8"] + ["text"] * 6 + ["text[]", "real[]", "integer"]
+_AUDIT_TYPES = ["text"] * 7 + ["bigint"]
+
+
+def _typed(types: list[str]) -> str:
+    return ", ".join(f"%s::{t}" for t in types)
+
+
+_ADD = (  # PgWriter.add, one statement that is its own transaction when sent alone: the lock first (every row is
+    # made from ``l``'s, so the ids and the audit seq are drawn under it), then every part (data-modifying WITH parts
+    # always run), the bump after the audit row it names
+    f"WITH l AS ({LOCK}), "
+    f"e AS (INSERT INTO entries({COLUMNS}, content_hash, model, {LEX_COLUMNS}) SELECT {_typed(_ENTRY_TYPES)} FROM l "
     "RETURNING rowid), "
     "v AS (INSERT INTO entries_vec(rowid, embedding, usable, wing, room, kind, type, status) "
     "SELECT e.rowid, %b, %s, %s, %s, %s, %s, %s FROM e RETURNING rowid), "
-    f"a AS (INSERT INTO audit({_AUDIT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING seq), "
+    f"a AS (INSERT INTO audit({_AUDIT_COLUMNS}) SELECT {_typed(_AUDIT_TYPES)} FROM l RETURNING seq), "
     "b AS (INSERT INTO wings(wing, generation, last_write_seq) SELECT %s, 1, a.seq FROM a "
     "ON CONFLICT (wing) DO UPDATE SET generation = wings.generation + 1, last_write_seq = excluded.last_write_seq RETURNING 1) "
     "SELECT pg_notify(%s, %s), (SELECT count(*) FROM v), (SELECT count(*) FROM b)"
@@ -61,18 +77,20 @@ def _audit_values(action: str, entry_id: str | None, wing: str | None, before: d
 
 
 class Synced:
-    """A connection in pipeline mode as code outside this module uses it: each ``execute`` (of it or of its cursors)
-    waits for its result, so rows, ``rowcount`` and errors are there when it returns, as outside pipeline mode.
-    ``failed`` keeps the first error a statement met (the transaction cannot commit after it)."""
+    """The write transaction's connection as code outside this module uses it: each ``execute`` (of it or of its
+    cursors) first sends what the writer holds back (opening the transaction), then waits for its own result, so
+    rows, ``rowcount`` and errors are there when it returns, as outside pipeline mode. ``failed`` keeps the first
+    error a statement met (the transaction cannot commit after it)."""
 
-    def __init__(self, conn: Any, pipeline: Any) -> None:
-        self._conn, self._pipeline = conn, pipeline
+    def __init__(self, conn: Any, writer: PgWriter) -> None:
+        self._conn, self._writer = conn, writer
         self.failed: BaseException | None = None
 
     def execute(self, *args: Any, **kwargs: Any) -> Any:
         with self.watch():
+            self._writer.send()
             cur = self._conn.execute(*args, **kwargs)
-            self._pipeline.sync()
+            self._writer.pipeline.sync()
         return cur
 
     def cursor(self, *args: Any, **kwargs: Any) -> Any:
@@ -96,14 +114,16 @@ class _SyncedCursor:
 
     def execute(self, *args: Any, **kwargs: Any) -> _SyncedCursor:
         with self._conn.watch():
+            self._conn._writer.send()
             self._cur.execute(*args, **kwargs)
-            self._conn._pipeline.sync()
+            self._conn._writer.pipeline.sync()
         return self
 
     def executemany(self, *args: Any, **kwargs: Any) -> None:
         with self._conn.watch():
+            self._conn._writer.send()
             self._cur.executemany(*args, **kwargs)
-            self._conn._pipeline.sync()
+            self._conn._writer.pipeline.sync()
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self._cur)
@@ -119,31 +139,91 @@ class _SyncedCursor:
 
 
 class PgWriter:
-    """One open write transaction (``Store.write()``)."""
+    """One open write transaction (``Store.write()``).
 
-    def __init__(self, conn: Any, model: str, pipeline: Any = None) -> None:
-        self._raw = conn  # in pipeline mode (``PgStore.write``): statements sent here are not waited for
-        self.synced = None if pipeline is None else Synced(conn, pipeline)
+    ``held`` (``PgStore.write``): nothing is sent while the block runs until it must be. A statement whose result
+    the block does not read is held back; the first statement that is waited for, or the end of the block, opens
+    the transaction (BEGIN and the write lock, in pipeline mode) and sends everything held at once, so the lock is
+    taken only when the server can run what follows it without waiting for this process (which may be computing
+    the next values, or not even scheduled). A block that only adds one entry sends ONE statement that takes the
+    lock itself and is its own transaction (``finish``). Otherwise (``held`` false) statements run at once, in the
+    caller's transaction."""
+
+    def __init__(self, conn: Any, model: str, *, held: bool = False, relaxed: str | None = None) -> None:
+        self._raw = conn
+        self.relaxed = relaxed  # ``LOCK``'s commit setting
+        self._held: list[tuple[str, Any]] | None = [] if held else None  # statements not sent yet
+        self._alone = False  # the one held statement is a transaction of its own (``_ADD``)
+        self._stack = ExitStack()
+        self.pipeline: Any = None  # entered when the transaction opens
+        self.sent = False  # whether anything was sent (a block that wrote nothing sends nothing)
+        self.synced = Synced(conn, self) if held else None
         self.conn = conn if self.synced is None else self.synced  # what callers get: each statement waited for
         self.model = model
         self.tasks = PgTaskRows(lambda: nullcontext(self.conn))
         self.adding: list[str] = []  # ids ``add`` sent: a unique violation at commit names one of them
 
+    def __enter__(self) -> PgWriter:
+        return self
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        """Leave the pipeline if the transaction opened one (collecting its results: an error raises here)."""
+        return self._stack.__exit__(*exc)
+
+    def _later(self, sql: str, args: Any = None, *, alone: bool = False) -> None:
+        """A statement whose result nobody reads: held back (``held``), else run now. ``alone``: it takes the lock
+        itself, so it can be the whole transaction."""
+        if self._held is None:
+            self._raw.execute(sql, args)
+        else:
+            self._alone = alone and not self._held and self.pipeline is None
+            self._held.append((sql, args))
+
+    def send(self) -> None:
+        """Open the transaction (a pipeline, BEGIN, the lock) if not yet done, and send what is held back, not
+        waiting for the results (the pipeline's next sync collects them)."""
+        if self._held is None:
+            return
+        if self.pipeline is None:
+            self.pipeline = self._stack.enter_context(self._raw.pipeline())
+            self.sent = True
+            self._raw.execute("BEGIN")
+            self._raw.execute(LOCK, (WRITE_LOCK, self.relaxed))
+        held, self._held = self._held, []
+        for sql, args in held:
+            self._raw.execute(sql, args)
+
+    def finish(self) -> bool:
+        """Send the rest of the block's statements; whether a transaction is open for the caller to commit. Not
+        when the block wrote nothing, nor when it is one statement that is its own transaction (an ``add``): that
+        one is sent outside pipeline mode, with its sync in the same message, so the lock it takes is held only
+        while the server runs it and commits, never while the server waits for this process."""
+        if self.pipeline is None and self._held is not None and (not self._held or (self._alone and len(self._held) == 1)):
+            for sql, args in self._held:
+                self._raw.execute(sql, args)
+                self.sent = True
+            self._held = []
+            return False
+        self.send()
+        return True
+
     def add(self, entry: Entry, vector: np.ndarray | bytes) -> None:
         """The entry row (with its tokens), its vector, its audit row, its wing's bump and the notification, in ONE
-        statement that is sent and not waited for: the transaction's end collects it, and a taken id fails it
-        there (``PgStore.write``)."""
+        statement that takes the write lock first (again, at no cost, inside an open transaction): held back and
+        not waited for, it is the whole transaction when the block does nothing else (``finish``); a taken id
+        fails it at the end (``PgStore.write``)."""
         v, ok = vector_value(vector)
         self.adding.append(entry.id)
-        self._raw.execute(_ADD, [
-            *entry_values(entry, self.model), *postings([(entry.title, entry.text)])[0],
+        self._later(_ADD, [
+            WRITE_LOCK, self.relaxed, *entry_values(entry, self.model), *postings([(entry.title, entry.text)])[0],
             v, ok, entry.wing, entry.room, entry.kind.value, entry.type.value, entry.status.value,
             *_audit_values("add", entry.id, entry.wing, None, entry.to_record(), None, None),
             entry.wing, NOTIFY_CHANNEL, json.dumps([entry.wing]),
-        ])
+        ], alone=True)
 
     def _one(self, sql: str, args: Any = ()) -> tuple[Any, ...] | None:
         with self.synced.watch() if self.synced is not None else nullcontext():
+            self.send()
             row: tuple[Any, ...] | None = self._raw.execute(sql, args).fetchone()
         return row
 
@@ -162,7 +242,7 @@ class PgWriter:
 
     def _put_vector(self, rowid: int, entry: Entry, vector: np.ndarray | bytes, import_id: int | None) -> None:
         v, ok = vector_value(vector)
-        self._raw.execute(
+        self._later(
             "INSERT INTO entries_vec(rowid, embedding, usable, wing, room, kind, type, status, import_id) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (rowid) DO UPDATE SET embedding = excluded.embedding, "
             "usable = excluded.usable, wing = excluded.wing, room = excluded.room, kind = excluded.kind, "
@@ -194,10 +274,10 @@ class PgWriter:
         cols = [c.strip() for c in COLUMNS.split(",")]
         sets = ", ".join(f"{c} = %s" for c in cols[1:]) + ", content_hash = %s, model = %s, "
         sets += ", ".join(f"{c} = %s" for c in LEX_COLUMNS.split(", "))
-        self._raw.execute(f"UPDATE entries SET {sets} WHERE rowid = %s",
-                          [*values[1:], *postings([(entry.title, entry.text)])[0], rowid])
+        self._later(f"UPDATE entries SET {sets} WHERE rowid = %s",
+                    [*values[1:], *postings([(entry.title, entry.text)])[0], rowid])
         if vector is None:
-            self._raw.execute(
+            self._later(
                 "UPDATE entries_vec SET wing = %s, room = %s, kind = %s, type = %s, status = %s WHERE rowid = %s",
                 (entry.wing, entry.room, entry.kind.value, entry.type.value, entry.status.value, rowid),
             )
@@ -206,7 +286,7 @@ class PgWriter:
             self._put_vector(rowid, entry, vector, import_id[0] if import_id else None)
 
     def delete(self, rowid: int) -> None:
-        self._raw.execute("DELETE FROM entries WHERE rowid = %s", (rowid,))  # its vector goes with it (ON DELETE CASCADE)
+        self._later("DELETE FROM entries WHERE rowid = %s", (rowid,))  # its vector goes with it (ON DELETE CASCADE)
 
     def audit(
         self, action: str, entry_id: str | None, wing: str | None, before: dict[str, Any] | None,
@@ -220,7 +300,7 @@ class PgWriter:
         names = sorted(set(wings))
         if not names:
             return
-        self._raw.execute(  # the bump and the notification (sent at commit) in one statement
+        self._later(  # the bump and the notification (sent at commit) in one statement
             "WITH b AS (INSERT INTO wings(wing, generation, last_write_seq) SELECT w, 1, %s FROM unnest(%s::text[]) AS w "
             "ON CONFLICT (wing) DO UPDATE SET generation = wings.generation + 1, last_write_seq = excluded.last_write_seq "
             "RETURNING 1) SELECT pg_notify(%s, %s), (SELECT count(*) FROM b)",
