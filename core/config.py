@@ -107,7 +107,7 @@ class SearchConfig(_Section):
     lexical_weight: float = Field(0.2, ge=0, le=FLOAT_MAX)
     k: int = Field(10, ge=1, le=K_MAX)
     candidates: int = Field(50, ge=1, le=KNN_MAX_ROWS, description="candidates fetched per wing from each of KNN and FTS5")
-    vector_index: Literal["auto", "sqlite-vec", "memory"] = Field(
+    vector_index: Literal["auto", "sqlite-vec"] = Field(
         "auto", description="'auto': sqlite-vec until Memory.warm_index() loads the in-process index"
     )
 

@@ -11,6 +11,7 @@ a wing changed); retrieval is ``memlens.retrieval``; working memory is
 
 from __future__ import annotations
 
+import copy
 import threading
 import weakref
 from collections.abc import Iterable, Iterator
@@ -356,6 +357,13 @@ class Memory:
 
             self._cache = RetrievalCache(self.settings.cache.ttl_seconds, self.settings.cache.max_entries)
         return self._cache
+
+    def with_settings(self, settings: Settings, store: Store | None = None) -> Memory:
+        """This Memory on the same connection (or ``store``) with ``settings`` and caches of its own (a replay's copy)."""
+        clone = copy.copy(self)
+        clone.settings, clone._cache, clone._profiles, clone.store = settings, None, None, store or self.store
+        clone.__dict__.pop("_working_memory", None)
+        return clone
 
     def describe_write(self, wings: list[str]) -> dict[str, Any] | None:
         """The latest write to any of ``wings``: what invalidated a cached retrieval."""

@@ -46,6 +46,7 @@ def config(tmp_path, monkeypatch):
         ("[search]\nk = 2000\n", ["search.k = 2000"]),  # 3 * k would be over sqlite-vec's KNN row limit
         ("[search]\nvector_weight = nan\n", ["search.vector_weight", "finite"]),
         ("[search]\nlexical_weight = -0.5\n", ["search.lexical_weight", "allowed from 0 to"]),
+        ('[search]\nvector_index = "memory"\n', ["search.vector_index", "'auto' or 'sqlite-vec'", "got 'memory'"]),
         ("[storage]\nbusy_timeout_ms = -1\n", ["storage.busy_timeout_ms"]),
         ("[storage]\nmmap_size = 99999999999999999999\n", ["storage.mmap_size"]),
         ("[retrieval]\nhalf_life_days = inf\n", ["retrieval.half_life_days", "finite"]),

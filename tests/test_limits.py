@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -62,12 +63,23 @@ def degenerate_store(demo_store, tmp_path) -> Path:
     return path
 
 
+@contextmanager
+def _open_on(path, embedder, index: str, **search):
+    """``path`` opened for searches on one KNN path: ``"sqlite-vec"`` (the speed layer off) or ``"memory"`` (the
+    in-process index, warmed as a long-lived process does)."""
+    settings = load_settings(search={"vector_index": "sqlite-vec" if index == "sqlite-vec" else "auto", **search})
+    with Memory.open(path, settings=settings, embedder=embedder) as mem:
+        if index == "memory":
+            mem.warm_index()
+        yield mem
+
+
 @pytest.mark.model
 @pytest.mark.parametrize("index", ["sqlite-vec", "memory"])
 def test_degenerate_vectors_never_crash_search_context_explain(degenerate_store, real_embedder, index):
-    settings = load_settings(search={"vector_index": index})
-    with Memory.open(degenerate_store, settings=settings, embedder=real_embedder) as mem:
+    with _open_on(degenerate_store, real_embedder, index) as mem:
         b = mem.search("mutable default arguments", active_wing="python", use_cache=False)
+        assert b.trace.fusion["vector_index"] == index
         _finite_components(b)
         found = {r.entry.id: r for r in b.results}
         assert found["py-anti-001"].components.similarity == 0.0  # found by its text; no vector, similarity 0
@@ -92,9 +104,9 @@ def test_degenerate_rows_do_not_displace_neighbours_in_sqlite_vec(degenerate_sto
     conn.close()
     hits = {}
     for index in ("sqlite-vec", "memory"):
-        settings = load_settings(search={"vector_index": index, "candidates": usable})
-        with Memory.open(degenerate_store, settings=settings, embedder=real_embedder) as mem:
+        with _open_on(degenerate_store, real_embedder, index, candidates=usable) as mem:
             b = mem.search("asyncio tasks and threads", wings=["python"], k=5, use_cache=False)
+            assert b.trace.fusion["vector_index"] == index
             hits[index] = [(r.entry.id, round(r.components.similarity, 5)) for r in b.results]
             assert b.trace.candidates["vector"] == usable  # every usable vector in scope, none displaced
     assert hits["sqlite-vec"] == hits["memory"]
@@ -170,11 +182,11 @@ def test_api_bounds(mem):
 @pytest.mark.parametrize("index", ["sqlite-vec", "memory"])
 def test_knn_rows_never_exceed_sqlite_vec_limit(store_path, hash_embedder, index):
     """Any k and any candidates setting: the KNN asks for at most 4096 rows."""
-    settings = load_settings(search={"vector_index": index})
-    settings.search.candidates = 10**6  # whatever the configuration allows, the pipeline clamps
-    with Memory.open(store_path, settings=settings, embedder=hash_embedder) as m:
+    with _open_on(store_path, hash_embedder, index) as m:
+        m.settings.search.candidates = 10**6  # whatever the configuration allows, the pipeline clamps
         m.add("alpha beta", wing="w")
         b = m.search("alpha", k=MAX_K, use_cache=False)
+        assert b.trace.fusion["vector_index"] == index
         assert b.trace.candidates["over_fetch"] == SQLITE_VEC_MAX_KNN
         assert [r.entry.text for r in b.results] == ["alpha beta"]
 

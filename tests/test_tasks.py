@@ -10,10 +10,11 @@ import pytest
 
 from memlens import Memory
 from memlens.config import load_settings
+from memlens.demo import demo_tasks_file, load_tasks
 from memlens.embed import HashEmbedder
 from memlens.errors import NotFoundError, ValidationError
 from memlens.store import db
-from memlens.working.tasks import Task, demo_tasks_file, load_demo, report_digest, summarize
+from memlens.working.tasks import Task, report_digest, summarize
 
 from .conftest import REPO, bounded, run_cli, snapshot_store
 
@@ -432,9 +433,9 @@ def test_missing_state_file(mem, tmp_path):
 
 
 def test_demo_history_loads(mem):
-    rep = load_demo(mem)
+    rep = load_tasks(mem)
     assert rep["tasks_imported"] == 20 and rep["blockers_imported"] == 3 and rep["backfilled"] == 0
-    assert load_demo(mem) is None  # only into an empty working memory
+    assert load_tasks(mem) is None  # only into an empty working memory
     tasks = mem.tasks.all()
     assert sum(t.outcome.value == "failure" for t in tasks) >= 3
     assert len(mem.tasks.blockers()) == 2

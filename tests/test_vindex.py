@@ -80,9 +80,12 @@ def filled(mem, tmp_path):
 
 
 def _knn(mem, index: str, qvec: np.ndarray, scope: Scope, n: int) -> list[tuple[int, float]]:
+    """The store's KNN on one path: ``"sqlite-vec"`` (the speed layer off) or ``"memory"`` (the index warmed)."""
     before = mem.settings.search.vector_index
-    mem.settings.search.vector_index = index
+    mem.settings.search.vector_index = "sqlite-vec" if index == "sqlite-vec" else "auto"
     try:
+        if index == "memory":
+            mem.warm_index()
         knn = mem.store.knn(qvec, scope, n)
         assert knn.index == index
         return knn.hits[:n]

@@ -22,13 +22,16 @@ import inspect
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memlens.assist import citations as cites
 from memlens.assist import log
 from memlens.assist.llm import Endpoint, LlmError, one_line, stream_chat
 from memlens.assist.prompt import WebPart, build_messages, sent_ids, source_record, web_source_count
 from memlens.errors import MemlensError
+
+if TYPE_CHECKING:
+    from memlens.memory import Memory
 
 WebProvider = Callable[[list[str], str], Any]
 
@@ -97,7 +100,7 @@ async def _await(awaitable: Any) -> Any:
     return await awaitable
 
 
-def default_web_provider(mem: Any) -> WebProvider | None:
+def default_web_provider(mem: Memory) -> WebProvider | None:
     """``mem.web_context_sync`` / ``mem.web_context`` (sync or async) for the URLs alone, else None."""
     fn = getattr(mem, "web_context_sync", None) or getattr(mem, "web_context", None)
     if fn is None:
@@ -119,7 +122,7 @@ def web_part(result: Any) -> WebPart:
     return WebPart(context, [source_record(s) for s in (get("sources", []) or [])])
 
 
-def fetch_web(mem: Any, urls: Sequence[str], query: str, provider: WebProvider | None = None) -> WebPart:
+def fetch_web(mem: Memory, urls: Sequence[str], query: str, provider: WebProvider | None = None) -> WebPart:
     provider = provider or default_web_provider(mem)
     if provider is None:
         raise MemlensError("--web: this memlens cannot fetch web pages (no web context support installed)")
@@ -135,7 +138,7 @@ def assemble(question: str, bundle: Any, context: str, web: WebPart | None = Non
                     retrieval_seq)
 
 
-def prepare(mem: Any, question: str, *, active_wing: str | None, wings: list[str] | None = None, k: int | None = None,
+def prepare(mem: Memory, question: str, *, active_wing: str | None, wings: list[str] | None = None, k: int | None = None,
             profile: str | None = "memory", budget: int | None = None, workspace: str | None = None,
             web_urls: Sequence[str] = (), web_provider: WebProvider | None = None, **search_options: Any) -> Prepared:
     """Retrieve and render exactly as ``memlens context`` does, fetch web context, build the prompt."""
@@ -169,7 +172,7 @@ def answer(endpoint: Endpoint, prepared: Prepared, on_token: Callable[[str], Non
     return finish(prepared, "".join(parts), model=endpoint.model, complete=error is None, error=error)
 
 
-def record(mem: Any, ans: Answer) -> Answer:
+def record(mem: Memory, ans: Answer) -> Answer:
     """Log the answer with its retrieval (never raises; ``ans.log_error`` says why when it could not)."""
     p = ans.prepared
     ans.logged, ans.log_error = log.record(
@@ -178,7 +181,7 @@ def record(mem: Any, ans: Answer) -> Answer:
     return ans
 
 
-def ask(mem: Any, question: str, endpoint: Endpoint, *, on_token: Callable[[str], None] | None = None,
+def ask(mem: Memory, question: str, endpoint: Endpoint, *, on_token: Callable[[str], None] | None = None,
         **options: Any) -> Answer:
     """Retrieve, answer and log (``options`` as for :func:`prepare`)."""
     prepared = prepare(mem, question, **options)

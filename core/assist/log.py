@@ -14,14 +14,41 @@ skips the row and says why.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memlens.limits import MAX_LIST, check_int
+from memlens.store.base import Lookups
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from memlens.config import Settings
 
 QUESTION_CHARS = 200
 
 
-def last_retrieval_seq(mem: Any, query: str) -> int | None:
+class AnswerStore(Lookups, Protocol):
+    """The store role the answer log uses: the answer tables and the last retrieval row (``Lookups``), and whether
+    the store takes writes."""
+
+    def read_only(self) -> bool: ...
+
+
+class AnswerLog(Protocol):
+    """What the answer log asks of the engine (a ``Memory`` is one): its ``store`` (that role), ``path`` (a store
+    seen damaged is not written) and ``settings`` (how many answers are kept)."""
+
+    @property
+    def store(self) -> AnswerStore: ...
+
+    @property
+    def path(self) -> Path | str: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+
+def last_retrieval_seq(mem: AnswerLog, query: str) -> int | None:
     """The audit row a search for ``query`` (its trace's query) just logged on this thread's connection, if it did
     (None at audit level "writes", or when the row could not be written)."""
     import hashlib
@@ -49,7 +76,7 @@ def retrieval_summary(bundle: Any) -> dict[str, Any]:
             "degraded": bool(t.degraded)}
 
 
-def record(mem: Any, *, question: str, model: str, complete: bool, error: str | None, retrieval_seq: int | None,
+def record(mem: AnswerLog, *, question: str, model: str, complete: bool, error: str | None, retrieval_seq: int | None,
            bundle: Any, cited: list[str], invented: list[str]) -> tuple[int | None, str | None]:
     """Store one answer: (its id, None), or (None, why it was not logged)."""
     from memlens.models import format_ts, utcnow
@@ -58,7 +85,7 @@ def record(mem: Any, *, question: str, model: str, complete: bool, error: str | 
     if corruption.seen(mem.path):
         return None, "the store is damaged"
     try:
-        if mem.read_only:
+        if mem.store.read_only():
             return None, "the store is read-only"
         keep = int(mem.settings.audit.retrieval_max_rows)
         values = (format_ts(utcnow()), question[:QUESTION_CHARS], model, int(complete), error, retrieval_seq,
@@ -70,7 +97,7 @@ def record(mem: Any, *, question: str, model: str, complete: bool, error: str | 
         return None, " ".join(str(exc).split())[:200] or type(exc).__name__
 
 
-def answers(mem: Any, limit: int = 100) -> list[dict[str, Any]]:
+def answers(mem: AnswerLog, limit: int = 100) -> list[dict[str, Any]]:
     """The newest logged answers, newest first, each with its cited and invented ids."""
     limit = check_int("limit", limit, 1, MAX_LIST)
     rows = mem.store.answer_rows(limit)
@@ -87,7 +114,7 @@ def answers(mem: Any, limit: int = 100) -> list[dict[str, Any]]:
     return out
 
 
-def cited_entries(mem: Any, limit: int = 20) -> list[dict[str, Any]]:
+def cited_entries(mem: AnswerLog, limit: int = 20) -> list[dict[str, Any]]:
     """Entries answers cited (valid citations only), most cited first: id, title, times cited, last cited."""
     limit = check_int("limit", limit, 1, MAX_LIST)
     rows = mem.store.cited_rows(limit)

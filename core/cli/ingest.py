@@ -15,10 +15,13 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memlens.cli.output import progress_stream
 from memlens.errors import ValidationError
+
+if TYPE_CHECKING:
+    from memlens.memory import Memory
 
 SKIPS_SHOWN = 20
 
@@ -147,7 +150,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
-def _watch(mem: Any, root: str, wing: str, room: str, args: argparse.Namespace) -> int:
+def _watch(mem: Memory, root: str, wing: str, room: str, args: argparse.Namespace) -> int:
     from memlens.ingest.watch import Watcher
 
     def on_run(kind: str, out: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -23,6 +23,9 @@ from pydantic import Field
 
 from memlens import attribution
 from memlens.errors import MemlensError
+
+if TYPE_CHECKING:
+    from memlens.memory import Memory
 
 F = TypeVar("F", bound=Callable[..., Any])  # a tool function, returned as it came
 
@@ -128,7 +131,7 @@ class Engine:
         return True
 
 
-def landed(mem: Any, status: str | None) -> str | None:
+def landed(mem: "Memory", status: str | None) -> str | None:
     """The status an agent's write leaves the entry in (``[review] agent_writes``, ``memlens.review.desk``)."""
     from memlens.review.desk import agent_status
 
@@ -245,7 +248,7 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         full_trace: Annotated[bool, Field(description="also return every score component and the full trace")] = False,
         ctx: Context | None = None,
     ) -> dict[str, Any]:
-        def run(mem: Any, waited: float) -> dict[str, Any]:
+        def run(mem: "Memory", waited: float) -> dict[str, Any]:
             b = mem.search(query, active_wing=active_wing, wings=wings, k=k, profile=profile, budget=budget,
                            client=asking(ctx))
             out = {"results": [compact(r, full_trace) for r in b.results], "trace": trace_summary(b.trace, waited)}
@@ -281,7 +284,7 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         overrides: Annotated[str | None, Field(description="id of an entry this one replaces")] = None,
         ctx: Context | None = None,
     ) -> dict[str, Any]:
-        def run(mem: Any, _w: float) -> dict[str, Any]:
+        def run(mem: "Memory", _w: float) -> dict[str, Any]:
             entry, created, similar = mem.add_unique(
                 text, wing=wing, room=room, type=type, kind=kind, title=title, key=key, salience=salience,
                 status=landed(mem, status), overrides=overrides)
@@ -343,7 +346,7 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
 
     @tool("memory_delete", "Delete an entry", read=False, destructive=True, idempotent=True)
     def memory_delete(id: Id, dry_run: DryRun = False, ctx: Context | None = None) -> dict[str, Any]:
-        def run(mem: Any, _w: float) -> dict[str, Any]:
+        def run(mem: "Memory", _w: float) -> dict[str, Any]:
             e = mem.delete(id)
             return {"id": e.id, "deleted": True, "wing": e.wing, "title": e.title}
         return record(ctx, preview(lambda m: m.delete(id)) if dry_run else run, need_model=dry_run)
@@ -359,7 +362,7 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
 
     @tool("memory_wings", "List wings and rooms", read=True)
     def memory_wings(ctx: Context | None = None) -> dict[str, Any]:
-        def run(mem: Any, _w: float) -> dict[str, Any]:
+        def run(mem: "Memory", _w: float) -> dict[str, Any]:
             wings = mem.wing_counts()
             return {"entries": sum(w["entries"] for w in wings), "wings": wings}
         return record(ctx, run)

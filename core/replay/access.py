@@ -12,10 +12,10 @@ from memlens.limits import MAX_LIST, check_int
 from memlens.replay import storage
 
 if TYPE_CHECKING:
-    from memlens.memory import Memory
+    from memlens.replay.context import ReplayContext
 
 
-def entry_access(mem: Memory, entry_id: str, limit: int = 1000) -> dict[str, Any]:
+def entry_access(mem: ReplayContext, entry_id: str, limit: int = 1000) -> dict[str, Any]:
     """``{id, title, wing, freshness, accesses: [{seq, ts, query, client, rank, score, in_context}]}``, newest first.
 
     ``in_context``: the retrieval was made to build an agent's context (``Memory.context``, ``memlens context``,
@@ -28,7 +28,7 @@ def entry_access(mem: Memory, entry_id: str, limit: int = 1000) -> dict[str, Any
     return {"id": entry.id, "title": entry.title, "wing": entry.wing, "freshness": fresh, "accesses": rows}
 
 
-def coverage(mem: Memory, wing: str | None = None) -> dict[str, Any]:
+def coverage(mem: ReplayContext, wing: str | None = None) -> dict[str, Any]:
     """Entries never returned by a logged retrieval that searched their wing, and entries returned by every one.
 
     Entries of wings no logged retrieval searched are in neither list (nothing can be said of them).

@@ -19,21 +19,21 @@ from memlens.models import Entry, content_hash
 from memlens.replay import storage
 
 if TYPE_CHECKING:
-    from memlens.memory import Memory
+    from memlens.replay.context import ReplayContext
 
 BATCH = 256
 
 
-def stale_count(mem: Memory) -> int:
+def stale_count(mem: ReplayContext) -> int:
     return len(storage.stale_rows(mem, mem.model_id))
 
 
-def hit_freshness(mem: Memory, ids: list[str]) -> dict[str, dict[str, Any]]:
+def hit_freshness(mem: ReplayContext, ids: list[str]) -> dict[str, dict[str, Any]]:
     """Per id: ``{model, current_model, hash_matches, fresh}``."""
     return storage.freshness(mem, ids, mem.model_id)
 
 
-def reembed(mem: Memory, *, wing: str | None = None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+def reembed(mem: ReplayContext, *, wing: str | None = None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Re-embed the stale entries (of ``wing``) with the configured model; ``{"stale", "reembedded", "model"}``."""
     if wing is not None and wing not in mem.wings():
         raise MemlensError(f"unknown wing {wing!r} (known wings: {', '.join(mem.wings()) or 'none yet'})")

@@ -15,12 +15,13 @@ from memlens.limits import MAX_K, check_int, check_query
 from memlens.replay import storage
 
 if TYPE_CHECKING:
-    from memlens.memory import Memory
+    from memlens.replay.context import ReplayContext
 
 DEFAULT_WITHIN = 10
 
 
-def add(mem: Memory, query: str, expect: str, *, active_wing: str | None = None, within: int = DEFAULT_WITHIN) -> dict[str, Any]:
+def add(mem: ReplayContext, query: str, expect: str, *, active_wing: str | None = None,
+        within: int = DEFAULT_WITHIN) -> dict[str, Any]:
     check_query(query)
     within = check_int("--within", within, 1, MAX_K)
     mem.get(expect)  # NotFoundError for an unknown id
@@ -30,16 +31,16 @@ def add(mem: Memory, query: str, expect: str, *, active_wing: str | None = None,
     return {"id": gid, "query": query, "expect": expect, "active_wing": active_wing, "within": within}
 
 
-def remove(mem: Memory, golden_id: int) -> None:
+def remove(mem: ReplayContext, golden_id: int) -> None:
     if not storage.golden_remove(mem, golden_id):
         raise NotFoundError(f"no golden query with id {golden_id} (memlens golden list shows them)")
 
 
-def listing(mem: Memory) -> list[dict[str, Any]]:
+def listing(mem: ReplayContext) -> list[dict[str, Any]]:
     return storage.golden_list(mem)
 
 
-def check_one(mem: Memory, g: dict[str, Any]) -> dict[str, Any]:
+def check_one(mem: ReplayContext, g: dict[str, Any]) -> dict[str, Any]:
     """One golden query's verdict on ``mem`` (a copy that does not log: see ``storage.with_settings``)."""
     out = {**g, "ok": False, "rank": None, "stage": None, "why": ""}
     k = g["within"]  # the search an agent would run asking for K results
@@ -60,7 +61,7 @@ def check_one(mem: Memory, g: dict[str, Any]) -> dict[str, Any]:
     return {**out, "stage": verdict.get("stage"), "why": verdict.get("detail") or verdict.get("verdict", "")}
 
 
-def check(mem: Memory) -> dict[str, Any]:
+def check(mem: ReplayContext) -> dict[str, Any]:
     """``{"passed", "failed", "checks": [{id, query, expect, active_wing, within, ok, rank, stage, why}]}``."""
     runner = storage.with_settings(mem, mem.settings)
     checks = [check_one(runner, g) for g in storage.golden_list(mem)]

@@ -17,14 +17,15 @@ from memlens.errors import MemlensError
 from memlens.models import format_ts, utcnow
 from memlens.replay import golden, storage
 from memlens.replay.replay import diff, run_request, summarise
+from memlens.replay.storage import R
 
 if TYPE_CHECKING:
-    from memlens.memory import Memory
+    from memlens.replay.context import ReplayContext
 
 RECENT = 50
 
 
-def recent_requests(mem: Memory, n: int = RECENT) -> list[dict[str, Any]]:
+def recent_requests(mem: ReplayContext, n: int = RECENT) -> list[dict[str, Any]]:
     """The newest ``n`` distinct logged requests (a query asked many times counts once)."""
     seen: set[str] = set()
     out = []
@@ -45,8 +46,9 @@ def _as_logged(entry: dict[str, Any], bundle: Any) -> dict[str, Any]:
     return {**entry, "ts": format_ts(utcnow()), "hits": hits}
 
 
-def preview(mem: Memory, change: Callable[[Memory], Any], *, recent: int = RECENT) -> dict[str, Any]:
-    """``{"change", "golden": [failing checks with "was_ok"], "queries": [changed diffs], "summary"}``."""
+def preview(mem: R, change: Callable[[R], Any], *, recent: int = RECENT) -> dict[str, Any]:
+    """``{"change", "golden": [failing checks with "was_ok"], "queries": [changed diffs], "summary"}``; ``change`` is
+    made on a copy of ``mem`` (of its type) whose writes are rolled back."""
     entries = recent_requests(mem, recent)
     goldens = storage.golden_list(mem)
     with storage.rolled_back(mem) as draft:

@@ -30,7 +30,7 @@ from memlens.errors import MemlensError
 from memlens.secrets import redact, url_secrets, usable, without_password
 
 if TYPE_CHECKING:
-    from memlens.memory import Memory
+    from memlens.replay.context import ReplayContext
     from memlens.trace import Bundle
 
 SCOPE = "memlens"
@@ -154,7 +154,7 @@ def send(body: dict[str, Any], endpoint: str, timeout_s: float = 5.0) -> int:
         raise MemlensError(f"cannot send the spans to the OTLP collector at {without_password(url)}: {reason}") from None
 
 
-def emit(mem: Memory, bundle: Bundle | None, body: dict[str, Any] | None = None) -> int:
+def emit(mem: ReplayContext, bundle: Bundle | None, body: dict[str, Any] | None = None) -> int:
     """``search``/``replay --format openinference``: print the spans; send them when ``[export] otlp_endpoint`` is set."""
     body = body if body is not None else spans(bundle)  # type: ignore[arg-type]
     print(json.dumps(body, ensure_ascii=False))

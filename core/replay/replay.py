@@ -13,7 +13,7 @@ profile, budget, user), the cache bypassed, and its new ranked list compared wit
   list ranked after all of that list's ids (tied with the other missing ones); 1.0 means the same order.
   The summary's ``kendall_tau`` is its mean over the replayed queries (``null`` when none is defined).
 
-Replays are never logged as retrievals: they run on a copy of the ``Memory`` whose audit level is
+Replays are never logged as retrievals: they run on a copy of the engine whose audit level is
 ``writes``, so replaying the log does not grow the log, move the access counts or replay itself.
 """
 
@@ -29,7 +29,7 @@ from memlens.models import format_ts, parse_ts, utcnow
 from memlens.replay import storage
 
 if TYPE_CHECKING:
-    from memlens.memory import Memory
+    from memlens.replay.context import ReplayContext
 
 DEFAULT_LAST = 20
 EPS = 1e-6
@@ -145,7 +145,7 @@ def _component_change(old: dict[str, Any], comps: Any, old_w: dict[str, float], 
     return f"{what} {before[name]:.3f} → {now[name]:.3f}"
 
 
-def diff(entry: dict[str, Any], bundle: Any, mem: Memory) -> dict[str, Any]:
+def diff(entry: dict[str, Any], bundle: Any, mem: ReplayContext) -> dict[str, Any]:
     """The ranking diff of one logged retrieval against its replay ``bundle``."""
     old_hits = entry["hits"]
     old = [h["id"] for h in old_hits]
@@ -174,13 +174,13 @@ def diff(entry: dict[str, Any], bundle: Any, mem: Memory) -> dict[str, Any]:
             "top1_changed": (old[:1] != new[:1]), "tau": kendall_tau(old, new), "why": why, "before": old, "after": new}
 
 
-def run_request(mem: Memory, request: dict[str, Any]) -> Any:
+def run_request(mem: ReplayContext, request: dict[str, Any]) -> Any:
     """The search a logged request describes, run again (cache bypassed)."""
     args = {k: request.get(k) for k in ("active_wing", "wings", "k", "budget", "user")}
     return mem.search(request.get("query", ""), profile=request.get("profile") or "memory", use_cache=False, **args)
 
 
-def replay_entries(mem: Memory, entries: list[dict[str, Any]], on_bundle: Any = None) -> list[dict[str, Any]]:
+def replay_entries(mem: ReplayContext, entries: list[dict[str, Any]], on_bundle: Any = None) -> list[dict[str, Any]]:
     """Replay ``entries`` (from ``storage.logged``) on ``mem`` as it is: one diff each (``on_bundle(bundle)``: each new run)."""
     out = []
     for e in entries:
@@ -207,13 +207,14 @@ def summarise(queries: list[dict[str, Any]], sets: list[str] | None = None) -> d
             "errors": sum(1 for q in queries if "error" in q), "settings": list(sets or [])}
 
 
-def select(mem: Memory, *, last: int | None = None, since: str | None = None, query: str | None = None) -> list[dict[str, Any]]:
+def select(mem: ReplayContext, *, last: int | None = None, since: str | None = None,
+           query: str | None = None) -> list[dict[str, Any]]:
     if last is None and since is None and query is None:
         last = DEFAULT_LAST
     return storage.logged(mem, last=last, since=parse_since(since) if since else None, query=query)
 
 
-def replay(mem: Memory, *, last: int | None = None, since: str | None = None, query: str | None = None,
+def replay(mem: ReplayContext, *, last: int | None = None, since: str | None = None, query: str | None = None,
            sets: list[str] | None = None, on_bundle: Any = None) -> dict[str, Any]:
     """``{"queries": [...], "summary": {...}}`` for the selected logged retrievals (see the module's doc)."""
     entries = select(mem, last=last, since=since, query=query)

@@ -17,18 +17,20 @@ they are kept exactly as long as the audit keeps retrieval records (``[audit] re
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 # light at import time: only the JSON encoder
 from memlens.compact_json import dumps
 
 if TYPE_CHECKING:
-    from memlens.memory import Memory
+    from memlens.config import Settings
+    from memlens.replay.context import ReplayContext
     from memlens.trace import RetrievalRecord
+
+R = TypeVar("R", bound="ReplayContext")  # a copy of the engine is of the engine's own type
 
 
 # -- what a retrieval is logged with -------------------------------------------------------------
@@ -54,7 +56,7 @@ def record(rec: RetrievalRecord) -> tuple[str, str, int, str]:
 # -- reading the log -------------------------------------------------------------------------------
 
 
-def logged(mem: Memory, *, last: int | None = None, since: str | None = None, query: str | None = None,
+def logged(mem: ReplayContext, *, last: int | None = None, since: str | None = None, query: str | None = None,
            limit: int = 100_000) -> list[dict[str, Any]]:
     """Logged retrievals, oldest first: ``{seq, ts, request, client, context, hits: [{id, rank, score, <components>}]}``."""
     out = []
@@ -70,20 +72,20 @@ def logged(mem: Memory, *, last: int | None = None, since: str | None = None, qu
     return out
 
 
-def access(mem: Memory, entry_id: str, limit: int = 1000) -> list[dict[str, Any]]:
+def access(mem: ReplayContext, entry_id: str, limit: int = 1000) -> list[dict[str, Any]]:
     """When ``entry_id`` was retrieved, newest first: ``{seq, ts, query, client, rank, score, in_context}``."""
     rows = mem.store.access_rows(entry_id, dumps(entry_id), limit)  # as the log wrote it
     return [{"seq": int(s), "ts": ts, "query": q, "client": c, "rank": int(rank), "score": score, "in_context": bool(ctx)}
             for s, ts, q, c, rank, score, ctx in rows]
 
 
-def retrieval_counts(mem: Memory, wing: str | None = None) -> list[dict[str, Any]]:
+def retrieval_counts(mem: ReplayContext, wing: str | None = None) -> list[dict[str, Any]]:
     """Each active entry (of ``wing``): how many logged retrievals searched its wing, and how many returned it."""
     return [{"id": i, "wing": w, "type": t, "title": title, "searched": int(s), "retrieved": int(h)}
             for i, w, t, title, s, h in mem.store.retrieval_count_rows(wing)]
 
 
-def entry_states(mem: Memory, ids: list[str]) -> dict[str, str]:
+def entry_states(mem: ReplayContext, ids: list[str]) -> dict[str, str]:
     """The status of each of ``ids`` that still exists (a missing id was deleted)."""
     return mem.store.entry_statuses(ids)
 
@@ -91,18 +93,18 @@ def entry_states(mem: Memory, ids: list[str]) -> dict[str, str]:
 # -- golden queries --------------------------------------------------------------------------------
 
 
-def golden_add(mem: Memory, query: str, expect: str, active_wing: str | None, within: int) -> int:
+def golden_add(mem: ReplayContext, query: str, expect: str, active_wing: str | None, within: int) -> int:
     from memlens.models import format_ts, utcnow
 
     return mem.store.golden_insert(query, expect, active_wing or "", within, format_ts(utcnow()))
 
 
-def golden_list(mem: Memory) -> list[dict[str, Any]]:
+def golden_list(mem: ReplayContext) -> list[dict[str, Any]]:
     return [{"id": int(i), "query": q, "expect": e, "active_wing": w or None, "within": int(k), "created_at": ts}
             for i, q, e, w, k, ts in mem.store.golden_rows()]
 
 
-def golden_remove(mem: Memory, golden_id: int) -> bool:
+def golden_remove(mem: ReplayContext, golden_id: int) -> bool:
     return mem.store.golden_delete(golden_id)
 
 
@@ -115,7 +117,7 @@ def _embed_hash(title: str, text: str) -> str:
     return content_hash(Entry.model_construct(wing="", title=title, text=text).embed_text)
 
 
-def freshness(mem: Memory, ids: list[str], model: str) -> dict[str, dict[str, Any]]:
+def freshness(mem: ReplayContext, ids: list[str], model: str) -> dict[str, dict[str, Any]]:
     """Per entry: the model and content hash its vector was made with, against the store's model and its text now."""
     out: dict[str, dict[str, Any]] = {}
     for eid, title, text, h, m in mem.store.vector_stamps(ids):
@@ -124,20 +126,20 @@ def freshness(mem: Memory, ids: list[str], model: str) -> dict[str, dict[str, An
     return out
 
 
-def stale_rows(mem: Memory, model: str, wing: str | None = None) -> list[tuple[int, str, str, str, str]]:
+def stale_rows(mem: ReplayContext, model: str, wing: str | None = None) -> list[tuple[int, str, str, str, str]]:
     """``(rowid, id, wing, title, text)`` of every entry whose vector is not the store model's of its text now."""
     return [(int(rowid), eid, w, title, text) for rowid, eid, w, title, text, h, m in mem.store.stamp_rows(wing)
             if m != model or h != _embed_hash(title, text)]
 
 
-def write_vectors(mem: Memory, rows: list[tuple[int, str, str, str, str]], blobs: list[bytes], hashes: list[str],
+def write_vectors(mem: ReplayContext, rows: list[tuple[int, str, str, str, str]], blobs: list[bytes], hashes: list[str],
                   model: str) -> None:
     """One transaction: the new vectors of ``rows`` (from ``stale_rows``), what they were made from, one audit row,
     the wings' generations."""
     mem.store.rewrite_vectors([(r[0], r[2]) for r in rows], blobs, hashes, model)
 
 
-def set_store_model(mem: Memory, model: str) -> None:
+def set_store_model(mem: ReplayContext, model: str) -> None:
     """Make ``model`` the store's (every vector was made by it)."""
     mem.store.set_model(model)
 
@@ -145,27 +147,25 @@ def set_store_model(mem: Memory, model: str) -> None:
 # -- running the engine with other settings, or against a change that is never written ----------------
 
 
-def with_settings(mem: Memory, settings: Any) -> Memory:
+def with_settings(mem: R, settings: Settings) -> R:
     """``mem`` on the same connection with ``settings`` (copied; nothing saved) and retrieval logging off.
 
     A replay, a golden check or a preview must not add itself to the log it reads: the copy's audit level is
     ``writes``. It has its own caches (results of other settings must not be served to ``mem``).
     """
-    clone = copy.copy(mem)
-    clone.settings = settings.model_copy(update={"audit": settings.audit.model_copy(update={"level": "writes"})})
-    clone._cache = None
-    clone._profiles = None
-    clone.__dict__.pop("_working_memory", None)
-    return clone
+    return mem.with_settings(quiet(settings))
+
+
+def quiet(settings: Settings) -> Settings:
+    """A copy of ``settings`` at audit level ``writes``: nothing it runs is logged as a retrieval."""
+    return settings.model_copy(update={"audit": settings.audit.model_copy(update={"level": "writes"})})
 
 
 @contextmanager
-def rolled_back(mem: Memory) -> Iterator[Memory]:
+def rolled_back(mem: R) -> Iterator[R]:
     """A ``mem`` whose writes happen inside one transaction that is rolled back on exit: nothing is ever written.
 
     The transaction holds the store's write lock while it is open (other writers wait, readers do not).
     """
     with mem.store.rolled_back() as store:
-        clone = with_settings(mem, mem.settings)
-        clone.store = store  # its writes go into the held transaction
-        yield clone
+        yield mem.with_settings(quiet(mem.settings), store)  # its writes go into the held transaction

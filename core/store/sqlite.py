@@ -54,8 +54,8 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
                  mmap_size: int = 1 << 30, create: bool = True,
                  vector_index: Callable[[], str] = lambda: "sqlite-vec") -> None:
         self.path = path
-        self._vector_index_mode = vector_index  # now: "sqlite-vec", "memory" or "auto" (search.vector_index)
-        self._speed: SpeedLayer | None = SpeedLayer(self, vector_index)
+        self._vector_index_mode = vector_index  # now: "sqlite-vec" or "auto" (search.vector_index)
+        self._speed: SpeedLayer | None = SpeedLayer(self)
         self._staged_vectors: VectorIndex | None = None
         self._model = model
         self._busy_timeout_ms = int(busy_timeout_ms)

@@ -10,13 +10,27 @@ stored once.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memlens.limits import MAX_NAME_CHARS
 from memlens.web.sanitize import cap_text
 
+if TYPE_CHECKING:
+    from memlens.config import Settings
+    from memlens.models import Entry
+    from memlens.web.context import WebContext
 
-def save_sources(mem: Any, ctx: Any, *, wing: str, room: str = "") -> list[dict[str, Any]]:
+
+class Saves(Protocol):
+    """What saving asks of the engine (a ``Memory`` is one): ``settings`` (the entry size) and ``add_unique``."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    def add_unique(self, text: str, *, wing: str, **fields: Any) -> tuple[Entry, bool, list[dict[str, Any]]]: ...
+
+
+def save_sources(mem: Saves, ctx: WebContext, *, wing: str, room: str = "") -> list[dict[str, Any]]:
     """Store every source of ``ctx`` that has text; returns ``{"id", "url", "created"}`` per saved source."""
     fetched = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     limit = mem.settings.limits.max_entry_chars

@@ -244,17 +244,3 @@ def parse_state(
     info = {"backfilled": backfilled, "ignored_fields": sorted(ignored)}
     return [(w, t, x) for _, w, t, x in tasks], [(w, b) for _, w, b in blockers], info
 
-
-def demo_tasks_file() -> Path:
-    """The shipped demo history (``data/demo_tasks.json``, the legacy state shape with full fields)."""
-    from importlib.resources import files
-
-    return Path(str(files("memlens.data") / "demo_tasks.json"))
-
-
-def load_demo(mem: Any) -> dict[str, Any] | None:
-    """Import the demo task history into ``mem`` (a ``Memory``) when its working memory is empty; None otherwise."""
-    if not mem.tasks.is_empty():
-        return None
-    result: dict[str, Any] = mem.tasks.import_state(demo_tasks_file())
-    return result

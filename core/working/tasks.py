@@ -87,7 +87,7 @@ from memlens.working.task_models import (
     task_values,
 )
 from memlens.working.task_report import Outcome, report_digest, summarize
-from memlens.working.task_state import demo_tasks_file, load_demo, parse_state, read_state
+from memlens.working.task_state import parse_state, read_state
 from memlens.working.task_window import DETAIL_SHOWN, INTENT_SHOWN, REASON_SHOWN, Window, _quote, render_markdown
 
 if TYPE_CHECKING:
@@ -346,5 +346,5 @@ class WorkingMemory:
 # the working-memory API in one place: the records, their checks and the text views are re-exported from the modules
 # they live in
 __all__ = ["DETAIL_SHOWN", "GENERATION_KEY", "INTENT_SHOWN", "MAX_REPORT_BYTES", "MAX_TEXT", "NO_REASON", "REASON_SHOWN",
-           "Blocker", "Outcome", "Task", "Window", "WorkingMemory", "blocker_values", "check_task_id", "demo_tasks_file",
-           "load_demo", "parse_state", "read_state", "render_markdown", "report_digest", "summarize", "task_values"]
+           "Blocker", "Outcome", "Task", "Window", "WorkingMemory", "blocker_values", "check_task_id",
+           "parse_state", "read_state", "render_markdown", "report_digest", "summarize", "task_values"]

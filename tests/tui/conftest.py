@@ -56,14 +56,14 @@ def pin_lens(lens):
 def tui_demo_store(tmp_path_factory, settings, real_embedder):
     """Demo entries and the demo task history, imported once."""
     from memlens import Memory
-    from memlens.working.tasks import load_demo
+    from memlens.demo import load_tasks
 
     from ..conftest import DEMO
 
     path = tmp_path_factory.mktemp("tui") / "demo.db"
     with Memory.open(path, settings=settings, embedder=real_embedder) as m:
         m.import_jsonl(DEMO)
-        load_demo(m)
+        load_tasks(m)
     return path
 
 

@@ -240,8 +240,8 @@ def _pin_audit(mem) -> None:
 
 def build_stores(settings, embedder) -> dict[str, Path]:
     from memlens import Memory
+    from memlens.demo import load_tasks
     from memlens.models import format_ts
-    from memlens.working.tasks import load_demo
 
     from .conftest import FIXED_NOW, PINNED_MS
 
@@ -250,7 +250,7 @@ def build_stores(settings, embedder) -> dict[str, Path]:
     demo, with_metrics = WORK / "base" / "demo.db", WORK / "base" / "metrics.db"
     with Memory.open(demo, settings=settings, embedder=embedder) as mem:
         mem.import_jsonl(DEMO)
-        load_demo(mem)
+        load_tasks(mem)
         _pin_audit(mem)
     shutil.copy(demo, with_metrics)
     with Memory.open(with_metrics, settings=settings, embedder=embedder) as mem:  # real searches log real rows, then pinned

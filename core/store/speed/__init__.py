@@ -14,8 +14,8 @@ rankings). Its parts:
 
 **The switch** is ``search.vector_index``: ``"sqlite-vec"`` turns the layer off (``SqliteStore.speed`` is None and
 every read is SQL: the reference path); ``"auto"`` (the default) keeps stamps and distinct values from the start
-and the vectors, rows and postings once ``warm_index()`` loaded them; ``"memory"`` loads those at the first search.
-A store pinned to one connection (a rolled-back preview) has no layer.
+and the vectors, rows and postings once ``warm_index()`` loaded them (a long-lived process: the app, the MCP
+server, ``search --queries``, ``eval``). A store pinned to one connection (a rolled-back preview) has no layer.
 
 **The invalidation rule**: a value held here is used only while the stamp it was read under still holds, and
 nothing is kept or served inside a transaction (whose writes a rollback may undo). There are two stamps:
@@ -36,7 +36,6 @@ So a write of an entry, by any process, reaches every part; a new kind of write 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from memlens.store.speed.distinct import DistinctValues
@@ -51,11 +50,10 @@ OFF = "sqlite-vec"  # the setting's value that turns the layer off
 
 
 class SpeedLayer:
-    """One store's speed layer (built by ``SqliteStore`` unless the switch is off). ``mode`` is the current
-    ``search.vector_index``; ``host`` the store (its write stamp and groups, for the distinct values)."""
+    """One store's speed layer (built by ``SqliteStore``, used unless the switch is off). ``host`` is the store
+    (its write stamp and groups, for the distinct values)."""
 
-    def __init__(self, host: Writes, mode: Callable[[], str]) -> None:
-        self._mode = mode
+    def __init__(self, host: Writes) -> None:
         self._lock = threading.Lock()
         self._vectors: VectorIndex | None = None
         self.stamps = Stamps()
@@ -64,10 +62,8 @@ class SpeedLayer:
 
     @property
     def vectors(self) -> VectorIndex | None:
-        """The in-process vector index (with its row cache) when in use: after ``warm_vectors``, or at once in
-        ``"memory"`` mode; None otherwise (sqlite-vec answers the KNN)."""
-        if self._vectors is None and self._mode() == "memory":
-            return self.warm_vectors()
+        """The in-process vector index (with its row cache) once ``warm_vectors`` made it; None before (sqlite-vec
+        answers the KNN)."""
         return self._vectors
 
     def warm_vectors(self) -> VectorIndex:

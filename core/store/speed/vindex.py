@@ -10,7 +10,7 @@ remembers the wing generation it was loaded at, and every write to a wing, by
 any process, bumps that generation (core/store/writer.py). A stale block is reloaded
 before it is used, so the index can never answer from old vectors. A
 single-shot process (one CLI search) never pays for loading: the index is used
-only after ``warm_index()`` (the store's, or ``Memory``'s) or with ``search.vector_index = "memory"``.
+only after ``warm_index()`` (the store's, or ``Memory``'s).
 
 A search scans its whole scope at once: every wing's block is multiplied into
 its slice of one similarity buffer, rows outside the filters are masked with a
