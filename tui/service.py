@@ -9,6 +9,7 @@ workers the UI starts.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -52,7 +53,8 @@ class Lens:
         self._mem: Memory | None = None
         self._open_lock = threading.Lock()
         self._closed = False
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memlens-engine")
+        self._engine_prefix = f"memlens-engine-{id(self):x}"  # this Lens's threads (``engine_busy`` counts any Lens's)
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix=self._engine_prefix)
         self._pool.submit(lambda: self.mem)  # start opening (imports numpy, pydantic, the store) right away
 
     @property
@@ -84,10 +86,20 @@ class Lens:
                     raise Abandoned() from None
 
     def close(self) -> None:
+        """Stop the engine threads and close the store, never under a call still running: closing a connection while
+        another thread runs a statement on it can crash the process. Idle threads end within the half second given;
+        a busy one (a model export, a locked store) keeps the store open, and ``run_app`` ends the process without
+        waiting for it (every write is its own transaction)."""
         self._closed = True
         self._pool.shutdown(wait=False, cancel_futures=True)
-        if self._mem is not None:
+        end = time.monotonic() + 0.5
+        while self._own_threads_alive() and time.monotonic() < end:
+            time.sleep(0.01)
+        if self._mem is not None and not self._own_threads_alive():
             self._mem.close()
+
+    def _own_threads_alive(self) -> bool:
+        return any(t.name.startswith(self._engine_prefix) and t.is_alive() for t in threading.enumerate())
 
     def engine_busy(self) -> bool:
         return any(t.name.startswith("memlens-engine") and t.is_alive() for t in threading.enumerate())

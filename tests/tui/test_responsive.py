@@ -4,8 +4,10 @@
 worker waits) for at least ``SLOW_S``: the test holds it until it has done its
 keys, so the search is certainly in flight while they are measured, however
 busy the machine. Meanwhile keys are handled, reactives change, screens come
-and go and the input takes text, each in a small fraction of ``SLOW_S``; the
-results arrive once the search is let go.
+and go and the input takes text; the results arrive once the search is let go.
+A UI that waited for the search would take until the search's own time-out
+(10 s) to handle a key; the limits below stay well under that and above what a
+busy shared machine adds to a key the UI handles at once.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ pytestmark = pytest.mark.model
 
 SIZE = (120, 40)
 SLOW_S = 2.0
-KEY_LIMIT_S = 0.5  # one key handled end to end (pilot.press returns once the app is idle again)
-SCREEN_LIMIT_S = 1.0  # push or pop the help screen (it renders Markdown)
+KEY_LIMIT_S = 2.5  # one key handled end to end (pilot.press returns once the app is idle again); blocked: ~10 s
+SCREEN_LIMIT_S = 3.0  # push or pop the help screen (it renders Markdown)
 
 
 class SlowSearch:
