@@ -112,6 +112,7 @@ def test_knn_returns_the_rows_of_sqlite_vecs_exact_knn(filled, monkeypatch, scop
     with the same similarities, with either product; also with the sampled threshold in use on these small wings."""
     monkeypatch.setattr(vindex, "_SAMPLE", 32)
     monkeypatch.setattr(vindex, "_kernel", kernel)
+    monkeypatch.setattr(vindex, "_ONE_CORE", 0)  # every scan is a large one: the chosen product runs it
     rng = np.random.default_rng(3)
     rowid, wing = filled.conn.execute("SELECT rowid, wing FROM entries WHERE id = 'v-00004'").fetchone()
     stored = filled.store.vectors({rowid: wing})[rowid]  # a query equal to a stored vector: that row first
@@ -128,13 +129,34 @@ def test_knn_returns_the_rows_of_sqlite_vecs_exact_knn(filled, monkeypatch, scop
 
 
 def test_the_first_scan_chooses_the_product_for_the_process(filled, monkeypatch):
-    """The kernels are timed once, before the first scan; every later scan, of any index, keeps that choice."""
+    """The kernels are timed once, before the first large scan; every later one, of any index, keeps that choice."""
     monkeypatch.setattr(vindex, "_kernel", None)
+    monkeypatch.setattr(vindex, "_ONE_CORE", 0)
     q = _unit(np.random.default_rng(9), 1)[0]
     first = VectorIndex().knn(filled.store, q, None, {}, 5)
     chosen = vindex.kernel()
     assert chosen in vindex.KERNELS
     assert VectorIndex().knn(filled.store, q, None, {}, 5) == first and vindex.kernel() == chosen
+
+
+def test_a_small_scan_runs_on_the_calling_thread_whatever_was_chosen(filled, monkeypatch):
+    """Up to _ONE_CORE floats the scan is einsum's (BLAS's threads wait for a core whenever another process holds
+    one); beyond it, the chosen product's. Either way the same rows and similarities."""
+    q = _unit(np.random.default_rng(4), 1)[0]
+    want = VectorIndex().knn(filled.store, q, None, {}, 10)
+    calls: list[str] = []
+
+    def sgemv(matrix: np.ndarray, qv: np.ndarray, out: np.ndarray) -> None:
+        calls.append("sgemv")
+        np.matmul(matrix, qv, out=out)
+
+    monkeypatch.setitem(vindex.KERNELS, "sgemv", sgemv)
+    monkeypatch.setattr(vindex, "_kernel", "sgemv")
+    assert VectorIndex().knn(filled.store, q, None, {}, 10) == want and calls == []
+    monkeypatch.setattr(vindex, "_ONE_CORE", N * filled.dim - 1)  # one float short: a large scan
+    got = VectorIndex().knn(filled.store, q, None, {}, 10)
+    assert calls and [r for r, _ in got] == [r for r, _ in want]
+    assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-6)
 
 
 def test_warming_the_index_chooses_the_product_before_any_search(filled, monkeypatch):
