@@ -154,7 +154,9 @@ def _similarities(run: Run, pool: dict[int, Candidate], unscored: list[Candidate
                                + (f" and {len(unusable) - 5} more" if len(unusable) > 5 else ""))
     unscored_at = [i for i, r in enumerate(rowids) if r not in sims]
     if unscored_at:
-        sims.update(zip([rowids[i] for i in unscored_at], (mat[unscored_at] @ qvec).tolist()))
+        # einsum: on this thread (BLAS would split these few dozen rows between threads that wait for a core when
+        # other work holds one)
+        sims.update(zip([rowids[i] for i in unscored_at], np.einsum("ij,j->i", mat[unscored_at], qvec).tolist()))
 
 
 def load(run: Run) -> None:
