@@ -21,9 +21,9 @@ what a flat scan of the whole store does.
 
 Which product runs that pass fastest depends on the CPU: numpy's own einsum
 loop beat BLAS's sgemv by 1.9× on an AMD EPYC, sgemv beat einsum by 1.5× on an
-Intel Xeon (100k × 384, one thread). When it warms the index (or else before
-its first scan), a process times both on a matrix larger than a core's cache
-and keeps the faster for good (``kernel()``); both compute the same dot
+Intel Xeon (100k × 384, one thread). When it warms an index that large (or
+else before its first large scan), a process times both on a 32 MB matrix and
+keeps the faster for its large scans (``kernel()``); both compute the same dot
 products, in a different order of additions (last-bit differences).
 
 A small scan (up to ``_ONE_CORE`` floats: ~11k vectors of 384 dimensions) is
@@ -69,8 +69,8 @@ _SCOPES_KEPT = 4  # in_scope() sets: about 1 MB per 20k rowids (5 MB for an unsc
 _SPANS_KEPT = 8  # _span() rowids and masks: about 1 MB per 100k rows
 _NEG_INF = float("-inf")  # a masked-out row's similarity in the scan's buffer
 _SAMPLE = 2048  # rows sampled by _top() to guess a threshold below the k-th best
-_CALIBRATE_ROWS = 8192  # the kernels are timed on a matrix of this many rows (12 MB at 384 dimensions)
 _ONE_CORE = 1 << 22  # a scan of at most this many floats (16 MB) runs on the calling thread alone (einsum)
+_CALIBRATE_FLOATS = 2 * _ONE_CORE  # the kernels are timed on a matrix of this size (32 MB): a large scan's
 
 
 def _einsum(matrix: np.ndarray, q: np.ndarray, out: np.ndarray) -> None:
@@ -87,22 +87,23 @@ _kernel_lock = threading.Lock()
 
 
 def kernel() -> str | None:
-    """The product this process scans with (None before its first scan)."""
+    """The product this process's large scans use (None before its first large scan or warm-up)."""
     return _kernel
 
 
 def _calibrate(dim: int) -> str:
-    """Time each kernel seven times, alternating, on a matrix larger than a core's cache; the fastest wins,
-    for every scan of the process (so a query's similarities never change with the kernel). Three rounds
-    let a busy moment pick the slower one now and then (einsum scans 2.8k vectors 1.5x slower than BLAS
-    here); seven cost ~10 ms once."""
+    """Time each kernel seven times, alternating, on a matrix the size of a large scan (beyond the caches:
+    what decides is how fast the product streams memory); the fastest wins for every large scan of the process.
+    Three rounds let a busy moment pick the slower one now and then; seven cost ~0.1 s once. On a 12 MB matrix
+    sgemv's two threads won while einsum scanned 100k vectors faster (12.7 against 15.9 ms here)."""
     global _kernel
     with _kernel_lock:
         if _kernel is not None:
             return _kernel
-        matrix = np.full((_CALIBRATE_ROWS, dim), 0.5, dtype=np.float32)
+        rows = _CALIBRATE_FLOATS // dim
+        matrix = np.full((rows, dim), 0.5, dtype=np.float32)
         q = np.full(dim, 0.25, dtype=np.float32)
-        out = np.empty(_CALIBRATE_ROWS, dtype=np.float32)
+        out = np.empty(rows, dtype=np.float32)
         best = {name: float("inf") for name in KERNELS}
         for _ in range(7):
             for name, fn in KERNELS.items():
@@ -257,12 +258,13 @@ class VectorIndex:
         return block
 
     def warm(self, mem: IndexHost) -> int:
-        """Load every wing now, and choose the scan's product if no scan has yet (~30 ms that the process's first
-        search would otherwise pay); returns the number of vectors held."""
-        if _kernel is None:
-            _calibrate(mem.dim)
+        """Load every wing now, and choose the large scans' product if the vectors held make one and none is chosen
+        yet (~0.1 s that the process's first large search would otherwise pay); returns the number of vectors held."""
         gens = mem.generations()
-        return sum(len(self._block(mem, w, gens.get(w, 0)).rowids) for w in mem.wings())
+        held = sum(len(self._block(mem, w, gens.get(w, 0)).rowids) for w in mem.wings())
+        if _kernel is None and held * mem.dim > _ONE_CORE:
+            _calibrate(mem.dim)
+        return held
 
     def knn(self, mem: IndexHost, qvec: np.ndarray, wings: list[str] | None, filters: dict[str, list[str]], k: int,
             gens: dict[str, int] | None = None) -> list[tuple[int, float]]:
@@ -280,10 +282,8 @@ class VectorIndex:
             return []
         sims = self._buffer(len(span.rowids))
         q = np.asarray(qvec, dtype=np.float32)
-        if len(span.rowids) * q.shape[0] <= _ONE_CORE:
-            product = _einsum
-        else:
-            product = KERNELS[_kernel or _calibrate(q.shape[0])]
+        small = len(span.rowids) * q.shape[0] <= _ONE_CORE
+        product = KERNELS["einsum" if small else _kernel or _calibrate(q.shape[0])]
         at = 0
         starts = {}
         for b in blocks:
