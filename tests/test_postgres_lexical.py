@@ -4,12 +4,15 @@ The same entries in a SQLite store and, copied, in a PostgreSQL store (same
 rowids): for every question of both question sets, scoped and not, the lexical
 generator must return the same rows in the same order with the same scores;
 after writes through each store (adds, an edit, a delete, an import that is
-discarded), and after a store of schema 4 is upgraded in place.
+discarded), and after a store of schema 4 is upgraded in place. A query word
+that FTS5 cuts into several tokens (``child_process``) is a phrase there, and
+must be one here too.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,9 @@ pytest.importorskip("psycopg")
 DATA = Path(__file__).resolve().parent / "data"
 QUESTIONS = [json.loads(line)["text"] for name in ("docs_qa", "chunking_qa")
              for line in (DATA / name / "queries.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+# the python_faq questions with a word FTS5 cuts into several tokens (PyErr_Print, a_tuple, _SomeClassName__spam)
+FAQ_PHRASES = [q for q in (json.loads(line)["text"] for line in (DATA / "python_faq" / "queries.jsonl").read_text(
+    encoding="utf-8").splitlines() if line.strip()) if re.search(r"[^\W_]_+[^\W_]", q)]
 SCOPES = [Scope(), Scope(rooms=["fs", "stream", "http"], statuses=["active", "under_review"])]
 
 
@@ -110,6 +116,27 @@ def test_bm25_is_fts5s_on_every_question(twin):
     assert same_ranking(sq, pg) > 300  # most questions match something in both scopes
     kept, fresh = df_counted_again(pg)
     assert kept == fresh  # copy counted the statistics once, from the rows it wrote
+
+
+def test_a_word_of_several_tokens_is_a_phrase(twin, node_docs):
+    """FTS5 matches ``child_process`` where the tokens child and process stand side by side, in order, and ranks
+    it with the idf of the rows holding that phrase: PostgreSQL must too. Words taken from the documentation
+    itself (``worker_threads``, ``NODE_OPTIONS``, ...), alone and beside plain words, and python_faq's."""
+    from memlens.store.postgres import lexical
+
+    sq, pg = twin
+    words = sorted({w.lower() for d in node_docs for w in re.findall(r"\w+", d["text"]) if re.search(r"[^\W_]_+[^\W_]", w)})
+    cut = {w: tuple(t) for w, t in zip(words, lexical.field_tokens(words), strict=True) if len(t) > 1}
+    picked = list(cut)[:: max(1, len(cut) // 40)]
+    assert len(picked) >= 30
+    with pg.store.connection() as conn:  # rows holding every token of a phrase, and those holding the phrase
+        apart = [w for w in picked if len(lexical.phrase_rows(conn, cut[w])) < conn.execute(
+            "SELECT count(*) FROM (SELECT rowid FROM lex_postings WHERE term = ANY(%s) GROUP BY rowid "
+            "HAVING count(*) = %s) x", (sorted(set(cut[w])), len(set(cut[w])))).fetchone()[0]]
+    assert len(apart) >= 5  # words as separate tokens would match (and rank) other rows: the comparison can fail
+    questions = picked + [f"how does {a} relate to the stream {b} options" for a, b in zip(picked, picked[1:])]
+    assert len(FAQ_PHRASES) >= 4
+    assert same_ranking(sq, pg, questions + FAQ_PHRASES) > 60
 
 
 def test_bm25_stays_fts5s_through_writes(twin):

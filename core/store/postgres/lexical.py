@@ -19,10 +19,12 @@ FTS5's ``porter unicode61`` tokens. The PostgreSQL store ranks them the same way
   average row length in Python as FTS5 does, and scores the matching rows in
   SQL with FTS5's expression, term after term in the query's order: the same
   float operations, so the same scores, rows and order (ties by rowid).
-
-One difference: a query word that FTS5 cuts into several tokens
-(``child_process``) is a phrase there (the tokens side by side); here each of its
-tokens is searched as a word of its own (rows hold no positions).
+- **Phrases**: a query word that FTS5 cuts into several tokens (``child_process``,
+  ``PyErr_Print``) is a phrase there: its tokens side by side, in order. Rows keep
+  no positions, so the rows holding all of its tokens are read and their title and
+  text cut again here; a phrase's count per row (overlaps count, as in FTS5), its
+  idf (the rows holding it, in the whole table) and its terms are computed in
+  Python with the same float operations, and summed in SQL at the phrase's place.
 """
 
 from __future__ import annotations
@@ -182,9 +184,10 @@ def postings(rows: Sequence[tuple[str, str]]) -> list[tuple[list[str], list[floa
     return out
 
 
-def query_tokens(terms: Iterable[str]) -> list[str]:
-    """The tokens of a query's terms, in order (a term FTS5 cuts in several gives each; one in none, nothing)."""
-    return [t for toks in field_tokens(list(terms)) for t in toks]
+def query_phrases(terms: Iterable[str]) -> list[tuple[str, ...]]:
+    """Each query term's tokens, in order: a phrase of several tokens, or one; a term of none gives nothing (an
+    empty phrase in FTS5 matches no row and adds nothing to a score)."""
+    return [tuple(toks) for toks in field_tokens(list(terms)) if toks]
 
 
 def idf(rows: int, hits: int) -> float:
@@ -193,25 +196,52 @@ def idf(rows: int, hits: int) -> float:
     return v if v > 0.0 else 1e-6
 
 
-def scored_sql() -> str:
-    """The rows holding any of the query's tokens with FTS5's bm25 score ``s`` (higher is better), from the postings
-    alone. Parameters: the tokens and their idfs (two arrays, in the query's order), the average row length. Each
-    (token, row) contributes FTS5's term; a row's terms are summed in the query's order, as FTS5 sums them (a token
-    the row lacks adds +0.0 there, which changes no sum)."""
+def _occurrences(tokens: list[str], phrase: tuple[str, ...]) -> int:
+    """How many times ``phrase`` stands in ``tokens``: its tokens side by side, in order (overlaps count, as in FTS5)."""
+    n, first = len(phrase), phrase[0]
+    return sum(1 for i in range(len(tokens) - n + 1) if tokens[i] == first and tuple(tokens[i:i + n]) == phrase)
+
+
+def phrase_rows(conn: Any, phrase: tuple[str, ...]) -> dict[int, tuple[float, int]]:
+    """The rows holding ``phrase`` (every row of the table, as FTS5's idf counts them): rowid -> (its occurrences
+    weighted by column, the row's token count). Read: the rows holding all of its tokens; cut here again."""
+    distinct = sorted(set(phrase))
+    rows = conn.execute("SELECT rowid, title, text, lex_len FROM entries WHERE rowid IN (SELECT rowid FROM lex_postings "
+                        "WHERE term = ANY(%s) GROUP BY rowid HAVING count(*) = %s)", (distinct, len(distinct))).fetchall()
+    toks = field_tokens([f for _, title, text, _ in rows for f in (title, text)])
+    out = {}
+    for i, (rowid, _, _, length) in enumerate(rows):
+        f = (WEIGHTS["title"] * _occurrences(toks[2 * i], phrase)
+             + WEIGHTS["text"] * _occurrences(toks[2 * i + 1], phrase))  # sums of small integers: exact
+        if f > 0.0:
+            out[int(rowid)] = (f, int(length))
+    return out
+
+
+def scored(conn: Any, phrases: list[tuple[str, ...]]) -> tuple[str, list[Any]]:
+    """A statement giving the rows that match any of ``phrases`` with FTS5's bm25 score ``s`` (higher is better),
+    and its parameters. A phrase of one token is scored in SQL from the postings; one of several, here
+    (``phrase_rows``). Each (phrase, row) contributes FTS5's term; a row's terms are summed in the query's order,
+    as FTS5 sums them (a phrase the row lacks adds +0.0 there, which changes no sum)."""
+    words = [(i, p[0]) for i, p in enumerate(phrases) if len(p) == 1]
+    found = {i: phrase_rows(conn, p) for i, p in enumerate(phrases) if len(p) > 1}
+    got = {t: (int(d), int(n)) for t, d, n in conn.execute(
+        "SELECT term, docs, tokens FROM lex_df WHERE term = ANY(%s)", (["", *dict.fromkeys(t for _, t in words)],))}
+    rows, total = got.get("", (0, 0))
+    avgdl = float(total) / float(rows) if rows else 1.0
     k1, b = f"{K1!r}::float8", f"{B!r}::float8"
     term = (f"q.idf * ((p.freq::float8 * {K1 + 1.0!r}::float8) / "
             f"(p.freq::float8 + {k1} * ((1.0::float8 - {b}) + ({b} * p.len) / %s::float8)))")
-    return (f"SELECT rowid, sum(c ORDER BY i) AS s FROM (SELECT p.rowid, q.i, {term} AS c "
-            "FROM unnest(%s::text[], %s::float8[]) WITH ORDINALITY AS q(t, idf, i) "
-            "JOIN lex_postings p ON p.term = q.t) x GROUP BY rowid")
-
-
-def stats_of(conn: Any, tokens: list[str]) -> tuple[list[float], float]:
-    """Each token's idf and the average row length, from ``lex_df`` (one statement)."""
-    got = {t: (int(d), int(n)) for t, d, n in conn.execute(
-        "SELECT term, docs, tokens FROM lex_df WHERE term = ANY(%s)", (["", *dict.fromkeys(tokens)],))}
-    rows, total = got.get("", (0, 0))
-    return [idf(rows, got.get(t, (0, 0))[0]) for t in tokens], float(total) / float(rows) if rows else 1.0
+    sql = (f"SELECT p.rowid, q.i, {term} AS c FROM unnest(%s::text[], %s::float8[], %s::int[]) AS q(t, idf, i) "
+           "JOIN lex_postings p ON p.term = q.t")
+    params: list[Any] = [avgdl, [t for _, t in words], [idf(rows, got.get(t, (0, 0))[0]) for _, t in words],
+                         [i for i, _ in words]]
+    if found:  # the phrases' terms, as the SQL computes a word's
+        hits = [(r, i, idf(rows, len(m)), f, n) for i, m in found.items() for r, (f, n) in m.items()]
+        sql += " UNION ALL SELECT * FROM unnest(%s::bigint[], %s::int[], %s::float8[])"
+        params += [[h[0] for h in hits], [h[1] for h in hits],
+                   [v * ((f * (K1 + 1.0)) / (f + K1 * ((1.0 - B) + (B * n) / avgdl))) for _, _, v, f, n in hits]]
+    return f"SELECT rowid, sum(c ORDER BY i) AS s FROM ({sql}) x GROUP BY rowid", params
 
 
 def rebuild(conn: Any) -> None:

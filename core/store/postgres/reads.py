@@ -25,7 +25,7 @@ import numpy as np
 from memlens.limits import MAX_QUERY_TERMS
 from memlens.store.postgres import vectors
 from memlens.store.postgres.compat import COLUMNS, from_pg
-from memlens.store.postgres.lexical import query_tokens, scored_sql, stats_of
+from memlens.store.postgres.lexical import query_phrases, scored
 from memlens.store.rows import sound_rows
 from memlens.store.scope import Knn, Rows, Scope, query_terms
 
@@ -117,15 +117,15 @@ class PgReads:
         """``out`` and FTS5's bm25 (higher is better) of the rows of ``scope`` matching ``text``'s terms, best first,
         ties by rowid; the first ``n`` (None: all). The rows are scored from the postings, then walked in that
         order against the scope: a narrow scope reads only the rows it needs."""
-        tokens = query_tokens(query_terms(text)[:MAX_QUERY_TERMS])
-        if not tokens:
+        phrases = query_phrases(query_terms(text)[:MAX_QUERY_TERMS])
+        if not phrases:
             return []
-        idfs, avgdl = stats_of(conn, tokens)
+        matches, params = scored(conn, phrases)
         where, args = scope_filters(scope, "e")
-        sql = (f"SELECT {out}, m.s FROM ({scored_sql()} ORDER BY s DESC, rowid) m "
+        sql = (f"SELECT {out}, m.s FROM ({matches} ORDER BY s DESC, rowid) m "
                f"JOIN entries e ON e.rowid = m.rowid WHERE {visible('e')}" + "".join(" AND " + w for w in where)
                + " ORDER BY m.s DESC, m.rowid" + (" LIMIT %s" if n is not None else ""))
-        params = [avgdl, tokens, idfs, *args, *([n] if n is not None else [])]
+        params += [*args, *([n] if n is not None else [])]
         return [(r, float(s)) for r, s in conn.execute(sql, params, prepare=False).fetchall()]
 
     def lexical(self, text: str, scope: Scope, n: int, gens: dict[str, int] | None = None) -> list[tuple[int, float]]:
