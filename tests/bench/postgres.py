@@ -79,14 +79,14 @@ WRITE_NOTES = (  # what the writer load was measured to wait on, and what was tr
     "already shared by the writers that wait for it; with the server's fsync off the rate rose by about a tenth "
     "only, with the previous protocol). The hot statistics row (`lex_df`'s totals, updated by every write) is not "
     "what writers wait on: every write holds the write lock anyway; insert-only deltas would save about 0.5 ms of "
-    "the server's 2 ms per add. Server CPU per add measured later (all the server's processes, one writer, 1,000 "
-    "adds of these entries, variants alternated three times on a busy machine; the quietest round): 1.73 ms as is, "
-    "0.67 ms with no lexical upkeep at all, 1.12 ms with the postings but no per-token counts, 1.19 ms with "
-    "per-token counts as insert-only deltas (never folded back), 1.45 ms with `lex_df` at fillfactor 50 (HOT "
-    "updates); the other rounds were too noisy to separate the last three. Counting each token's rows from the "
-    "postings at read time instead (one statement, the same scores bit for bit) made the lexical stage half as "
-    "slow again at 100k (p50 277 -> 423 ms unscoped, 385 -> 555 ms scoped): not taken; deltas need folding into "
-    "`lex_df` (a write every few hundred adds) and were not done (2026-11-26)."
+    "the server's 2 ms per add. Server CPU per add measured later (all the server's processes, one writer, 1,000 adds"
+    " of these entries, variants alternated three times on a busy machine; the quietest round): 1.73 ms as is, 0.67 "
+    "ms with no lexical upkeep at all, 1.12 ms with the postings but no per-token counts, 1.19 ms with per-token "
+    "counts as insert-only deltas (never folded back). `lex_df` at fillfactor 50 or 25 (HOT updates), five rounds "
+    "alternated with the table as is: 1.52-1.92 and 1.75-1.92 ms against 1.44-1.95 ms, no gain. Counting each token's"
+    " rows from the postings at read time instead (one statement, the same scores bit for bit) made the lexical stage"
+    " half as slow again at 100k (p50 277 -> 423 ms unscoped, 385 -> 555 ms scoped): not taken; deltas need folding "
+    "into `lex_df` (a write every few hundred adds) and were not done (2026-11-26)."
 )
 TODAY = {  # the issue's figures before this work (synthetic random vectors, float32 HNSW, one index)
     "sqlite-vec": ("40 ms", "210 ms"), "pgvector exact": ("130 ms", "280 ms"),
