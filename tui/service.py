@@ -99,10 +99,10 @@ class Lens:
             self._mem.close()
 
     def _own_threads_alive(self) -> bool:
-        return any(t.name.startswith(self._engine_prefix) and t.is_alive() for t in threading.enumerate())
+        return _threads_alive(self._engine_prefix)
 
     def engine_busy(self) -> bool:
-        return any(t.name.startswith("memlens-engine") and t.is_alive() for t in threading.enumerate())
+        return _threads_alive("memlens-engine")
 
     @staticmethod
     def _default_wing(mem: Memory) -> str | None:
@@ -411,3 +411,8 @@ def _worker_cancelled() -> bool:
         return get_current_worker().is_cancelled
     except Exception:  # not inside a Textual worker
         return False
+
+
+def _threads_alive(prefix: str) -> bool:
+    """Whether a live thread's name starts with ``prefix``."""
+    return any(t.name.startswith(prefix) and t.is_alive() for t in threading.enumerate())
