@@ -94,10 +94,10 @@ def pg_uri(pg_server: PgServer) -> Iterator[str]:
         pg_server.drop_db(name)
 
 
-def undo_schema_5(conn: Any) -> None:
-    """Make a store's tables as schema 4 made them (a generated tsvector, no FTS5 tokens): a store written by an
+def back_to_schema_4(conn: Any) -> None:
+    """Make a store's tables as schema 4 made them (a generated tsvector, no FTS5 tokens, no folding): a store written by an
     earlier memlens, for the migration tests."""
-    conn.execute("DROP TABLE lex_df, lex_postings")
+    conn.execute("DROP TABLE lex_df, lex_postings, lex_state")
     conn.execute("DROP FUNCTION memlens_lex() CASCADE")  # and its triggers
     conn.execute("ALTER TABLE entries DROP COLUMN lex_terms, DROP COLUMN lex_freqs, DROP COLUMN lex_len")
     conn.execute("ALTER TABLE entries ADD COLUMN tsv tsvector GENERATED ALWAYS AS (setweight(to_tsvector('english', title), "

@@ -123,7 +123,8 @@ def test_acknowledged_writes_survive_a_killed_server(own_server):
         with store.connection() as conn:
             n_entries, n_vectors, n_audit, n_postings = conn.execute(
                 "SELECT (SELECT count(*) FROM entries), (SELECT count(*) FROM entries_vec), "
-                "(SELECT count(*) FROM audit WHERE action = 'add'), (SELECT count(DISTINCT rowid) FROM lex_postings)"
+                "(SELECT count(*) FROM audit WHERE action = 'add'), (SELECT count(DISTINCT rowid) FROM lex_postings) "
+                "+ (SELECT count(*) FROM entries WHERE rowid > (SELECT folded_upto FROM lex_state))"  # folded or pending
             ).fetchone()
             gens = sum(g for _, g in conn.execute("SELECT wing, generation FROM wings").fetchall())
     finally:

@@ -163,16 +163,16 @@ def test_a_store_of_schema_1_gains_the_answer_log_the_replay_tables_and_the_cata
     from memlens.store.postgres import schema
     from memlens.store.scope import Scope
 
-    from .pg_fixture import undo_schema_5
+    from .pg_fixture import back_to_schema_4
 
     with Memory.open(pg_uri, settings=settings, embedder=hash_embedder) as mem:
         e = mem.add("kept across the upgrade", wing="w")
         with mem.store.connection() as conn:  # as a store written before the answer log existed
-            undo_schema_5(conn)
+            back_to_schema_4(conn)
             conn.execute("DROP TABLE answers, answer_citations, retrieval_log, golden, sources, source_entries, ingest_runs")
             conn.execute("UPDATE store_meta SET value = '1' WHERE key = 'schema_version'")
     with Memory.open(pg_uri, settings=settings, embedder=hash_embedder, create=False) as mem:
-        assert mem.store.schema_version() == schema.SCHEMA_VERSION == 5 and mem.get(e.id).text == e.text
+        assert mem.store.schema_version() == schema.SCHEMA_VERSION == 6 and mem.get(e.id).text == e.text
         hits = mem.store.lexical("kept upgrade", Scope(), 5)  # the rows stored before gained their tokens
         assert [mem.store.rows([r]).rows[0][2] for r, _ in hits] == [e.id]
         assert golden.listing(mem) == [] and len(storage.logged(mem)) == 0

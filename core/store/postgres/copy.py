@@ -158,10 +158,8 @@ class _Postgres:
 
         with self.conn.transaction() as tx:
             self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
-            self.conn.execute("ALTER TABLE entries DISABLE TRIGGER entries_lex_ins")  # counted once, at the end
             yield
-            self.conn.execute("ALTER TABLE entries ENABLE TRIGGER entries_lex_ins")
-            lexical.rebuild(self.conn)
+            lexical.rebuild(self.conn)  # the rows' tokens counted once, at the end, every row folded
             for table, col in (("entries", "rowid"), ("audit", "seq"), ("blockers", "id"), ("answers", "id"), ("golden", "id"),
                                ("sources", "id"), ("ingest_runs", "id")):
                 self.conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', '{col}'), "

@@ -12,9 +12,17 @@ FTS5's ``porter unicode61`` tokens. The PostgreSQL store ranks them the same way
   GIN-indexed), each one's frequency weighted by column as the lexical stage
   asks (title 2, text 1: ``lex_freqs``) and its token count (``lex_len``).
 - **Statistics**: ``lex_df`` holds per token the rows holding it, and under the
-  token '' the row count and the total token count. Statement triggers keep it
-  in step with every insert, update and delete of ``entries`` (the rows of an
-  import in progress count, as they do in FTS5's index).
+  token '' the row count and the total token count (the rows of an import in
+  progress count, as they do in FTS5's index).
+- **Folding**: the postings and ``lex_df`` cover the rows up to
+  ``lex_state.folded_upto``; newer rows are *pending* and read from their own
+  ``lex_terms`` by every search, beside the tables. A statement that stores a row
+  folds the pending rows into the tables once there are ``FOLD_EVERY`` of them
+  (``FOLD``, under the write lock), so a write pays the statistics' upkeep in
+  bulk: each token's count is updated once per fold instead of once per row.
+  Statement triggers keep the folded rows in step with every update and delete.
+  Rowids are drawn under the write lock, so every row at or below the mark is
+  folded and every row above it is pending.
 - **Score**: a search reads its tokens' counts, computes each idf and the
   average row length in Python as FTS5 does, and scores the matching rows in
   SQL with FTS5's expression, term after term in the query's order: the same
@@ -103,6 +111,68 @@ SCHEMA = [
     "FOR EACH STATEMENT EXECUTE FUNCTION memlens_lex()",
     "CREATE TRIGGER entries_lex_upd AFTER UPDATE ON entries REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows "
     "FOR EACH STATEMENT EXECUTE FUNCTION memlens_lex()",
+]
+
+FOLD_EVERY = 128  # pending rows a storing statement folds at once (each search reads up to this many rows' tokens)
+_MARK = "(SELECT folded_upto FROM lex_state)"
+PENDING = f"SELECT rowid, lex_terms, lex_freqs, lex_len FROM entries WHERE rowid > {_MARK}"  # rows the tables lack
+_COUNTED = ("SELECT t, sum(d), sum(n) FROM (SELECT unnest(lex_terms) AS t, 1 AS d, 0 AS n FROM {rows} "
+            "UNION ALL SELECT '', 1, lex_len FROM {rows}) x GROUP BY t")
+_ADD_COUNTS = "ON CONFLICT (term) DO UPDATE SET docs = lex_df.docs + excluded.docs, tokens = lex_df.tokens + excluded.tokens"
+
+
+def fold_parts(newest: str) -> str:
+    """WITH parts of a statement that stores the row ``newest`` (an expression of its rowid): when ``FOLD_EVERY`` rows
+    are pending, their postings and counts go into the tables and the mark moves past them (rows this statement
+    stores stay pending: they are not in its snapshot). The statement runs under the write lock, so the rows it
+    folds are every row from the mark up to the newest it sees: a row stored after its snapshot was taken has a
+    higher rowid than those."""
+    return (f"fp AS (SELECT rowid, lex_terms, lex_freqs, lex_len FROM entries WHERE {newest} - {_MARK} >= {FOLD_EVERY} "
+            # the mark as it is now: the statement's snapshot may predate the lock, and a fold committed meanwhile
+            "AND rowid > (SELECT folded_upto FROM lex_state FOR UPDATE)), "
+            "fi AS (INSERT INTO lex_postings(term, rowid, freq, len) "
+            "SELECT u.t, fp.rowid, u.f, fp.lex_len FROM fp, unnest(fp.lex_terms, fp.lex_freqs) AS u(t, f)), "
+            f"fd AS (INSERT INTO lex_df(term, docs, tokens) {_COUNTED.format(rows='fp')} {_ADD_COUNTS}), "
+            "fm AS (UPDATE lex_state SET folded_upto = m.top FROM (SELECT max(rowid) AS top FROM fp) m "
+            "WHERE m.top IS NOT NULL)")
+
+
+# migration 6: pending rows (see Folding above); the triggers keep only the folded rows' postings and counts
+FOLD_SCHEMA = [
+    "CREATE TABLE lex_state (folded_upto bigint NOT NULL)",
+    "INSERT INTO lex_state SELECT coalesce(max(rowid), 0) FROM entries",  # the triggers have counted every row
+    "DROP TRIGGER entries_lex_ins ON entries",
+    """CREATE OR REPLACE FUNCTION memlens_lex() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        w bigint := (SELECT folded_upto FROM lex_state);
+    BEGIN
+        IF TG_OP = 'DELETE' THEN
+            DELETE FROM lex_postings p USING (SELECT unnest(lex_terms) AS t, rowid FROM old_rows WHERE rowid <= w) o
+            WHERE p.term = o.t AND p.rowid = o.rowid;
+            UPDATE lex_df SET docs = lex_df.docs - x.d, tokens = lex_df.tokens - x.n
+            FROM (SELECT t, sum(d) AS d, sum(n) AS n FROM (SELECT unnest(lex_terms) AS t, 1 AS d, 0 AS n FROM old_rows
+                  WHERE rowid <= w UNION ALL SELECT '', 1, lex_len FROM old_rows WHERE rowid <= w) y GROUP BY t) x
+            WHERE lex_df.term = x.t;
+        ELSE
+            IF NOT EXISTS (SELECT 1 FROM new_rows n JOIN old_rows o USING (rowid) WHERE n.rowid <= w AND {changed}) THEN
+                RETURN NULL;
+            END IF;
+            DELETE FROM lex_postings p USING (SELECT unnest(o.lex_terms) AS t, o.rowid FROM old_rows o
+                                              JOIN new_rows n USING (rowid) WHERE o.rowid <= w AND {changed}) x
+            WHERE p.term = x.t AND p.rowid = x.rowid;
+            INSERT INTO lex_postings(term, rowid, freq, len)
+            SELECT u.t, n.rowid, u.f, n.lex_len FROM new_rows n JOIN old_rows o USING (rowid),
+                   unnest(n.lex_terms, n.lex_freqs) AS u(t, f) WHERE n.rowid <= w AND {changed};
+            INSERT INTO lex_df(term, docs, tokens)
+            SELECT t, sum(d), sum(n) FROM (SELECT unnest(lex_terms) AS t, 1 AS d, 0 AS n FROM new_rows WHERE rowid <= w
+                                           UNION ALL SELECT '', 1, lex_len FROM new_rows WHERE rowid <= w
+                                           UNION ALL SELECT unnest(lex_terms), -1, 0 FROM old_rows WHERE rowid <= w
+                                           UNION ALL SELECT '', -1, -lex_len FROM old_rows WHERE rowid <= w) x
+            GROUP BY t HAVING sum(d) <> 0 OR sum(n) <> 0
+            ON CONFLICT (term) DO UPDATE SET docs = lex_df.docs + excluded.docs, tokens = lex_df.tokens + excluded.tokens;
+        END IF;
+        RETURN NULL;
+    END $$""".replace("{changed}", _CHANGED),
 ]
 
 
@@ -207,7 +277,9 @@ def phrase_rows(conn: Any, phrase: tuple[str, ...]) -> dict[int, tuple[float, in
     weighted by column, the row's token count). Read: the rows holding all of its tokens; cut here again."""
     distinct = sorted(set(phrase))
     rows = conn.execute("SELECT rowid, title, text, lex_len FROM entries WHERE rowid IN (SELECT rowid FROM lex_postings "
-                        "WHERE term = ANY(%s) GROUP BY rowid HAVING count(*) = %s)", (distinct, len(distinct))).fetchall()
+                        "WHERE term = ANY(%s) GROUP BY rowid HAVING count(*) = %s) "
+                        f"OR rowid IN (SELECT rowid FROM ({PENDING}) p WHERE lex_terms @> %s)",
+                        (distinct, len(distinct), distinct)).fetchall()
     toks = field_tokens([f for _, title, text, _ in rows for f in (title, text)])
     out = {}
     for i, (rowid, _, _, length) in enumerate(rows):
@@ -225,17 +297,23 @@ def scored(conn: Any, phrases: list[tuple[str, ...]]) -> tuple[str, list[Any]]:
     as FTS5 sums them (a phrase the row lacks adds +0.0 there, which changes no sum)."""
     words = [(i, p[0]) for i, p in enumerate(phrases) if len(p) == 1]
     found = {i: phrase_rows(conn, p) for i, p in enumerate(phrases) if len(p) > 1}
-    got = {t: (int(d), int(n)) for t, d, n in conn.execute(
-        "SELECT term, docs, tokens FROM lex_df WHERE term = ANY(%s)", (["", *dict.fromkeys(t for _, t in words)],))}
+    wanted = ["", *dict.fromkeys(t for _, t in words)]
+    got = {t: (int(d), int(n)) for t, d, n in conn.execute(  # the tables' counts and the pending rows'
+        "SELECT term, sum(docs), sum(tokens) FROM (SELECT term, docs, tokens FROM lex_df WHERE term = ANY(%s) "
+        f"UNION ALL SELECT u.t, 1, 0 FROM ({PENDING}) p, unnest(p.lex_terms) AS u(t) WHERE u.t = ANY(%s) "
+        f"UNION ALL SELECT '', count(*), coalesce(sum(lex_len), 0) FROM ({PENDING}) p) c GROUP BY term", (wanted, wanted))}
     rows, total = got.get("", (0, 0))
     avgdl = float(total) / float(rows) if rows else 1.0
     k1, b = f"{K1!r}::float8", f"{B!r}::float8"
     term = (f"q.idf * ((p.freq::float8 * {K1 + 1.0!r}::float8) / "
             f"(p.freq::float8 + {k1} * ((1.0::float8 - {b}) + ({b} * p.len) / %s::float8)))")
-    sql = (f"SELECT p.rowid, q.i, {term} AS c FROM unnest(%s::text[], %s::float8[], %s::int[]) AS q(t, idf, i) "
-           "JOIN lex_postings p ON p.term = q.t")
-    params: list[Any] = [avgdl, [t for _, t in words], [idf(rows, got.get(t, (0, 0))[0]) for _, t in words],
-                         [i for i, _ in words]]
+    query = "unnest(%s::text[], %s::float8[], %s::int[]) AS q(t, idf, i)"
+    sql = (f"SELECT p.rowid, q.i, {term} AS c FROM {query} CROSS JOIN LATERAL (SELECT rowid, freq, len FROM lex_postings "
+           "WHERE term = q.t OFFSET 0) p UNION ALL "  # each term's rows by the index (a hash join reads every posting)
+           f"SELECT p.rowid, q.i, {term} FROM {query} JOIN (SELECT u.t AS term, e.rowid, u.f AS freq, e.lex_len AS len "
+           f"FROM ({PENDING}) e, unnest(e.lex_terms, e.lex_freqs) AS u(t, f)) p ON p.term = q.t")
+    one = [[t for _, t in words], [idf(rows, got.get(t, (0, 0))[0]) for _, t in words], [i for i, _ in words]]
+    params: list[Any] = [avgdl, *one, avgdl, *one]
     if found:  # the phrases' terms, as the SQL computes a word's
         hits = [(r, i, idf(rows, len(m)), f, n) for i, m in found.items() for r, (f, n) in m.items()]
         sql += " UNION ALL SELECT * FROM unnest(%s::bigint[], %s::int[], %s::float8[])"
@@ -244,14 +322,17 @@ def scored(conn: Any, phrases: list[tuple[str, ...]]) -> tuple[str, list[Any]]:
     return f"SELECT rowid, sum(c ORDER BY i) AS s FROM ({sql}) x GROUP BY rowid", params
 
 
-def rebuild(conn: Any) -> None:
-    """``lex_postings`` and ``lex_df`` made again from the rows (after rows were written with the triggers off)."""
+def rebuild(conn: Any, *, mark: bool = True) -> None:
+    """``lex_postings`` and ``lex_df`` made again from the rows (after rows were written with the triggers off),
+    every row folded (``mark``: a store of schema 6 or later, which has ``lex_state``)."""
     conn.execute("DELETE FROM lex_postings")
     conn.execute("INSERT INTO lex_postings(term, rowid, freq, len) SELECT u.t, e.rowid, u.f, e.lex_len FROM entries e, "
                  "unnest(e.lex_terms, e.lex_freqs) AS u(t, f)")
     conn.execute("DELETE FROM lex_df")
     conn.execute("INSERT INTO lex_df(term, docs, tokens) SELECT t, count(*), 0 FROM entries, unnest(lex_terms) AS t "
                  "GROUP BY t UNION ALL SELECT '', count(*), coalesce(sum(lex_len), 0) FROM entries")
+    if mark:
+        conn.execute("UPDATE lex_state SET folded_upto = (SELECT coalesce(max(rowid), 0) FROM entries)")
 
 
 def backfill(conn: Any, batch: int = 1000) -> None:
@@ -269,4 +350,4 @@ def backfill(conn: Any, batch: int = 1000) -> None:
                             [(*p, r[0]) for r, p in zip(rows, postings([(r[1], r[2]) for r in rows]))])
         last = rows[-1][0]
     conn.execute("ALTER TABLE entries ENABLE TRIGGER entries_lex_upd")
-    rebuild(conn)
+    rebuild(conn, mark=False)  # migration 6 marks every row folded

@@ -8,10 +8,11 @@ stays text). The differences:
   the scope columns (wing, room, kind, type, status) and ``import_id``, so a
   KNN applies the whole scope inside one query. ``usable`` is false for a
   vector with no direction (all zeros), which is never a neighbour.
-- ``entries`` holds each row's FTS5 tokens and their counts (GIN-indexed), and
-  ``lex_df`` the counts across rows, kept by triggers: the lexical candidates,
-  ranked by FTS5's bm25 (``memlens.store.postgres.lexical``; migration 5, before
-  which a generated ``tsvector`` ranked them by ``ts_rank_cd``).
+- ``entries`` holds each row's FTS5 tokens and their counts, ``lex_postings``
+  the rows of each token and ``lex_df`` the counts across rows, folded in bulk
+  (migration 6): the lexical candidates, ranked by FTS5's bm25
+  (``memlens.store.postgres.lexical``; migration 5, before which a generated
+  ``tsvector`` ranked them by ``ts_rank_cd``).
 - The schema version lives in ``store_meta`` (key ``schema_version``).
 - The HNSW indexes on ``entries_vec`` are built on demand (``PgStore.ensure_hnsw``,
   ``memlens.store.postgres.vectors``), not by a migration: below a few thousand
@@ -27,7 +28,7 @@ from typing import Any
 
 from memlens.errors import StoreError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 MIGRATION_LOCK = 0x6D656D6C  # "meml": pg_advisory_xact_lock key of migrations
 WRITE_LOCK = 0x6D656D77  # "memw": every write transaction holds it (writers serialise, as on SQLite)
 NOTIFY_CHANNEL = "memlens_generations"
@@ -218,7 +219,14 @@ def _migration_5(dim: int) -> list[str]:
     return ["DROP INDEX IF EXISTS entries_vec_hnsw", *SCHEMA]
 
 
-MIGRATIONS = {1: _migration_1, 2: _migration_2, 3: _migration_3, 4: _migration_4, 5: _migration_5}
+def _migration_6(dim: int) -> list[str]:
+    """Rows stored since the last fold are pending and counted in bulk (``memlens.store.postgres.lexical``)."""
+    from memlens.store.postgres.lexical import FOLD_SCHEMA
+
+    return FOLD_SCHEMA
+
+
+MIGRATIONS = {1: _migration_1, 2: _migration_2, 3: _migration_3, 4: _migration_4, 5: _migration_5, 6: _migration_6}
 
 
 def _backfill_5(conn: Any) -> None:

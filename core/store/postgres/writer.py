@@ -21,7 +21,7 @@ import numpy as np
 from memlens.limits import printable
 from memlens.models import Entry, format_ts, utcnow
 from memlens.store.postgres.compat import BLOCKER_COLUMNS, COLUMNS, TASK_COLUMNS, as_vector, entry_values, row_to_entry, stamp
-from memlens.store.postgres.lexical import LEX_COLUMNS, postings
+from memlens.store.postgres.lexical import LEX_COLUMNS, fold_parts, postings
 from memlens.store.postgres.reads import visible
 from memlens.store.postgres.schema import NOTIFY_CHANNEL, WRITE_LOCK
 
@@ -65,7 +65,8 @@ _ADD = (  # PgWriter.add, one statement that is its own transaction when sent al
     "SELECT e.rowid, %b, %s, %s, %s, %s, %s, %s FROM e RETURNING rowid), "
     f"a AS (INSERT INTO audit({_AUDIT_COLUMNS}) SELECT {_typed(_AUDIT_TYPES)} FROM l RETURNING seq), "
     "b AS (INSERT INTO wings(wing, generation, last_write_seq) SELECT %s, 1, a.seq FROM a "
-    "ON CONFLICT (wing) DO UPDATE SET generation = wings.generation + 1, last_write_seq = excluded.last_write_seq RETURNING 1) "
+    "ON CONFLICT (wing) DO UPDATE SET generation = wings.generation + 1, last_write_seq = excluded.last_write_seq RETURNING 1), "
+    f"{fold_parts('(SELECT rowid FROM e)')} "
     "SELECT pg_notify(%s, %s), (SELECT count(*) FROM v), (SELECT count(*) FROM b)"
 )
 
@@ -232,7 +233,7 @@ class PgWriter:
         v, ok = vector_value(vector)
         row = self._one(
             f"WITH e AS (INSERT INTO entries({COLUMNS}, content_hash, model, import_id, {LEX_COLUMNS}) "
-            f"VALUES ({', '.join(['%s'] * 20)}) RETURNING rowid) "
+            f"VALUES ({', '.join(['%s'] * 20)}) RETURNING rowid), {fold_parts('(SELECT rowid FROM e)')} "
             "INSERT INTO entries_vec(rowid, embedding, usable, wing, room, kind, type, status, import_id) "
             "SELECT e.rowid, %s, %s, %s, %s, %s, %s, %s, %s FROM e RETURNING rowid",
             [*entry_values(entry, self.model), import_id, *postings([(entry.title, entry.text)])[0],
