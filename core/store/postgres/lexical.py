@@ -308,8 +308,7 @@ def scored(conn: Any, phrases: list[tuple[str, ...]]) -> tuple[str, list[Any]]:
     term = (f"q.idf * ((p.freq::float8 * {K1 + 1.0!r}::float8) / "
             f"(p.freq::float8 + {k1} * ((1.0::float8 - {b}) + ({b} * p.len) / %s::float8)))")
     query = "unnest(%s::text[], %s::float8[], %s::int[]) AS q(t, idf, i)"
-    sql = (f"SELECT p.rowid, q.i, {term} AS c FROM {query} CROSS JOIN LATERAL (SELECT rowid, freq, len FROM lex_postings "
-           "WHERE term = q.t OFFSET 0) p UNION ALL "  # each term's rows by the index (a hash join reads every posting)
+    sql = (f"SELECT p.rowid, q.i, {term} AS c FROM {query} JOIN lex_postings p ON p.term = q.t UNION ALL "
            f"SELECT p.rowid, q.i, {term} FROM {query} JOIN (SELECT u.t AS term, e.rowid, u.f AS freq, e.lex_len AS len "
            f"FROM ({PENDING}) e, unnest(e.lex_terms, e.lex_freqs) AS u(t, f)) p ON p.term = q.t")
     one = [[t for _, t in words], [idf(rows, got.get(t, (0, 0))[0]) for _, t in words], [i for i, _ in words]]
