@@ -74,8 +74,8 @@ class PgTransactions:
                                          "written; the next call reconnects" if failed is None or connect.lost(failed)
                                          else f"a statement of this write to {self.label} failed ({connect.first_line(failed)}); "
                                          "nothing was written")
-                    done = conn.execute("COMMIT") if writer.finish() else None
-                    if flush and writer.sent:
+                    done = conn.execute("COMMIT") if writer.finish(then=flush) else None
+                    if flush and writer.sent and not writer.flushed:
                         conn.execute(flush)
             except psycopg.errors.UniqueViolation as exc:
                 self._end_failed(conn)

@@ -158,6 +158,7 @@ class PgWriter:
         self._stack = ExitStack()
         self.pipeline: Any = None  # entered when the transaction opens
         self.sent = False  # whether anything was sent (a block that wrote nothing sends nothing)
+        self.flushed = False  # whether ``finish`` sent the flush too
         self.synced = Synced(conn, self) if held else None
         self.conn = conn if self.synced is None else self.synced  # what callers get: each statement waited for
         self.model = model
@@ -194,15 +195,21 @@ class PgWriter:
         for sql, args in held:
             self._raw.execute(sql, args)
 
-    def finish(self) -> bool:
+    def finish(self, then: str | None = None) -> bool:
         """Send the rest of the block's statements; whether a transaction is open for the caller to commit. Not
         when the block wrote nothing, nor when it is one statement that is its own transaction (an ``add``): that
-        one is sent outside pipeline mode, with its sync in the same message, so the lock it takes is held only
-        while the server runs it and commits, never while the server waits for this process."""
+        one is sent with its sync in the same message, so the lock it takes is held only while the server runs it
+        and commits, never while the server waits for this process; ``then`` (the flush of the WAL) follows it
+        after that sync, in the same message (``flushed``)."""
         if self.pipeline is None and self._held is not None and (not self._held or (self._alone and len(self._held) == 1)):
-            for sql, args in self._held:
-                self._raw.execute(sql, args)
-                self.sent = True
+            if self._held:
+                with self._raw.pipeline() as pipeline:
+                    self._raw.execute(*self._held[0])
+                    self.sent = True
+                    if then:
+                        pipeline.sync()  # the statement commits before the flush runs
+                        self._raw.execute(then)
+                        self.flushed = True
             self._held = []
             return False
         self.send()
