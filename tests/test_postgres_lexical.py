@@ -162,6 +162,8 @@ def test_bm25_stays_fts5s_through_writes(twin):
         a = mem.add("Streams: pipe a readable stream into a writable one; backpressure is handled.", wing="nodejs",
                     room="stream", id="extra-1")
         mem.add("HTTP keep-alive agents reuse sockets between requests.", wing="nodejs", room="http", id="extra-2")
+        mem.add("child_process.spawn() runs a command; the child_process module pipes its stdio.", wing="nodejs",
+                room="stream", id="extra-3")  # a phrase in a pending row
         mem.update(a.id, text="Streams: pipeline() connects readable and writable streams and forwards errors.")
         mem.set_status("fs:file-system", "deprecated")
         mem.delete("extra-2")
@@ -172,7 +174,8 @@ def test_bm25_stays_fts5s_through_writes(twin):
         mark, top = conn.execute("SELECT folded_upto, (SELECT max(rowid) FROM entries) FROM lex_state").fetchone()
     assert mark < top  # the rows added are pending, read beside the tables
     questions = QUESTIONS[:40] + ["pipeline readable writable errors", "keep-alive sockets", "file system flags",
-                                  "agents pool sockets per origin", "zlib deflate"]
+                                  "agents pool sockets per origin", "zlib deflate", "child_process stdio pipes",
+                                  "spawn a child_process"]
     assert same_ranking(sq, pg, questions) > 40
     kept, fresh = df_counted_again(pg)
     assert kept == fresh

@@ -277,8 +277,8 @@ def phrase_rows(conn: Any, phrase: tuple[str, ...]) -> dict[int, tuple[float, in
     weighted by column, the row's token count). Read: the rows holding all of its tokens; cut here again."""
     distinct = sorted(set(phrase))
     rows = conn.execute("SELECT rowid, title, text, lex_len FROM entries WHERE rowid IN (SELECT rowid FROM lex_postings "
-                        "WHERE term = ANY(%s) GROUP BY rowid HAVING count(*) = %s) "
-                        f"OR rowid IN (SELECT rowid FROM ({PENDING}) p WHERE lex_terms @> %s)",
+                        "WHERE term = ANY(%s) GROUP BY rowid HAVING count(*) = %s "
+                        f"UNION ALL SELECT rowid FROM ({PENDING}) p WHERE lex_terms @> %s)",
                         (distinct, len(distinct), distinct)).fetchall()
     toks = field_tokens([f for _, title, text, _ in rows for f in (title, text)])
     out = {}
