@@ -8,9 +8,10 @@ FTS5's ``porter unicode61`` tokens. The PostgreSQL store ranks them the same way
   and digits; ``memlens.store.speed.porter`` stems them, once checked against SQLite
   on a probe vocabulary); any other text goes through SQLite's own tokenizer (a
   temp FTS5 table in memory), so every text gets exactly FTS5's tokens.
-- **Postings**: each ``entries`` row holds its distinct tokens (``lex_terms``,
-  GIN-indexed), each one's frequency weighted by column as the lexical stage
-  asks (title 2, text 1: ``lex_freqs``) and its token count (``lex_len``).
+- **Postings**: each ``entries`` row holds its distinct tokens (``lex_terms``),
+  each one's frequency weighted by column as the lexical stage asks (title 2,
+  text 1: ``lex_freqs``) and its token count (``lex_len``); ``lex_postings``
+  holds the same per (token, row), read by its index.
 - **Statistics**: ``lex_df`` holds per token the rows holding it, and under the
   token '' the row count and the total token count (the rows of an import in
   progress count, as they do in FTS5's index).
@@ -18,7 +19,7 @@ FTS5's ``porter unicode61`` tokens. The PostgreSQL store ranks them the same way
   ``lex_state.folded_upto``; newer rows are *pending* and read from their own
   ``lex_terms`` by every search, beside the tables. A statement that stores a row
   folds the pending rows into the tables once there are ``FOLD_EVERY`` of them
-  (``FOLD``, under the write lock), so a write pays the statistics' upkeep in
+  (``fold_parts``, under the write lock), so a write pays the statistics' upkeep in
   bulk: each token's count is updated once per fold instead of once per row.
   Statement triggers keep the folded rows in step with every update and delete.
   Rowids are drawn under the write lock, so every row at or below the mark is
