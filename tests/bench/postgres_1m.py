@@ -15,7 +15,8 @@ unix socket), ``PgStore.ensure_hnsw`` for its indexes; each step timed.
 Then, on one thread after a warm-up, what ``tests.bench.postgres`` measures of
 KNN k=10 (unscoped, and scoped to 2 of 10 wings: two small wings, the two
 largest; the default status filter): sqlite-vec, pgvector exact, the HNSW
-plans at several ``ef_search`` and iterative-scan modes; p50/p95, recall@10
+plans at several ``ef_search`` (the suite's and ``EXTRA_EF``) and iterative-scan
+modes, once every index has been read (a server just started caches none); p50/p95, recall@10
 against the exact answer, the plan named in the trace. The exact answer of
 every query is computed in numpy over the same vectors and filter (an exact
 scan takes seconds per query at 1M); pgvector's exact plan is timed on fewer
