@@ -254,11 +254,7 @@ def test_writers_at_once_fold_each_row_once(pg_uri, settings, hash_embedder, nod
         with mems[0].store.connection() as conn:
             mark, rows = conn.execute("SELECT folded_upto, (SELECT count(*) FROM entries) FROM lex_state").fetchone()
         assert rows == len(docs) and mark > FOLD_EVERY  # folded twice at least, while the others wrote
-
-        class One:
-            store = mems[0].store
-
-        kept, fresh = df_counted_again(One)
+        kept, fresh = df_counted_again(mems[0])
         assert kept == fresh
     finally:
         for mem in mems:
