@@ -180,18 +180,47 @@ def _jsonl(corpus: Any, path: Path, model_id: str) -> None:
                                 ensure_ascii=False) + "\n")
 
 
+def hnsw_configs(uri: str, efs: tuple[int, ...] = EF) -> dict[str, tuple[Any, str | None]]:
+    """name -> (store, iterative scan mode) of every HNSW plan timed: each ``ef_search``, and the default's other modes."""
+    from memlens.store.postgres import open_store, with_options
+
+    configs: dict[str, tuple[Any, str | None]] = {}
+    for ef in efs:
+        configs[f"pgvector hnsw ef={ef}"] = (open_store(with_options(uri, ef_search=ef)), None)
+    default = configs[DEFAULT][0]
+    configs[f"{DEFAULT}, strict_order"] = (default, "strict_order")
+    configs[f"{DEFAULT}, iterative scan off"] = (default, "off")
+    return configs
+
+
+def hnsw_rows(configs: dict[str, tuple[Any, str | None]], scope: Any, queries: list[Any], truth: list[Any],
+              warmup: int) -> dict[str, dict[str, Any]]:
+    """Each HNSW plan of ``configs`` on ``scope``: p50/p95, recall@10 against ``truth``, the plan that ran."""
+    rows: dict[str, dict[str, Any]] = {}
+    for name, (store, mode) in configs.items():
+        with store.connection() as conn:
+            conn.execute(f"SET hnsw.iterative_scan = {mode or 'relaxed_order'}")
+        stats, got = _timed(lambda q, s=store: s.knn(q, scope, K), queries, warmup)
+        stats["recall_at_10"] = _recall(got, truth)
+        stats["plan"] = sorted({g.index for g in got})
+        rows[name] = stats
+    with configs[DEFAULT][0].connection() as conn:
+        conn.execute("SET hnsw.iterative_scan = relaxed_order")
+    return rows
+
+
+def close_configs(configs: dict[str, tuple[Any, str | None]]) -> None:
+    for s in {id(c[0]): c[0] for c in configs.values()}.values():
+        s.close()
+
+
 def _knn_rows(res: dict[str, Any], sq: Any, uri: str, queries: list[Any], warmup: int) -> None:
     """Every KNN configuration on every scope: p50/p95, recall@10 against the exact scan, the plan that ran."""
     from memlens.store.postgres import open_store, with_options
     from memlens.store.reads import Scope
 
     exact = open_store(with_options(uri, hnsw_min_rows=10**9))
-    configs: dict[str, tuple[Any, str | None]] = {}  # name -> (store, iterative scan mode)
-    for ef in EF:
-        configs[f"pgvector hnsw ef={ef}"] = (open_store(with_options(uri, ef_search=ef)), None)
-    default = configs[DEFAULT][0]
-    configs[f"{DEFAULT}, strict_order"] = (default, "strict_order")
-    configs[f"{DEFAULT}, iterative scan off"] = (default, "off")
+    configs = hnsw_configs(uri)
     statuses = ["active", "under_review"]
     for case, wings in SCOPES.items():
         scope = Scope(wings=wings, statuses=statuses)
@@ -199,19 +228,10 @@ def _knn_rows(res: dict[str, Any], sq: Any, uri: str, queries: list[Any], warmup
         row["sqlite-vec"], got = _timed(lambda q, scope=scope: sq.knn(q, scope, K), queries, warmup)
         row["pgvector exact"], truth = _timed(lambda q, scope=scope: exact.knn(q, scope, K), queries, warmup)
         row["sqlite-vec"]["recall_at_10"] = _recall(got, truth)
-        for name, (store, mode) in configs.items():
-            with store.connection() as conn:
-                conn.execute(f"SET hnsw.iterative_scan = {mode or 'relaxed_order'}")
-            stats, got = _timed(lambda q, s=store, scope=scope: s.knn(q, scope, K), queries, warmup)
-            stats["recall_at_10"] = _recall(got, truth)
-            stats["plan"] = sorted({g.index for g in got})
-            row[name] = stats
-        with default.connection() as conn:
-            conn.execute("SET hnsw.iterative_scan = relaxed_order")
+        row.update(hnsw_rows(configs, scope, queries, truth, warmup))
         res["knn"][case] = row
         log(f"[{NAME}] {case}: " + ", ".join(f"{k} {v['p50_ms']} ms r={v.get('recall_at_10', '')}" for k, v in row.items()))
-    for s in {id(c[0]): c[0] for c in configs.values()}.values():
-        s.close()
+    close_configs(configs)
     exact.close()
 
 

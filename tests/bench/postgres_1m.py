@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from .common import ensure_readme_block, log, machine_info, publish, setup_environment
-from .postgres import DEFAULT, EF, SCOPES, K, _recall, _start_server, _timed
+from .postgres import DEFAULT, EF, SCOPES, K, _recall, _start_server, _timed, close_configs, hnsw_configs, hnsw_rows
 
 NAME = "postgres_1m"
 ENTRIES = 1_000_000
@@ -184,12 +184,8 @@ def _knn(sq: Any, uri: str, truths: dict[str, list[Exact]], queries: np.ndarray,
     from memlens.store.reads import Scope
 
     exact = open_store(with_options(uri, hnsw_min_rows=10**9))
-    configs: dict[str, tuple[Any, str | None]] = {}  # name -> (store, iterative scan mode)
-    for ef in (*EF, *EXTRA_EF):
-        configs[f"pgvector hnsw ef={ef}"] = (open_store(with_options(uri, ef_search=ef)), None)
+    configs = hnsw_configs(uri, (*EF, *EXTRA_EF))
     default = configs[DEFAULT][0]
-    configs[f"{DEFAULT}, strict_order"] = (default, "strict_order")
-    configs[f"{DEFAULT}, iterative scan off"] = (default, "off")
     qs = list(queries)
     out: dict[str, Any] = {}
     try:
@@ -206,20 +202,11 @@ def _knn(sq: Any, uri: str, truths: dict[str, list[Exact]], queries: np.ndarray,
             row["pgvector exact"], got = _timed(lambda q, scope=scope: exact.knn(q, scope, K), qs[:slow], min(warmup, 3))
             row["pgvector exact"]["recall_at_10"] = _recall(got, truth[:slow])  # = 1 when numpy's answer is pgvector's
             row["pgvector exact"]["plan"] = sorted({g.index for g in got})
-            for name, (pg, mode) in configs.items():
-                with pg.connection() as conn:
-                    conn.execute(f"SET hnsw.iterative_scan = {mode or 'relaxed_order'}")
-                stats, got = _timed(lambda q, s=pg, scope=scope: s.knn(q, scope, K), qs, warmup)
-                stats["recall_at_10"] = _recall(got, truth)
-                stats["plan"] = sorted({g.index for g in got})
-                row[name] = stats
-            with default.connection() as conn:
-                conn.execute("SET hnsw.iterative_scan = relaxed_order")
+            row.update(hnsw_rows(configs, scope, qs, truth, warmup))
             out[case] = row
             log(f"[{NAME}] {case}: " + ", ".join(f"{k} {v['p50_ms']} ms r={v.get('recall_at_10', '')}" for k, v in row.items()))
     finally:
-        for s in {id(c[0]): c[0] for c in configs.values()}.values():
-            s.close()
+        close_configs(configs)
         exact.close()
     return out
 
