@@ -62,6 +62,7 @@ def test_copy_sqlite_to_postgres_to_sqlite_through_the_cli(tmp_path, settings, h
     there = run_cli("copy", str(src), pg_uri)
     assert there.returncode == 0, there.stderr
     assert "copied 2 entries (2 vectors)" in there.stderr and ":@" not in there.stderr
+    assert len(there.stderr.splitlines()) == 1  # too few vectors for the indexes: none built, nothing more said
     again = run_cli("copy", pg_uri, str(back))
     assert again.returncode == 0, again.stderr
     want = run_cli("--store", str(src), "export", "--with-vectors")
@@ -82,6 +83,30 @@ def test_copy_sqlite_to_postgres_to_sqlite_through_the_cli(tmp_path, settings, h
     missing = tmp_path / "none.db"
     one_line_error(run_cli("copy", str(missing), str(tmp_path / "c.db")), "no store at")
     assert not (tmp_path / "c.db").exists()
+
+
+def test_copy_into_postgres_builds_the_vector_indexes(tmp_path, settings, hash_embedder, pg_uri):
+    from memlens import Memory
+    from memlens.store.postgres import open_store, vectors, with_options
+    from memlens.store.reads import Scope
+
+    src = tmp_path / "a.db"
+    with Memory.open(src, settings=settings, embedder=hash_embedder) as mem:
+        for i in range(6):
+            mem.add(f"release note {i}: deploys go through the release branch", wing="ops" if i % 2 else "web")
+    uri = with_options(pg_uri, hnsw_min_rows=3)  # enough vectors for an index of all of them, and one per wing
+    out = run_cli("copy", str(src), uri)
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.splitlines()
+    assert lines[0].startswith("copied 6 entries (6 vectors)")
+    assert lines[1] == "building the vector indexes of 6 vectors (searches scan exactly until they are built)"
+    assert lines[2].startswith("built 3 vector indexes in ")
+    store = open_store(uri, create=False)
+    try:
+        assert store.knn(hash_embedder.embed(["release"])[0], Scope(wings=["ops"]), 3).index == \
+            f"pgvector-hnsw(halfvec, ef_search={vectors.EF_SEARCH}, wing indexes 1 of 1)"
+    finally:
+        store.close()
 
 
 def test_unreachable_server_and_sqlite_only_commands_are_one_line(tmp_path):

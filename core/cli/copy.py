@@ -3,13 +3,16 @@
 All or nothing: DST must be new or empty, and everything is written in one
 transaction there; a copy that fails or is interrupted leaves DST as it was (a
 new SQLite file is removed again). Not resumable: run it again. SRC is read in
-one snapshot and never written.
+one snapshot and never written. Into PostgreSQL, the vector indexes are built
+after the copy (``PgStore.ensure_hnsw``) once the store holds enough vectors for
+searches to use them; until they are built, searches scan exactly.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -76,4 +79,29 @@ def cmd_copy(args: argparse.Namespace) -> int:
     print(f"copied {counts['entries']} entries ({counts['vectors']} vectors), {counts['audit']} audit rows, "
           f"{counts['wings']} wings, {counts['tasks']} tasks, {counts['blockers']} blockers, {counts['answers']} answers, "
           f"{counts['golden']} golden queries from {_shown(src)} into {_shown(dst)}", file=sys.stderr)
+    if not isinstance(dst, Path):
+        _vector_indexes(dst, counts["vectors"])
     return 0
+
+
+def _vector_indexes(uri: str, vectors: int) -> None:
+    """Build a new PostgreSQL store's vector indexes (a minute or two at 100k vectors), if it holds enough vectors
+    for a search to use them (``hnsw_min_rows``); the copy itself is committed whatever happens here."""
+    from memlens.store.postgres import open_store
+
+    store = open_store(uri, create=False)
+    try:
+        if vectors < store.hnsw_min_rows:
+            return
+        print(f"building the vector indexes of {vectors} vectors (searches scan exactly until they are built)",
+              file=sys.stderr, flush=True)
+        start = time.monotonic()
+        try:
+            built = store.ensure_hnsw()
+        except (StoreError, KeyboardInterrupt) as exc:
+            why = str(exc) or "interrupted"
+            raise StoreError(f"copy: the store is copied, but its vector indexes were not built ({why}); searches scan "
+                             "exactly until Memory.open(URI).store.ensure_hnsw() builds them") from None
+        print(f"built {len(built)} vector indexes in {time.monotonic() - start:.1f} s", file=sys.stderr)
+    finally:
+        store.close()
