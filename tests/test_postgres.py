@@ -298,15 +298,15 @@ def test_hnsw_indexes_serve_large_scopes_and_the_trace_names_them(pg_uri, hash_e
             w.insert(entry(i, r, wing="alpha" if i < 3000 else "beta"), vecs[i])
         for i in range(20):  # a small wing: a search scoped to it scans it exactly
             w.insert(entry(5000 + i, r, wing="tiny"), tiny[i])
-    approx = PgStore(store.uri, hnsw_min_rows=1000, ef_search=80)
+    approx = PgStore(store.uri, hnsw_min_rows=1000, ef_search=80, wing_ef_search=60)
     assert approx.knn(vecs[0], Scope(), 10).index == "pgvector-exact"  # no index built yet
     built = approx.ensure_hnsw()
     assert set(built) == {vectors.GLOBAL, vectors.wing_index_name("alpha"), vectors.wing_index_name("beta")}
     assert approx.ensure_hnsw() == []  # nothing missing
     exact = PgStore(store.uri, hnsw_min_rows=10**9)  # the indexes exist, every scope is below this threshold
     cases = [(Scope(), "pgvector-hnsw(halfvec, ef_search=80)"),
-             (Scope(wings=["alpha", "beta"], statuses=["active"]), "pgvector-hnsw(halfvec, ef_search=80, wing indexes 2 of 2)"),
-             (Scope(wings=["tiny", "alpha"]), "pgvector-hnsw(halfvec, ef_search=80, wing indexes 1 of 2, 1 scanned exactly)"),
+             (Scope(wings=["alpha", "beta"], statuses=["active"]), "pgvector-hnsw(halfvec, ef_search=60, wing indexes 2 of 2)"),
+             (Scope(wings=["tiny", "alpha"]), "pgvector-hnsw(halfvec, ef_search=60, wing indexes 1 of 2, 1 scanned exactly)"),
              (Scope(wings=["tiny"]), "pgvector-exact")]
     for scope, name in cases:
         recall = []
@@ -320,16 +320,26 @@ def test_hnsw_indexes_serve_large_scopes_and_the_trace_names_them(pg_uri, hash_e
                 cos = float(vecs[rowid - 1] @ q / np.linalg.norm(q)) if rowid <= len(vecs) else truth.get(rowid, sim)
                 assert sim == pytest.approx(cos, abs=1e-5)
         assert np.mean(recall) >= 0.9, (scope, recall)
+        with approx.connection() as conn:  # a wing index's setting lasts for its statement only
+            assert conn.execute("SHOW hnsw.ef_search").fetchone()[0] == "80"
     tiny_hits = approx.knn(tiny[0], Scope(wings=["tiny"]), 10)
     assert len(tiny_hits.hits) == 10 and tiny_hits.hits[0][1] == pytest.approx(1.0)
     # the plan PostgreSQL runs uses the indexes the name gives
     with approx.connection() as conn:
         info = vectors.read_info(conn)
-        p = vectors.plan(info, ["tiny", "alpha"], 1000, 80)
+        p = vectors.plan(info, ["tiny", "alpha"], 1000, 80, 60)
+        assert p.ef_search == 60 and vectors.plan(info, None, 1000, 80, 60).ef_search == 80
         sql, params = vectors.knn_sql(p, hash_embedder.dim, ["v.usable"], [], vecs[0], 10)
         used = json.dumps(conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()[0])
     assert vectors.wing_index_name("alpha") in used and vectors.GLOBAL not in used
-    for s in (store, exact, approx):
+    # the statement walks a wing's index with wing_ef_search: without iterative scans, an HNSW scan gives at most
+    # ef_search rows
+    narrow = PgStore(store.uri, hnsw_min_rows=1000, ef_search=80, wing_ef_search=3)
+    with narrow.connection() as conn:
+        conn.execute("SET hnsw.iterative_scan = off")
+    assert len(narrow.knn(vecs[0], Scope(wings=["alpha"]), 10).hits) == 3
+    assert len(narrow.knn(vecs[0], Scope(), 10).hits) == 10
+    for s in (store, exact, approx, narrow):
         s.close()
 
 

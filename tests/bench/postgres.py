@@ -47,12 +47,15 @@ from typing import Any
 
 import numpy as np
 
+from memlens.store.postgres import vectors
+
 from .common import README, RESULTS, ROOT, ensure_readme_block, log, machine_info, publish, suite_main, summary
 
 NAME = "postgres"
 K = 10
-EF = (40, 100, 200)  # 200: the default (memlens.store.postgres.vectors.EF_SEARCH)
-DEFAULT = "pgvector hnsw ef=200"  # what a store opened without options runs
+EF = (40, 100, 200)  # the rows "ef=N": ef_search N through every index
+# what a store opened without options runs: ef_search 200 through the index of all vectors, 400 through a wing's own
+DEFAULT = f"pgvector hnsw default (ef_search {vectors.EF_SEARCH}, wing indexes {vectors.WING_EF_SEARCH})"
 WRITERS = (4, 16)
 WRITES = 2000  # entries per writer run, split between the writers
 SCOPES = {"unscoped": None, "scoped": ["wing_3", "wing_7"], "scoped, 2 largest wings": ["wing_0", "wing_1"]}
@@ -181,13 +184,14 @@ def _jsonl(corpus: Any, path: Path, model_id: str) -> None:
 
 
 def hnsw_configs(uri: str, efs: tuple[int, ...] = EF) -> dict[str, tuple[Any, str | None]]:
-    """name -> (store, iterative scan mode) of every HNSW plan timed: each ``ef_search``, and the default's other modes."""
+    """name -> (store, iterative scan mode) of every HNSW plan timed: the default, each ``ef_search`` (for every
+    index), and the default's other modes."""
     from memlens.store.postgres import open_store, with_options
 
-    configs: dict[str, tuple[Any, str | None]] = {}
+    default = open_store(uri)
+    configs: dict[str, tuple[Any, str | None]] = {DEFAULT: (default, None)}
     for ef in efs:
-        configs[f"pgvector hnsw ef={ef}"] = (open_store(with_options(uri, ef_search=ef)), None)
-    default = configs[DEFAULT][0]
+        configs[f"pgvector hnsw ef={ef}"] = (open_store(with_options(uri, ef_search=ef, wing_ef_search=ef)), None)
     configs[f"{DEFAULT}, strict_order"] = (default, "strict_order")
     configs[f"{DEFAULT}, iterative scan off"] = (default, "off")
     return configs

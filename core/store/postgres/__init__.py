@@ -7,7 +7,8 @@ memlens's, which are taken out before connecting:
 - ``pool=1``: hold a connection pool (long-lived processes: the app, the MCP server);
 - ``hnsw_min_rows=N``: use the HNSW indexes (when built) for scopes of N vectors or more, and give each
   wing of N vectors its own index (default 1000; ``memlens.store.postgres.vectors``);
-- ``ef_search=N``: pgvector's ``hnsw.ef_search`` for those searches (default 200).
+- ``ef_search=N``: pgvector's ``hnsw.ef_search`` for a search through the index of all vectors (default 200);
+- ``wing_ef_search=N``: the same for a search through the wings' own indexes (default 400).
 
 Needs ``pip install 'memlens[postgres]'`` (psycopg 3, psycopg-pool, pgvector)
 and a server with the pgvector extension.
@@ -23,7 +24,7 @@ from memlens.errors import StoreError
 from memlens.store.postgres import vectors
 from memlens.store.postgres.connect import is_uri
 
-OPTIONS = {"pool": (0, 1), "hnsw_min_rows": (0, 10**9), "ef_search": (1, 1000)}
+OPTIONS = {"pool": (0, 1), "hnsw_min_rows": (0, 10**9), "ef_search": (1, 1000), "wing_ef_search": (1, 1000)}
 
 
 def split_options(uri: str) -> tuple[str, dict[str, int]]:
@@ -69,6 +70,7 @@ def open_store(uri: str, *, model: Callable[[], Any] | None = None, pooled: bool
     return PgStore(
         clean, model=model, pooled=bool(options.get("pool", 0)) if pooled is None else pooled,
         hnsw_min_rows=options.get("hnsw_min_rows", vectors.MIN_ROWS), ef_search=options.get("ef_search", vectors.EF_SEARCH),
+        wing_ef_search=options.get("wing_ef_search", vectors.WING_EF_SEARCH),
         create=create,
     )
 

@@ -58,13 +58,14 @@ def _where(where: list[str]) -> str:
 class PgReads:
     """The read half of the storage interface over ``self.connection()`` (a context manager giving a connection).
 
-    The host (``PgStore``) provides ``connection()``, ``hnsw_min_rows`` and ``ef_search``.
+    The host (``PgStore``) provides ``connection()``, ``hnsw_min_rows``, ``ef_search`` and ``wing_ef_search``.
     """
 
     backend = "postgresql"
     lexical_scorer = "pg-bm25"
     hnsw_min_rows: int
     ef_search: int
+    wing_ef_search: int
     connection: Callable[[], AbstractContextManager[Any]]  # a connection for one call
 
     def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
@@ -106,9 +107,16 @@ class PgReads:
             return Knn([], "pgvector-exact")
         where, args = scope_filters(scope, "v", wings=False)
         with self.connection() as conn:
-            p = vectors.plan(self._vector_info(conn), scope.wings, self.hnsw_min_rows, self.ef_search)
+            p = vectors.plan(self._vector_info(conn), scope.wings, self.hnsw_min_rows, self.ef_search, self.wing_ef_search)
             sql, params = vectors.knn_sql(p, len(q), ["v.usable", visible("v"), *where], args, q, n)
-            rows = conn.execute(sql, params, prepare=False).fetchall()
+            if p.ef_search == self.ef_search:  # the session's setting
+                rows = conn.execute(sql, params, prepare=False).fetchall()
+            else:  # its own, in the same round trip; undone after it, inside an open transaction too
+                with conn.pipeline():
+                    conn.execute(vectors.SET_EF, (str(p.ef_search),))
+                    cur = conn.execute(sql, params, prepare=False)
+                    conn.execute(vectors.SET_EF, (str(self.ef_search),))
+                rows = cur.fetchall()
         hits = [(int(r), 1.0 - float(d)) for r, d in rows]
         hits.sort(key=lambda h: (-h[1], h[0]))
         return Knn(hits, p.name)

@@ -57,13 +57,14 @@ class PgStore(PgTransactions, PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
     lexical_scorer = "pg-bm25"
 
     def __init__(self, uri: str, *, model: Callable[[], Any] | None = None, pooled: bool = False,
-                 hnsw_min_rows: int = vectors.MIN_ROWS, ef_search: int = vectors.EF_SEARCH, pool_size: int = 8,
-                 create: bool = True) -> None:
+                 hnsw_min_rows: int = vectors.MIN_ROWS, ef_search: int = vectors.EF_SEARCH,
+                 wing_ef_search: int = vectors.WING_EF_SEARCH, pool_size: int = 8, create: bool = True) -> None:
         self.uri = uri
         self.path = self.label = connect.label(uri)  # what messages and `stats` show as the store
         self._model = model
         self.hnsw_min_rows = int(hnsw_min_rows)
         self.ef_search = int(ef_search)
+        self.wing_ef_search = int(wing_ef_search)
         self._pruned = False
         self._read_only: bool | None = None
         self._flush: str | None = None  # ``_durable``'s statement once asked ("" for none)

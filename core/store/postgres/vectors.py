@@ -45,7 +45,8 @@ GLOBAL = "entries_vec_hnsw_h"  # the halfvec HNSW index of every vector
 WING_PREFIX = "entries_vec_hnsw_w_"  # + a digest of the wing: its own halfvec HNSW index
 M, EF_CONSTRUCTION = 16, 64
 MIN_ROWS = 1_000  # a scope (or a wing) of fewer vectors is scanned exactly; a wing of this many gets its own index
-EF_SEARCH = 200
+EF_SEARCH = 200  # the index of all vectors
+WING_EF_SEARCH = 400  # a wing's own index (see the module's text)
 OVERFETCH = 2  # an index part gives this many times ``n`` candidates by halfvec distance, ranked again by float32
 INFO_TTL_S = 30.0  # how long a process trusts what it read of the indexes and the table's size
 _PRED = re.compile(r"^\(wing = '((?:[^']|'')*)'::text\)$")
@@ -98,7 +99,7 @@ class Plan:
     """How one KNN runs: per part of the scope (one wing, or everything), an index or an exact scan."""
 
     parts: list[tuple[str | None, str]]  # (wing or None for all, "hnsw" or "exact")
-    ef_search: int
+    ef_search: int  # the statement's (every HNSW part of it walks its graph this wide)
     wing_indexes: int = 0  # parts served by their wing's own index
 
     @property
@@ -114,7 +115,9 @@ class Plan:
         return f"pgvector-hnsw(halfvec, {', '.join(detail)})"
 
 
-def plan(info: Info, wings: list[str] | None, min_rows: int, ef_search: int) -> Plan:
+def plan(info: Info, wings: list[str] | None, min_rows: int, ef_search: int, wing_ef_search: int = WING_EF_SEARCH) -> Plan:
+    """Which index serves each part of the scope, and the statement's ``ef_search``: ``wing_ef_search`` when a
+    wing's own index serves a part, else ``ef_search``."""
     if wings is None:
         return Plan([(None, "hnsw" if info.has_global and info.rows >= min_rows else "exact")], ef_search)
     parts: list[tuple[str | None, str]] = []
@@ -126,7 +129,11 @@ def plan(info: Info, wings: list[str] | None, min_rows: int, ef_search: int) -> 
             own += 1
         else:  # no index of its own: the index of all vectors, filtered, for a wing too large to scan
             parts.append((w, "hnsw" if info.has_global and info.wing_rows.get(w, 0.0) >= min_rows else "exact"))
-    return Plan(parts, ef_search, own)
+    return Plan(parts, wing_ef_search if own else ef_search, own)
+
+
+# the statement's ``ef_search``, for its own (implicit) transaction only: sent with it in one pipeline, reset after it
+SET_EF = "SELECT set_config('hnsw.ef_search', %s, true)"
 
 
 def knn_sql(p: Plan, dim: int, where: list[str], args: list[Any], q: Any, n: int) -> tuple[str, list[Any]]:
