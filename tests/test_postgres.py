@@ -281,7 +281,7 @@ def test_knn_never_returns_a_degenerate_vector_or_an_unpublished_import(pg_uri, 
     store.close()
 
 
-def test_hnsw_indexes_serve_large_scopes_and_the_trace_names_them(pg_uri, hash_embedder):
+def test_hnsw_indexes_serve_large_scopes_and_the_trace_names_them(pg_uri, hash_embedder, monkeypatch):
     from memlens.store.postgres import vectors
     from memlens.store.postgres.store import PgStore
 
@@ -305,8 +305,8 @@ def test_hnsw_indexes_serve_large_scopes_and_the_trace_names_them(pg_uri, hash_e
     assert approx.ensure_hnsw() == []  # nothing missing
     exact = PgStore(store.uri, hnsw_min_rows=10**9)  # the indexes exist, every scope is below this threshold
     cases = [(Scope(), "pgvector-hnsw(halfvec, ef_search=80)"),
-             (Scope(wings=["alpha", "beta"], statuses=["active"]), "pgvector-hnsw(halfvec, ef_search=60, wing indexes 2 of 2)"),
-             (Scope(wings=["tiny", "alpha"]), "pgvector-hnsw(halfvec, ef_search=60, wing indexes 1 of 2, 1 scanned exactly)"),
+             (Scope(wings=["alpha", "beta"], statuses=["active"]), "pgvector-hnsw(halfvec, ef_search=80, wing indexes 2 of 2)"),
+             (Scope(wings=["tiny", "alpha"]), "pgvector-hnsw(halfvec, ef_search=80, wing indexes 1 of 2, 1 scanned exactly)"),
              (Scope(wings=["tiny"]), "pgvector-exact")]
     for scope, name in cases:
         recall = []
@@ -328,17 +328,27 @@ def test_hnsw_indexes_serve_large_scopes_and_the_trace_names_them(pg_uri, hash_e
     with approx.connection() as conn:
         info = vectors.read_info(conn)
         p = vectors.plan(info, ["tiny", "alpha"], 1000, 80, 60)
-        assert p.ef_search == 60 and vectors.plan(info, None, 1000, 80, 60).ef_search == 80
+        assert p.steps() == [(80, p)]  # alpha holds two thirds of the vectors: walked at ef_search
         sql, params = vectors.knn_sql(p, hash_embedder.dim, ["v.usable"], [], vecs[0], 10)
         used = json.dumps(conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()[0])
     assert vectors.wing_index_name("alpha") in used and vectors.GLOBAL not in used
-    # the statement walks a wing's index with wing_ef_search: without iterative scans, an HNSW scan gives at most
-    # ef_search rows
+    # a small wing's index is walked wider, up to wing_ef_search (here beta counts as small, and is walked at 3):
+    # without iterative scans, an HNSW scan gives at most ef_search rows
+    monkeypatch.setattr(vectors, "SMALL_WING", 0.5)
+    monkeypatch.setattr(vectors, "ROWS_PER_EF", 1)
+    assert vectors.wing_ef(1500, 4520, 80, 3) == 3 and vectors.wing_ef(1500, 4520, 80, 2000) == 1500
+    assert vectors.wing_ef(3000, 4520, 80, 3) == 80
     narrow = PgStore(store.uri, hnsw_min_rows=1000, ef_search=80, wing_ef_search=3)
     with narrow.connection() as conn:
         conn.execute("SET hnsw.iterative_scan = off")
-    assert len(narrow.knn(vecs[0], Scope(wings=["alpha"]), 10).hits) == 3
-    assert len(narrow.knn(vecs[0], Scope(), 10).hits) == 10
+    beta, alpha = (narrow.knn(vecs[0], Scope(wings=[w]), 10) for w in ("beta", "alpha"))
+    assert len(beta.hits) == 3 and beta.index == "pgvector-hnsw(halfvec, ef_search=3, wing indexes 1 of 1)"
+    assert len(alpha.hits) == 10 and len(narrow.knn(vecs[0], Scope(), 10).hits) == 10
+    both = narrow.knn(vecs[0], Scope(wings=["alpha", "beta"]), 10)  # one statement per part, merged here
+    assert both.index == "pgvector-hnsw(halfvec, ef_search=80/3, wing indexes 2 of 2)"
+    assert both.hits == sorted(alpha.hits + beta.hits, key=lambda h: (-h[1], h[0]))[:10]
+    with narrow.connection() as conn:
+        assert conn.execute("SHOW hnsw.ef_search").fetchone()[0] == "80"
     for s in (store, exact, approx, narrow):
         s.close()
 

@@ -11,7 +11,11 @@ vectors). Every question is ranked by ``memlens.retrieval.evaluate`` (what
   exact scan: the sets are below ``hnsw_min_rows``);
 * the PostgreSQL store with its HNSW indexes built and used for every search
   (``hnsw_min_rows=0``), at the default ``ef_search`` and at 40: what the
-  approximate index does to the rankings.
+  approximate index does to the rankings;
+* the same searches scoped to the set's wing (which holds all of its entries),
+  so that each goes through that wing's own index: SQLite, then PostgreSQL at
+  the default ``wing_ef_search`` and at 200 (the setting before it had its own);
+  their top-10 lists are compared with SQLite's scoped ones.
 
 The real model's vectors are cached by text under
 ``~/.cache/memlens-bench/vectors-eval/`` (``pg_corpus.VectorCache``), so a run
@@ -83,10 +87,11 @@ def _sqlite_stores(settings: Any, emb: Any, work: Path) -> dict[str, tuple[Path,
     return out
 
 
-def _scores(mem: Any, queries: list[dict[str, Any]], qrels: dict[str, Any], wing: str | None) -> dict[str, Any]:
+def _scores(mem: Any, queries: list[dict[str, Any]], qrels: dict[str, Any], wing: str | None,
+            wings: list[str] | None = None) -> dict[str, Any]:
     from memlens.retrieval.evaluate import evaluate
 
-    res = evaluate(mem, queries, qrels, active_wing=wing, k=10)
+    res = evaluate(mem, queries, qrels, active_wing=wing, wings=wings, k=10)
     return {**{m: round(float(res[m]), 4) for m in METRICS}, "queries": res["queries"],
             "ranked": {str(q["id"]): q["retrieved"] for q in res["per_query"]}}
 
@@ -98,6 +103,7 @@ def compare(server: Any, settings: Any, real_embedder: Any, work: Path) -> dict[
     from memlens import Memory
     from memlens.store.postgres import with_options
     from memlens.store.postgres.copy import copy_store
+    from tests.data import beir
 
     emb = CachedEmbedder(real_embedder)
     stores = _sqlite_stores(settings, emb, work)
@@ -117,8 +123,17 @@ def compare(server: Any, settings: Any, real_embedder: Any, work: Path) -> dict[
                 mem.store.ensure_hnsw()
                 row[side] = _scores(mem, queries, qrels, wing)
                 row[side]["index"] = mem.store.vector_index()
+        # scoped to the set's wing (all of its entries): each search through that wing's own index
+        home = [wing or beir.WINGS[name]]
+        with Memory.open(path, settings=settings, embedder=emb) as mem:
+            row["sqlite_wing"] = _scores(mem, queries, qrels, wing, home)
+        for side, opts in (("postgresql_hnsw_wing", {}), ("postgresql_hnsw_wing_ef200", {"wing_ef_search": 200})):
+            with Memory.open(with_options(uri, hnsw_min_rows=0, **opts), settings=settings, embedder=emb) as mem:
+                row[side] = _scores(mem, queries, qrels, wing, home)
+                row[side]["index"] = mem.search(queries[0]["text"], wings=home, use_cache=False).trace.fusion["vector_index"]
         for side in [s for s in row if s != "sqlite"]:  # how many questions got another top 10 than on SQLite
-            got, want = row[side]["ranked"], row["sqlite"]["ranked"]
+            base = "sqlite_wing" if side.startswith("postgresql_hnsw_wing") else "sqlite"  # the same scope
+            got, want = row[side]["ranked"], row[base]["ranked"]
             row[side]["lists_differing"] = sum(1 for q in want if got.get(q) != want[q])
         for side in row.values():
             side.pop("ranked")

@@ -54,8 +54,11 @@ from .common import README, RESULTS, ROOT, ensure_readme_block, log, machine_inf
 NAME = "postgres"
 K = 10
 EF = (40, 100, 200)  # the rows "ef=N": ef_search N through every index
-# what a store opened without options runs: ef_search 200 through the index of all vectors, 400 through a wing's own
-DEFAULT = f"pgvector hnsw default (ef_search {vectors.EF_SEARCH}, wing indexes {vectors.WING_EF_SEARCH})"
+# what a store opened without options runs: ef_search 200, wider through a small wing's own index (vectors.wing_ef)
+DEFAULT = (f"pgvector hnsw default (ef_search {vectors.EF_SEARCH}; a small wing's index 1 per {vectors.ROWS_PER_EF} "
+           f"vectors, up to {vectors.WING_EF_SEARCH})")
+EF_ROWS = ("The `ef=N` rows walk every index at `ef_search` N; `ef=200` is what the default was until 2026-11-27, "
+           "when a small wing's own index began to be walked wider (`memlens.store.postgres.vectors.wing_ef`).")
 WRITERS = (4, 16)
 WRITES = 2000  # entries per writer run, split between the writers
 SCOPES = {"unscoped": None, "scoped": ["wing_3", "wing_7"], "scoped, 2 largest wings": ["wing_0", "wing_1"]}
@@ -456,7 +459,7 @@ def _table(res: dict[str, Any]) -> str:
     lines += ["", f"{c['entries']:,} chunks of the standard library's source and /usr/share/doc in 10 wings (sizes "
               + ", ".join(f"{n:,}" for n in c["wings"].values()) + f"), {real}; {c['queries_used']} held-out chunks as "
               "queries (real vectors, never stored). Scoped: the default status filter and 2 of 10 wings: the small "
-              f"wings {SCOPES['scoped']} or the two largest. `plan` is what the trace names.", ""]
+              f"wings {SCOPES['scoped']} or the two largest. `plan` is what the trace names. {EF_ROWS}", ""]
     w = res["writes"]
     lines += ["| writes (one entry per write transaction) | " + " | ".join(f"{n} processes" for n in w) + " | today, 4 |",
               "|---|" + "---:|" * len(w) + "---:|",
@@ -475,7 +478,10 @@ def _table(res: dict[str, Any]) -> str:
     if res.get("quality"):
         first = next(iter(res["quality"].values()))
         sides = {"sqlite": "SQLite", "postgresql": "PostgreSQL (default: exact scan at this size)",
-                 "postgresql_hnsw": "PostgreSQL, HNSW for every search", "postgresql_hnsw_ef40": "the same at ef_search 40"}
+                 "postgresql_hnsw": "PostgreSQL, HNSW for every search", "postgresql_hnsw_ef40": "the same at ef_search 40",
+                 "sqlite_wing": "SQLite, scoped to the set's wing",
+                 "postgresql_hnsw_wing": "PostgreSQL, the same through the wing's index",
+                 "postgresql_hnsw_wing_ef200": "the same at wing_ef_search 200"}
         sides = {k: v + (f" (`{first[k]['index']}`)" if "index" in first.get(k, {}) else "") for k, v in sides.items()
                  if k in first}
         lines += ["| question set: MRR@10 / R@1 | " + " | ".join(sides.values()) + " | top-10 lists not SQLite's |",
@@ -484,7 +490,8 @@ def _table(res: dict[str, Any]) -> str:
             f = [f"{row[s]['mrr@10']:.4f} / {row[s]['recall@1']:.4f}" for s in sides]
             diff = " / ".join(str(row[s]["lists_differing"]) for s in sides if s != "sqlite")
             lines.append(f"| {name} ({row['sqlite']['queries']} questions) | " + " | ".join(f) + f" | {diff} |")
-        lines += ["", "Same vectors on both (the store copied). Where PostgreSQL's exact path differs from SQLite's, "
+        lines += ["", "Same vectors on both (the store copied). Searches scoped to the set's wing are compared with "
+                  "SQLite's scoped ones. Where PostgreSQL's exact path differs from SQLite's, "
                   "the vector stage cannot be why (both exact): the lexical stage or ties. " + QUALITY_NOTES
                   + _apart_run(res, "quality"), ""]
     b = res["index_build"]

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from .common import ensure_readme_block, log, machine_info, publish, setup_environment
-from .postgres import DEFAULT, EF, SCOPES, K, _recall, _start_server, _timed, close_configs, hnsw_configs, hnsw_rows
+from .postgres import DEFAULT, EF, EF_ROWS, SCOPES, K, _recall, _start_server, _timed, close_configs, hnsw_configs, hnsw_rows
 
 NAME = "postgres_1m"
 ENTRIES = 1_000_000
@@ -357,7 +357,7 @@ def _table(res: dict[str, Any]) -> str:
               f"wings {SCOPES['scoped']} or the two largest. Recall@10 against the exact answer, computed in numpy over "
               f"the same vectors and filter; sqlite-vec and pgvector exact timed on the first {res['slow_queries']} "
               "queries (their recall there says how far their answer is from numpy's: 1.000 is the same). `plan` is "
-              "what the trace names.", "",
+              f"what the trace names. {EF_ROWS}", "",
               f"Build: `Memory.import_jsonl` into SQLite {b['seconds']:,} s ({b['entries_per_s']:,} entries/s, "
               f"{b['store_mb']:,} MB; no pause between its staging transactions, as no other writer waited);"
               f" `memlens copy` into PostgreSQL {cp['seconds']:,} s ({cp['entries_per_s']:,} "

@@ -7,8 +7,8 @@ memlens's, which are taken out before connecting:
 - ``pool=1``: hold a connection pool (long-lived processes: the app, the MCP server);
 - ``hnsw_min_rows=N``: use the HNSW indexes (when built) for scopes of N vectors or more, and give each
   wing of N vectors its own index (default 1000; ``memlens.store.postgres.vectors``);
-- ``ef_search=N``: pgvector's ``hnsw.ef_search`` for a search through the index of all vectors (default 200);
-- ``wing_ef_search=N``: the same for a search through the wings' own indexes (default 400).
+- ``ef_search=N``: pgvector's ``hnsw.ef_search`` through the index of all vectors and a large wing's own (default 200);
+- ``wing_ef_search=N``: the most a small wing's own index is walked with (default 1000; ``vectors.wing_ef``).
 
 Needs ``pip install 'memlens[postgres]'`` (psycopg 3, psycopg-pool, pgvector)
 and a server with the pgvector extension.

@@ -100,26 +100,30 @@ class PgReads:
             return vectors.plan(self._vector_info(conn), None, self.hnsw_min_rows, self.ef_search).name
 
     def knn(self, qvec: np.ndarray, scope: Scope, n: int) -> Knn:
-        """One statement: each wing of the scope by its own index, the others by the index of all vectors or an
-        exact scan (``memlens.store.postgres.vectors``); the candidates ranked by their float32 vectors."""
+        """One statement (one per part when their ``ef_search`` differ, sent together): each wing of the scope by
+        its own index, the others by the index of all vectors or an exact scan (``memlens.store.postgres.vectors``);
+        the candidates ranked by their float32 vectors."""
         q = np.asarray(qvec, dtype=np.float32)
         if not q.any() or not np.isfinite(q).all() or n <= 0:
             return Knn([], "pgvector-exact")
         where, args = scope_filters(scope, "v", wings=False)
         with self.connection() as conn:
             p = vectors.plan(self._vector_info(conn), scope.wings, self.hnsw_min_rows, self.ef_search, self.wing_ef_search)
-            sql, params = vectors.knn_sql(p, len(q), ["v.usable", visible("v"), *where], args, q, n)
-            if p.ef_search == self.ef_search:  # the session's setting
-                rows = conn.execute(sql, params, prepare=False).fetchall()
-            else:  # its own, in the same round trip; undone after it, inside an open transaction too
+            steps = [(ef, vectors.knn_sql(part, len(q), ["v.usable", visible("v"), *where], args, q, n))
+                     for ef, part in p.steps()]
+            if len(steps) == 1 and steps[0][0] == self.ef_search:  # the session's setting
+                rows = conn.execute(*steps[0][1], prepare=False).fetchall()
+            else:  # each statement with its own setting, all in one round trip; the session's again after them
                 with conn.pipeline():
-                    conn.execute(vectors.SET_EF, (str(p.ef_search),))
-                    cur = conn.execute(sql, params, prepare=False)
+                    curs = []
+                    for ef, (sql, params) in steps:
+                        conn.execute(vectors.SET_EF, (str(ef),))
+                        curs.append(conn.execute(sql, params, prepare=False))
                     conn.execute(vectors.SET_EF, (str(self.ef_search),))
-                rows = cur.fetchall()
+                rows = [r for c in curs for r in c.fetchall()]  # each part's n nearest: ranked together below
         hits = [(int(r), 1.0 - float(d)) for r, d in rows]
         hits.sort(key=lambda h: (-h[1], h[0]))
-        return Knn(hits, p.name)
+        return Knn(hits[:n], p.name)
 
     def _bm25(self, conn: Any, text: str, scope: Scope, n: int | None, out: str = "e.rowid") -> list[tuple[Any, float]]:
         """``out`` and FTS5's bm25 (higher is better) of the rows of ``scope`` matching ``text``'s terms, best first,
