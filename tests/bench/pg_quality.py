@@ -13,9 +13,10 @@ vectors). Every question is ranked by ``memlens.retrieval.evaluate`` (what
   (``hnsw_min_rows=0``), at the default ``ef_search`` and at 40: what the
   approximate index does to the rankings;
 * the same searches scoped to the set's wing (which holds all of its entries),
-  so that each goes through that wing's own index: SQLite, then PostgreSQL at
-  the default ``wing_ef_search`` and at 200 (the setting before it had its own);
-  their top-10 lists are compared with SQLite's scoped ones.
+  so that each goes through that wing's own index: SQLite, then PostgreSQL by
+  default (such a wing is no small one: ``ef_search``) and walked at 1000, what
+  a small wing of a large store gets at most (``vectors.wing_ef``); their top-10
+  lists are compared with SQLite's scoped ones.
 
 The real model's vectors are cached by text under
 ``~/.cache/memlens-bench/vectors-eval/`` (``pg_corpus.VectorCache``), so a run
@@ -127,7 +128,8 @@ def compare(server: Any, settings: Any, real_embedder: Any, work: Path) -> dict[
         home = [wing or beir.WINGS[name]]
         with Memory.open(path, settings=settings, embedder=emb) as mem:
             row["sqlite_wing"] = _scores(mem, queries, qrels, wing, home)
-        for side, opts in (("postgresql_hnsw_wing", {}), ("postgresql_hnsw_wing_ef200", {"wing_ef_search": 200})):
+        for side, opts in (("postgresql_hnsw_wing", {}), ("postgresql_hnsw_wing_ef1000", {"ef_search": 1000,
+                                                                                        "wing_ef_search": 1000})):
             with Memory.open(with_options(uri, hnsw_min_rows=0, **opts), settings=settings, embedder=emb) as mem:
                 row[side] = _scores(mem, queries, qrels, wing, home)
                 row[side]["index"] = mem.search(queries[0]["text"], wings=home, use_cache=False).trace.fusion["vector_index"]

@@ -481,7 +481,7 @@ def _table(res: dict[str, Any]) -> str:
                  "postgresql_hnsw": "PostgreSQL, HNSW for every search", "postgresql_hnsw_ef40": "the same at ef_search 40",
                  "sqlite_wing": "SQLite, scoped to the set's wing",
                  "postgresql_hnsw_wing": "PostgreSQL, the same through the wing's index",
-                 "postgresql_hnsw_wing_ef200": "the same at wing_ef_search 200"}
+                 "postgresql_hnsw_wing_ef1000": "the same at ef_search 1000"}
         sides = {k: v + (f" (`{first[k]['index']}`)" if "index" in first.get(k, {}) else "") for k, v in sides.items()
                  if k in first}
         lines += ["| question set: MRR@10 / R@1 | " + " | ".join(sides.values()) + " | top-10 lists not SQLite's |",
