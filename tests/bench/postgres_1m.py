@@ -379,9 +379,7 @@ def _short(res: dict[str, Any]) -> str:
     """What a run below 1M says of itself: the build time 1M would take at the rates it measured."""
     n = res["corpus"]["entries"]
     build = sum(res[k]["seconds"] for k in ("sqlite_build", "copy_to_postgres", "index_build"))
-    return (f"**Not the 1M entries the issue asks for: {n:,}**, the size chosen, once the real chunks' vector cache "
-            "was complete, to fit the time the run had left at the build rates measured at 100k, with a margin for a "
-            f"busy machine. Its build took {build / 60:.0f} min; 1M "
+    return (f"**Not the 1M entries the issue asks for: {n:,}** (`--entries`). Its build took {build / 60:.0f} min; 1M "
             f"would take about {build * ENTRIES / n / 60:.0f} min at the same rates (more: the HNSW build grows faster "
             "than linearly).\n")
 
