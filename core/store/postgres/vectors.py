@@ -23,7 +23,7 @@ the figures in tests/bench/README.md):
   ``SMALL_WING`` of the vectors gets ``ef_search`` one per ``ROWS_PER_EF`` of its
   vectors (at least ``ef_search``, at most ``wing_ef_search``). At 500k and 1M
   entries (tests/bench/postgres_1m.py: the 100k real chunks and noisy copies of
-  them, so each chunk has 5 or 10 near twins) two small wings of 21.5k / 43k
+  them, so each chunk stands 5 or 10 times, nearly) two small wings of 21.5k / 43k
   vectors each reached recall@10 0.948 / 0.860 at 200 (0.980 / 0.928 at 400, 0.968 at
   800 for 43k), while the two largest wings (a third of the vectors and more)
   kept 0.984 / 0.973 at 200 and took 23-44 ms at 400-1000. A query's nearest
