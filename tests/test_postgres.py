@@ -208,6 +208,36 @@ def test_write_that_fails_leaves_nothing(pg_uri, hash_embedder):
     store.close()
 
 
+def test_an_add_alone_that_fails_commits_nothing_and_frees_the_lock(pg_uri, hash_embedder):
+    """An add alone is sent with the COMMIT that ends its transaction and the WAL's flush behind it, in one round
+    trip: when the add fails (its id is taken), neither runs, the error names the id, nothing is written, and the
+    write lock is free for the next write on any connection."""
+    import psycopg
+
+    from memlens.errors import ValidationError
+    from memlens.store.postgres.schema import WRITE_LOCK
+
+    store = open_pg(pg_uri, hash_embedder)
+    rng = random.Random(5)
+    first = entry(1, rng)
+    with store.write() as w:
+        w.add(first, hash_embedder.embed([first.embed_text])[0])
+    before = _state(store)
+    again = entry(2, rng, id=first.id)
+    with pytest.raises(ValidationError, match=f"an entry with id '{first.id}' already exists"):
+        with store.write() as w:
+            w.add(again, hash_embedder.embed([again.embed_text])[0])
+    assert _state(store) == before and store.generations() == {first.wing: 1}
+    with psycopg.connect(pg_uri, autocommit=True) as other:
+        assert other.execute("SELECT pg_try_advisory_lock(%s)", (WRITE_LOCK,)).fetchone()[0]
+        other.execute("SELECT pg_advisory_unlock(%s)", (WRITE_LOCK,))
+    second = entry(3, rng)  # in another wing
+    with store.write() as w:  # the same connection writes on
+        w.add(second, hash_embedder.embed([second.embed_text])[0])
+    assert store.get_row(second.id)[0] == second.id and store.generations() == {first.wing: 1, second.wing: 1}
+    store.close()
+
+
 def test_replace_and_delete(pg_uri, hash_embedder):
     store = open_pg(pg_uri, hash_embedder)
     e = entry(1, random.Random(3))

@@ -259,3 +259,32 @@ def test_writers_at_once_fold_each_row_once(pg_uri, settings, hash_embedder, nod
     finally:
         for mem in mems:
             mem.close()
+
+
+
+def test_each_write_stores_the_tokens_postings_gives(pg_uri, settings, hash_embedder, tmp_path):
+    """The writers send a row's tokens and weights as texts the server splits (``packed``): what is stored is what
+    ``postings`` made, for plain, accented, CJK, punctuated and empty texts, through add, import and update."""
+    from memlens.store.postgres.lexical import postings
+
+    from .pg_fixture import pg_memory
+
+    texts = [("Streams", "Pipe a readable stream; 2.5x faster, e.g. pipe()/unpipe()."),
+             ("Café crème", "naïve façade — Ünïcödé tokens and «quotes» stay whole"),
+             ("東京", "の データベース and 日本語 words"), ("x y", "well-known child_process A.B.C 1,000,000\ttab")]
+    mem = pg_memory(pg_uri, settings, hash_embedder)
+    try:
+        ids = [mem.add(text, title=title, wing="lex").id for title, text in texts]  # add
+        src = tmp_path / "more.jsonl"
+        src.write_text("".join(json.dumps({"id": f"imp-{i}", "wing": "lex", "title": title, "text": text}) + "\n"
+                               for i, (title, text) in enumerate(reversed(texts))), encoding="utf-8")
+        mem.import_jsonl(src)  # insert
+        mem.update(ids[0], title="Renamed: über", text="Now it says something else entirely … ok")  # replace
+        ids += [f"imp-{i}" for i in range(len(texts))]
+        with mem.store.connection() as conn:
+            for entry_id in ids:
+                e = mem.get(entry_id)
+                row = conn.execute("SELECT lex_terms, lex_freqs, lex_len FROM entries WHERE id = %s", (entry_id,)).fetchone()
+                assert (list(row[0]), [float(f) for f in row[1]], row[2]) == postings([(e.title, e.text)])[0], entry_id
+    finally:
+        mem.close()

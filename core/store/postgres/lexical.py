@@ -58,6 +58,8 @@ _TOKENIZER = "porter unicode61"  # the SQLite store's entries_fts tokenizer
 _SEPARATORS = "\u00a0\u2013\u2014\u2018\u2019\u201c\u201d\u2022\u2026"
 _AS_SPACE = str.maketrans(_SEPARATORS, " " * len(_SEPARATORS))
 LEX_COLUMNS = "lex_terms, lex_freqs, lex_len"  # what ``postings`` gives for a row, in this order
+# the values of LEX_COLUMNS in a statement, from ``packed``: the arrays split by the server
+LEX_VALUES = ("string_to_array(%s::text, ' ')", "string_to_array(%s::text, ' ')::real[]", "%s::integer")
 
 _CHANGED = "(n.lex_terms, n.lex_freqs, n.lex_len) IS DISTINCT FROM (o.lex_terms, o.lex_freqs, o.lex_len)"
 SCHEMA = [
@@ -253,6 +255,14 @@ def postings(rows: Sequence[tuple[str, str]]) -> list[tuple[list[str], list[floa
         terms = sorted(freqs)
         out.append((terms, [freqs[t] for t in terms], len(toks[2 * i]) + len(toks[2 * i + 1])))
     return out
+
+
+def packed(post: tuple[list[str], list[float], int]) -> tuple[str, str, int]:
+    """A row's postings as a writer sends them (``LEX_VALUES``): its tokens, and their weights, each as one text
+    split at spaces by the server. psycopg dumps a list element by element in Python: two lists of ~40 took
+    ~0.2 ms of each add, two texts ~0.02 ms. No token holds a space (unicode61 cuts at every one)."""
+    terms, freqs, n = post
+    return " ".join(terms), " ".join(map(repr, freqs)), n
 
 
 def query_phrases(terms: Iterable[str]) -> list[tuple[str, ...]]:

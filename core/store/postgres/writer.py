@@ -21,7 +21,7 @@ import numpy as np
 from memlens.limits import printable
 from memlens.models import Entry, format_ts, utcnow
 from memlens.store.postgres.compat import BLOCKER_COLUMNS, COLUMNS, TASK_COLUMNS, as_vector, entry_values, row_to_entry, stamp
-from memlens.store.postgres.lexical import LEX_COLUMNS, fold_parts, postings
+from memlens.store.postgres.lexical import LEX_COLUMNS, LEX_VALUES, fold_parts, packed, postings
 from memlens.store.postgres.reads import visible
 from memlens.store.postgres.schema import NOTIFY_CHANNEL, WRITE_LOCK
 
@@ -47,7 +47,7 @@ LOCK = ("SELECT pg_advisory_xact_lock(%s), "
         "set_config('synchronous_commit', coalesce(%s, current_setting('synchronous_commit')), true)")
 # the types of the entry's values (``entry_values``, then ``postings``) and of an audit row's: an INSERT ... SELECT
 # does not take them from the columns as a VALUES list does
-_ENTRY_TYPES = ["text"] * 9 + ["float8"] + ["text"] * 6 + ["text[]", "real[]", "integer"]
+_ENTRY_TYPES = ["text"] * 9 + ["float8"] + ["text"] * 6
 _AUDIT_TYPES = ["text"] * 7 + ["bigint"]
 
 
@@ -59,7 +59,8 @@ _ADD = (  # PgWriter.add, one statement that is its own transaction when sent al
     # made from ``l``'s, so the ids and the audit seq are drawn under it), then every part (data-modifying WITH parts
     # always run), the bump after the audit row it names
     f"WITH l AS ({LOCK}), "
-    f"e AS (INSERT INTO entries({COLUMNS}, content_hash, model, {LEX_COLUMNS}) SELECT {_typed(_ENTRY_TYPES)} FROM l "
+    f"e AS (INSERT INTO entries({COLUMNS}, content_hash, model, {LEX_COLUMNS}) "
+    f"SELECT {_typed(_ENTRY_TYPES)}, {', '.join(LEX_VALUES)} FROM l "
     "RETURNING rowid), "
     "v AS (INSERT INTO entries_vec(rowid, embedding, usable, wing, room, kind, type, status) "
     "SELECT e.rowid, %b, %s, %s, %s, %s, %s, %s FROM e RETURNING rowid), "
@@ -200,14 +201,15 @@ class PgWriter:
         when the block wrote nothing, nor when it is one statement that is its own transaction (an ``add``): that
         one is sent with its sync in the same message, so the lock it takes is held only while the server runs it
         and commits, never while the server waits for this process; ``then`` (the flush of the WAL) follows it
-        after that sync, in the same message (``flushed``)."""
+        in the same message, after a COMMIT that ends the statement's implicit transaction (``flushed``): one
+        round trip (a failed statement skips both, and its error is raised)."""
         if self.pipeline is None and self._held is not None and (not self._held or (self._alone and len(self._held) == 1)):
             if self._held:
-                with self._raw.pipeline() as pipeline:
+                with self._raw.pipeline():
                     self._raw.execute(*self._held[0])
                     self.sent = True
                     if then:
-                        pipeline.sync()  # the statement commits before the flush runs
+                        self._raw.execute("COMMIT")  # the statement commits (the lock goes) before the flush runs
                         self._raw.execute(then)
                         self.flushed = True
             self._held = []
@@ -223,7 +225,7 @@ class PgWriter:
         v, ok = vector_value(vector)
         self.adding.append(entry.id)
         self._later(_ADD, [
-            WRITE_LOCK, self.relaxed, *entry_values(entry, self.model), *postings([(entry.title, entry.text)])[0],
+            WRITE_LOCK, self.relaxed, *entry_values(entry, self.model), *packed(postings([(entry.title, entry.text)])[0]),
             v, ok, entry.wing, entry.room, entry.kind.value, entry.type.value, entry.status.value,
             *_audit_values("add", entry.id, entry.wing, None, entry.to_record(), None, None),
             entry.wing, NOTIFY_CHANNEL, json.dumps([entry.wing]),
@@ -240,10 +242,11 @@ class PgWriter:
         v, ok = vector_value(vector)
         row = self._one(
             f"WITH e AS (INSERT INTO entries({COLUMNS}, content_hash, model, import_id, {LEX_COLUMNS}) "
-            f"VALUES ({', '.join(['%s'] * 20)}) RETURNING rowid), {fold_parts('(SELECT rowid FROM e)')} "
+            f"VALUES ({', '.join(['%s'] * 17)}, {', '.join(LEX_VALUES)}) RETURNING rowid), "
+            f"{fold_parts('(SELECT rowid FROM e)')} "
             "INSERT INTO entries_vec(rowid, embedding, usable, wing, room, kind, type, status, import_id) "
             "SELECT e.rowid, %s, %s, %s, %s, %s, %s, %s, %s FROM e RETURNING rowid",
-            [*entry_values(entry, self.model), import_id, *postings([(entry.title, entry.text)])[0],
+            [*entry_values(entry, self.model), import_id, *packed(postings([(entry.title, entry.text)])[0]),
              v, ok, entry.wing, entry.room, entry.kind.value, entry.type.value, entry.status.value, import_id],
         )
         return int(row[0])  # type: ignore[index]
@@ -281,9 +284,9 @@ class PgWriter:
         values = entry_values(entry, self.model)
         cols = [c.strip() for c in COLUMNS.split(",")]
         sets = ", ".join(f"{c} = %s" for c in cols[1:]) + ", content_hash = %s, model = %s, "
-        sets += ", ".join(f"{c} = %s" for c in LEX_COLUMNS.split(", "))
+        sets += ", ".join(f"{c} = {v}" for c, v in zip(LEX_COLUMNS.split(", "), LEX_VALUES))
         self._later(f"UPDATE entries SET {sets} WHERE rowid = %s",
-                    [*values[1:], *postings([(entry.title, entry.text)])[0], rowid])
+                    [*values[1:], *packed(postings([(entry.title, entry.text)])[0]), rowid])
         if vector is None:
             self._later(
                 "UPDATE entries_vec SET wing = %s, room = %s, kind = %s, type = %s, status = %s WHERE rowid = %s",
