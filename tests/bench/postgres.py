@@ -61,6 +61,7 @@ EF_ROWS = ("The `ef=N` rows walk every index at `ef_search` N; `ef=200` is what 
            "when a small wing's own index began to be walked wider (`memlens.store.postgres.vectors.wing_ef`).")
 WRITERS = (4, 16)
 WRITES = 2000  # entries per writer run, split between the writers
+WRITE_ROUNDS = 3  # runs of each side per writer count, alternated; the table shows the median run and every run's rate
 SCOPES = {"unscoped": None, "scoped": ["wing_3", "wing_7"], "scoped, 2 largest wings": ["wing_0", "wing_1"]}
 QUALITY_NOTES = (  # what changed the figures (2026-11-26, this machine)
     "Before, PostgreSQL searched the tokens of a query word that FTS5 cuts into several (`PyErr_Print`, "
@@ -102,7 +103,16 @@ WRITE_NOTES = (  # what the writer load was measured to wait on, and what was tr
     "writers: before 370/707, 374/623, 264/541, 377/726; after 396/735, 393/711, 363/655, 418/665. What is "
     "left is mostly the writers' own CPU and their wake-ups on 2 shared cores: sampled during 4 writers, the "
     "backends wait for their client 2.0 of 4 at any moment, for the write lock 0.66, for the WAL flush 0.6, and "
-    "run the add 0.37."
+    "run the add 0.37. Found later (2026-11-27, strace of a writer): that flush still went out one round trip after "
+    "the add, because psycopg's `Pipeline.sync()` waits for the results; a COMMIT inside the message now ends the "
+    "add's transaction and the flush follows it (two round trips an add: the check for a stored vector of the same "
+    "text, then the add), and the row's tokens go as two texts the server splits (psycopg dumped the lists in Python,"
+    " ~0.2 ms an add). One writer, batches in random order, ms per add (wall / writer CPU / server CPU): 3.58 / 1.60 /"
+    " 1.50 before, 3.31 / 1.42 / 1.55 after. Then a perf profile of the whole machine during 4 writers: the writers' "
+    "Python 35% of the samples, the server's own code 27% (no hot spot: B-tree inserts, plan revalidation, memory "
+    "contexts), kernel 14%, idle 10%; about 0.9 WAL fsyncs per add (`pg_stat_io`). `commit_delay` 300 µs with "
+    "`commit_siblings` 1 (a server setting) shared more flushes (0.80 per add) for about a tenth more entries/s, "
+    "within the noise of two rounds."
 )
 TODAY = {  # the issue's figures before this work (synthetic random vectors, float32 HNSW, one index)
     "sqlite-vec": ("40 ms", "210 ms"), "pgvector exact": ("130 ms", "280 ms"),
@@ -243,13 +253,19 @@ def _knn_rows(res: dict[str, Any], sq: Any, uri: str, queries: list[Any], warmup
 
 
 def _write_rows(server: Any, scratch: Path, emb: Any, model_id: str) -> dict[str, Any]:
-    """Each writer count on SQLite then on PostgreSQL, a new store each."""
+    """Each writer count on SQLite and on PostgreSQL, a new store each, ``WRITE_ROUNDS`` times in alternating order
+    (the shared machine's speed moves by a quarter between runs a minute apart): each side's median run, with
+    every run's rate."""
     out = {}
     for n in WRITERS:
-        out[str(n)] = {
-            "sqlite": _writers(_new_file(scratch / f"writes{n}.db", emb), n, model_id),
-            "postgresql": _writers(_new_db(server, emb, f"writes{n}"), n, model_id),
-        }
+        runs: dict[str, list[dict[str, Any]]] = {"sqlite": [], "postgresql": []}
+        for r in range(WRITE_ROUNDS):
+            for side in ("sqlite", "postgresql") if r % 2 == 0 else ("postgresql", "sqlite"):
+                target = (_new_file(scratch / f"writes{n}_{r}.db", emb) if side == "sqlite"
+                          else _new_db(server, emb, f"writes{n}_{r}"))
+                runs[side].append(_writers(target, n, model_id))
+        out[str(n)] = {side: {**sorted(rs, key=lambda x: x["entries_per_s"])[len(rs) // 2],
+                              "runs_entries_per_s": [x["entries_per_s"] for x in rs]} for side, rs in runs.items()}
         log(f"[{NAME}] writes, {n} writers: {out[str(n)]}")
     return out
 
@@ -410,6 +426,16 @@ def _new_file(path: Path, model: Any) -> str:
     return str(path)
 
 
+def _rounds(w: dict[str, Any]) -> str:
+    """What the write rows are: the median of several runs (each run's rate), or one run (results made before)."""
+    runs = {n: {side: w[n][side].get("runs_entries_per_s") for side in ("sqlite", "postgresql")} for n in w}
+    if any(r is None for sides in runs.values() for r in sides.values()):
+        return "one run of each."
+    return (f"each side's median of {WRITE_ROUNDS} runs, the sides alternated (every run, entries/s: "
+            + "; ".join(f"{n} writers SQLite {', '.join(map(str, r['sqlite']))}, PostgreSQL "
+                        f"{', '.join(map(str, r['postgresql']))}" for n, r in runs.items()) + ").")
+
+
 def _targets(res: dict[str, Any]) -> list[str]:
     knn, out = res["knn"], []
     default = DEFAULT
@@ -465,7 +491,8 @@ def _table(res: dict[str, Any]) -> str:
               "|---|" + "---:|" * len(w) + "---:|",
               "| SQLite | " + " | ".join(f"{w[n]['sqlite']['entries_per_s']}/s" for n in w) + " | 552/s |",
               "| PostgreSQL | " + " | ".join(f"{w[n]['postgresql']['entries_per_s']}/s" for n in w) + " | 73/s |", "",
-              f"Writes: {WRITES:,} `Memory.add` calls split between the processes, started together. A PostgreSQL add "
+              f"Writes: {WRITES:,} `Memory.add` calls split between the processes, started together; "
+              + _rounds(w) + " A PostgreSQL add "
               "is one statement that takes the write lock and commits without waiting for the disk, with a flush "
               "of the WAL right behind it in the same message (flushes shared by concurrent writers): it returns once "
               "its commit is on disk; "
