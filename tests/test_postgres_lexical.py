@@ -261,10 +261,9 @@ def test_writers_at_once_fold_each_row_once(pg_uri, settings, hash_embedder, nod
             mem.close()
 
 
-
 def test_each_write_stores_the_tokens_postings_gives(pg_uri, settings, hash_embedder, tmp_path):
     """The writers send a row's tokens and weights as texts the server splits (``packed``): what is stored is what
-    ``postings`` made, for plain, accented, CJK, punctuated and empty texts, through add, import and update."""
+    ``postings`` made, for plain, accented, CJK and punctuated texts, through add, import and update."""
     from memlens.store.postgres.lexical import postings
 
     from .pg_fixture import pg_memory

@@ -45,8 +45,8 @@ _AUDIT_COLUMNS = "ts, action, entry_id, wing, before, after, detail, import_id"
 # the write lock, and (``relaxed``: 'off', else None) a commit that does not wait for the disk (``PgStore.write``)
 LOCK = ("SELECT pg_advisory_xact_lock(%s), "
         "set_config('synchronous_commit', coalesce(%s, current_setting('synchronous_commit')), true)")
-# the types of the entry's values (``entry_values``, then ``postings``) and of an audit row's: an INSERT ... SELECT
-# does not take them from the columns as a VALUES list does
+# the types of the entry's values (``entry_values``; its postings are typed by ``LEX_VALUES``) and of an audit row's:
+# an INSERT ... SELECT does not take them from the columns as a VALUES list does
 _ENTRY_TYPES = ["text"] * 9 + ["float8"] + ["text"] * 6
 _AUDIT_TYPES = ["text"] * 7 + ["bigint"]
 
