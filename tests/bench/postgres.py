@@ -431,7 +431,8 @@ def _rounds(w: dict[str, Any]) -> str:
     runs = {n: {side: w[n][side].get("runs_entries_per_s") for side in ("sqlite", "postgresql")} for n in w}
     if any(r is None for sides in runs.values() for r in sides.values()):
         return "one run of each."
-    return (f"each side's median of {WRITE_ROUNDS} runs, the sides alternated (every run, entries/s: "
+    rounds = len(next(iter(runs.values()))["sqlite"])
+    return (f"each side's median of {rounds} runs, the sides alternated (every run, entries/s: "
             + "; ".join(f"{n} writers SQLite {', '.join(map(str, r['sqlite']))}, PostgreSQL "
                         f"{', '.join(map(str, r['postgresql']))}" for n, r in runs.items()) + ").")
 
