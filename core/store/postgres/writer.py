@@ -21,7 +21,7 @@ import numpy as np
 from memlens.limits import printable
 from memlens.models import Entry, format_ts, utcnow
 from memlens.store.postgres.compat import BLOCKER_COLUMNS, COLUMNS, TASK_COLUMNS, as_vector, entry_values, row_to_entry, stamp
-from memlens.store.postgres.lexical import LEX_COLUMNS, LEX_VALUES, fold_parts, packed, postings
+from memlens.store.postgres.lexical import LEX_COLUMNS, LEX_VALUES, fold_parts, packed
 from memlens.store.postgres.reads import visible
 from memlens.store.postgres.schema import NOTIFY_CHANNEL, WRITE_LOCK
 
@@ -45,8 +45,8 @@ _AUDIT_COLUMNS = "ts, action, entry_id, wing, before, after, detail, import_id"
 # the write lock, and (``relaxed``: 'off', else None) a commit that does not wait for the disk (``PgStore.write``)
 LOCK = ("SELECT pg_advisory_xact_lock(%s), "
         "set_config('synchronous_commit', coalesce(%s, current_setting('synchronous_commit')), true)")
-# the types of the entry's values (``entry_values``; its postings are typed by ``LEX_VALUES``) and of an audit row's:
-# an INSERT ... SELECT does not take them from the columns as a VALUES list does
+# the types of the entry's values (``entry_values``; its postings, ``packed``, are typed by ``LEX_VALUES``) and of an
+# audit row's: an INSERT ... SELECT does not take them from the columns as a VALUES list does
 _ENTRY_TYPES = ["text"] * 9 + ["float8"] + ["text"] * 6
 _AUDIT_TYPES = ["text"] * 7 + ["bigint"]
 
@@ -225,7 +225,7 @@ class PgWriter:
         v, ok = vector_value(vector)
         self.adding.append(entry.id)
         self._later(_ADD, [
-            WRITE_LOCK, self.relaxed, *entry_values(entry, self.model), *packed(postings([(entry.title, entry.text)])[0]),
+            WRITE_LOCK, self.relaxed, *entry_values(entry, self.model), *packed(entry.title, entry.text),
             v, ok, entry.wing, entry.room, entry.kind.value, entry.type.value, entry.status.value,
             *_audit_values("add", entry.id, entry.wing, None, entry.to_record(), None, None),
             entry.wing, NOTIFY_CHANNEL, json.dumps([entry.wing]),
@@ -246,7 +246,7 @@ class PgWriter:
             f"{fold_parts('(SELECT rowid FROM e)')} "
             "INSERT INTO entries_vec(rowid, embedding, usable, wing, room, kind, type, status, import_id) "
             "SELECT e.rowid, %s, %s, %s, %s, %s, %s, %s, %s FROM e RETURNING rowid",
-            [*entry_values(entry, self.model), import_id, *packed(postings([(entry.title, entry.text)])[0]),
+            [*entry_values(entry, self.model), import_id, *packed(entry.title, entry.text),
              v, ok, entry.wing, entry.room, entry.kind.value, entry.type.value, entry.status.value, import_id],
         )
         return int(row[0])  # type: ignore[index]
@@ -286,7 +286,7 @@ class PgWriter:
         sets = ", ".join(f"{c} = %s" for c in cols[1:]) + ", content_hash = %s, model = %s, "
         sets += ", ".join(f"{c} = {v}" for c, v in zip(LEX_COLUMNS.split(", "), LEX_VALUES))
         self._later(f"UPDATE entries SET {sets} WHERE rowid = %s",
-                    [*values[1:], *packed(postings([(entry.title, entry.text)])[0]), rowid])
+                    [*values[1:], *packed(entry.title, entry.text), rowid])
         if vector is None:
             self._later(
                 "UPDATE entries_vec SET wing = %s, room = %s, kind = %s, type = %s, status = %s WHERE rowid = %s",
