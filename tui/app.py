@@ -26,6 +26,7 @@ from memlens.visible import strip_controls
 from .commands import MemlensCommands
 from .keys import KeysWhereTheCursorIs
 from .messages import ModelFailed, ModelReady, StoreChanged, WorkingMemoryLoaded
+from .screens.confirm import ConfirmScreen
 from .screens.impact import ImpactCommands
 from .screens.main import MainScreen
 from .screens.replay import ReplayCommands
@@ -81,7 +82,16 @@ class MemlensApp(KeysWhereTheCursorIs, App[None]):
     # -- quitting ----------------------------------------------------------------------------
 
     def action_quit_key(self) -> None:
-        self.exit()
+        """Quit, asking first when an open entry has edits that quitting would lose."""
+        asks = [getattr(screen, "unsaved_edits", None) for screen in self.screen_stack]  # a dialog may be on top
+        fields = ", ".join(f for f in (ask() for ask in asks if callable(ask)) if f)
+        if not fields:
+            self.exit()
+            return
+        if isinstance(self.screen, ConfirmScreen):  # a question is open: it is answered first
+            return
+        self.push_screen(ConfirmScreen("Quit and lose unsaved edits?", f"Changed: {fields}", yes="Quit", no="Keep editing"),
+                         lambda yes: self.exit() if yes else None)
 
     def action_copy_or_quit_hint(self) -> None:
         field = self.focused

@@ -489,13 +489,19 @@ class EntryScreen(Screen[None]):
 
     # -- leaving ----------------------------------------------------------------------------
 
+    def unsaved_edits(self) -> str:
+        """The fields edited and not saved, named (empty when there is nothing to lose)."""
+        if self.entry_id is not None and self.entry is None:
+            return ""
+        return ", ".join(sorted(self.changes()))
+
     def action_close(self) -> None:
-        if not self.changes() or (self.entry_id is not None and self.entry is None):
+        fields = self.unsaved_edits()
+        if not fields:
             self.dismiss(None)
             return
         from .confirm import ConfirmScreen
 
-        fields = ", ".join(sorted(self.changes()))
         self.app.push_screen(ConfirmScreen("Discard unsaved edits?", f"Changed: {fields}", yes="Discard", no="Keep editing"),
                              self._discard_answer)
 

@@ -158,7 +158,7 @@ class MainScreen(KeysWhereTheCursorIs, Screen[None]):
         t = message.bundle.trace
         cache = "cache hit" if t.cache_hit else "cache miss"
         self._status(f"{len(message.bundle.results)} results · {t.latency_ms.get('total', 0):.1f} ms · {cache}"
-                     f" · {len(t.dropped)} dropped · wings {', '.join(t.wings_searched)}", "ok")
+                     f" · {len(t.dropped)} dropped" + (f" · wings {', '.join(t.wings_searched)}" if t.wings_searched else ""), "ok")
         self._show_trace()
 
     def on_search_failed(self, message: SearchFailed) -> None:
@@ -195,6 +195,12 @@ class MainScreen(KeysWhereTheCursorIs, Screen[None]):
     @on(DataTable.RowHighlighted, "#results")
     def _row(self, _: DataTable.RowHighlighted) -> None:
         self._show_trace()
+
+    @on(DataTable.RowSelected, "#results")
+    def _row_chosen(self, event: DataTable.RowSelected) -> None:
+        # the table takes enter itself (its cursor's selection), before the screen's binding would see it
+        event.stop()
+        self.action_open_entry()
 
     def _show_trace(self) -> None:
         self.query_one(TracePane).show(self.bundle, self.selected(), self.show_dropped)

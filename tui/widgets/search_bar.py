@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from textual.suggester import Suggester
 
+from memlens.errors import QueryError
 from memlens.retrieval.query import KEYS, ScopeError, check_known, parse
 from memlens.vocab import KINDS, STATUSES, TYPES
 
@@ -44,6 +45,8 @@ def check(query: str, wings: list[str], rooms: list[str]) -> ScopeError | None:
             check_known(parsed, "room", rooms)
     except ScopeError as exc:
         return exc
+    except QueryError as exc:  # the query as a whole: too long, or not valid UTF-8
+        return ScopeError(str(exc), "", 0, 0)
     return None
 
 

@@ -1,0 +1,112 @@
+"""What a user does by reflex must not crash the app nor lose work: a pasted query over the length limit is an
+inline error, Enter on a result opens it, and q with an entry's edits unsaved asks before quitting."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from memlens.limits import MAX_QUERY_CHARS
+
+from .conftest import search, settle
+
+pytestmark = pytest.mark.model
+
+SIZE = (120, 40)
+
+
+def run(app, body) -> None:
+    async def main():
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            await body(pilot)
+
+    asyncio.run(main())
+
+
+def status(app) -> str:
+    return str(app.main.query_one("#status").render())
+
+
+def test_a_query_over_the_limit_is_an_inline_error_and_the_app_goes_on(make_app):
+    app = make_app()
+
+    async def body(pilot):
+        await search(pilot, "x" * (MAX_QUERY_CHARS + 1))
+        assert app.is_running
+        assert f"the limit is {MAX_QUERY_CHARS:,}" in status(app)
+        await search(pilot, "callbacks blocking")  # and the box still searches
+        assert app.main.bundle is not None and app.main.bundle.results
+        assert "results" in status(app)
+
+    run(app, body)
+
+
+def test_enter_on_a_result_opens_that_entry(make_app):
+    from memlens.tui.screens.entry import EntryScreen
+
+    app = make_app()
+
+    async def body(pilot):
+        await search(pilot, "callbacks blocking")
+        await pilot.press("escape", "down")
+        chosen = app.main.selected()
+        assert chosen is not None and app.main.bundle.results.index(chosen) == 1
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, EntryScreen)
+        assert app.screen.entry_id == chosen.entry.id
+
+    run(app, body)
+
+
+def test_q_with_unsaved_edits_asks_first_and_keeps_them_on_no(make_app):
+    from memlens.tui.screens.confirm import ConfirmScreen
+    from memlens.tui.screens.entry import EntryScreen
+
+    app = make_app()
+
+    async def body(pilot):
+        await search(pilot, "callbacks blocking")
+        app.open_entry("lc-arch-001")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, EntryScreen)
+        text = screen.query_one("#f-text")
+        text.focus()
+        text.move_cursor(text.document.end)
+        await pilot.press(*" Draft.")
+        screen.query_one("#f-status").focus()  # out of the text fields: q is the app's key again
+        await settle(pilot)
+        assert screen.unsaved_edits() == "text"
+        await pilot.press("q")
+        await settle(pilot)
+        assert app.is_running and isinstance(app.screen, ConfirmScreen)
+        await pilot.press("q")  # the question is answered first, not quit past
+        assert app.is_running and isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        await settle(pilot)
+        assert app.screen is screen and screen.query_one("#f-text").text.endswith(" Draft.")
+        await pilot.press("q")
+        await settle(pilot)
+        await pilot.press("y")
+        await settle(pilot)
+        assert not app.is_running
+
+    run(app, body)
+
+
+def test_q_without_edits_quits_at_once(make_app):
+    app = make_app()
+
+    async def body(pilot):
+        app.open_entry("lc-arch-001")
+        await settle(pilot)
+        app.screen.query_one("#f-status").focus()
+        await settle(pilot)
+        await pilot.press("q")
+        await settle(pilot)
+        assert not app.is_running
+
+    run(app, body)
