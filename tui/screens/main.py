@@ -157,8 +157,9 @@ class MainScreen(KeysWhereTheCursorIs, Screen[None]):
         self.query_one(ResultsTable).show(message.bundle)
         t = message.bundle.trace
         cache = "cache hit" if t.cache_hit else "cache miss"
+        wings = f" · wings {', '.join(t.wings_searched)}" if t.wings_searched else ""
         self._status(f"{len(message.bundle.results)} results · {t.latency_ms.get('total', 0):.1f} ms · {cache}"
-                     f" · {len(t.dropped)} dropped" + (f" · wings {', '.join(t.wings_searched)}" if t.wings_searched else ""), "ok")
+                     f" · {len(t.dropped)} dropped{wings}", "ok")
         self._show_trace()
 
     def on_search_failed(self, message: SearchFailed) -> None:
