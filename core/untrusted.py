@@ -79,6 +79,8 @@ def carry_origin(before: Any, record: dict[str, Any], promoted_by: str | None, n
             raise ValidationError(f"--promote is for web text; {before.id} is a {_value(before.kind)} entry: "
                                   "edit it without --promote")
         return
+    if not isinstance(record.get("meta") or {}, dict):
+        raise ValidationError("field 'meta': Input should be a valid dictionary")  # as the entry's own check says it
     meta = dict(record.get("meta") or {})
     for key in (*ORIGIN_KEYS, PROMOTED):
         if key not in meta and key in before.meta:

@@ -58,6 +58,28 @@ LAX = [  # what pydantic's default mode would have converted: true -> 1, "5" -> 
 ]
 
 
+def test_an_unknown_argument_or_an_empty_query_is_refused_in_one_line(store):
+    c = raw(store)
+    try:
+        c.initialize()
+        res = c.call("memory_add", text="Colourful fact.", wing="typed", colour="red")  # not dropped unseen
+        assert res["isError"] is True and res["content"][0]["text"] == (
+            "memory_add: argument 'colour' is not an argument of memory_add"), res
+        for query in ("", "   "):  # nothing to look for: not a listing of whatever ranks first
+            res = c.call("memory_search", query=query)
+            assert res["isError"] is True, res
+            text = res["content"][0]["text"]
+            assert "\n" not in text and text.startswith("memory_search: the query is empty"), text
+        ok = c.call("memory_search", query="wing=lifecore_ros2")  # filters alone still list their scope
+        assert ok.get("isError") is not True and ok["structuredContent"]["results"]
+    finally:
+        assert c.close() == 0
+    from memlens import Memory
+
+    with Memory.open(store) as mem:
+        assert "typed" not in mem.wings()
+
+
 def test_arguments_of_another_type_are_refused_not_converted(store):
     c = raw(store)
     try:

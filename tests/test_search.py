@@ -130,6 +130,15 @@ def test_filter_only_query_lists_scope_in_authority_order(demo_mem):
     assert types == sorted(types) and b.results
 
 
+@pytest.mark.parametrize("query", ["", "   ", "\t\n"])
+def test_a_query_with_nothing_to_look_for_is_an_error(demo_mem, query):
+    """Neither words nor filters: an error, not a listing of whatever ranks first in the default wings."""
+    with pytest.raises(QueryError, match="^the query is empty: give words to look for, or filters"):
+        demo_mem.search(query)
+    with pytest.raises(QueryError, match="^the query is empty"):
+        demo_mem.explain(query, "lc-arch-001")
+
+
 def test_unknown_wing_or_room_is_an_error(demo_mem):
     with pytest.raises(QueryError, match="did you mean 'lifecore_ros2'"):
         demo_mem.search("wing=lifecore_ros callbacks")

@@ -43,6 +43,16 @@ def test_no_plain_edit_removes_the_origin_or_ranks_web_text_up(mem, changes):
     assert (got.kind.value, got.type.value, got.meta["untrusted"]) == ("web", "note", True)
 
 
+@pytest.mark.parametrize("meta", ["x", "{}", 3, ["source"]])
+def test_meta_that_is_not_a_mapping_is_the_same_one_line_error_for_web_text(mem, meta):
+    web, plain = web_entry(mem), mem.add("Tide tables are printed weekly.", wing="research")
+    before = snapshot_store(mem.path)
+    for e in (web, plain):
+        with pytest.raises(ValidationError, match="^field 'meta': Input should be a valid dictionary"):
+            mem.update(e.id, meta=meta)
+    assert snapshot_store(mem.path) == before
+
+
 def test_a_plain_entry_never_becomes_web_text(mem):
     e = mem.add("Callbacks must not block.", wing="research", type="invariant")
     with pytest.raises(ValidationError, match="only text saved from the web is kind web"):

@@ -82,9 +82,11 @@ def one_line_error(tool: str, exc: Exception) -> str:
         errs = cause.errors()
         err = errs[0]
         loc = ".".join(str(p) for p in err["loc"]) or "arguments"
-        msg = "is required" if err["type"] == "missing" else err["msg"]
         more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
-        return f"{tool}: argument {loc!r} {msg}{more}" if err["type"] == "missing" else f"{tool}: argument {loc!r}: {msg}{more}"
+        if err["type"] in ("missing", "extra_forbidden"):
+            msg = "is required" if err["type"] == "missing" else f"is not an argument of {tool}"
+            return f"{tool}: argument {loc!r} {msg}{more}"
+        return f"{tool}: argument {loc!r}: {err['msg']}{more}"
     text = str(exc).removeprefix(f"Error executing tool {tool}: ")
     return f"{tool}: " + " ".join(text.split())
 

@@ -186,11 +186,13 @@ def trace_summary(trace: Any, waited_ms: float) -> dict[str, Any]:
 def _strict(server: MCPServer, name: str) -> None:
     """Arguments of tool ``name`` taken as their declared JSON types only: ``k: true`` or ``k: "5"`` and
     ``full_trace: "yes"`` are refused, where pydantic's default (lax) mode would turn them into 1, 5 and True.
-    (An array or object sent as a JSON string is still read as one: the SDK does that before validation.)"""
+    (An array or object sent as a JSON string is still read as one: the SDK does that before validation.) An
+    argument the tool does not have is refused too, as import and the API refuse an unknown field, rather than
+    dropped unseen (a misspelt ``sailence`` would store the default)."""
     tool = server._tool_manager.get_tool(name)  # the SDK builds the argument model; it has no public hook for its mode
     assert tool is not None
     model = tool.fn_metadata.arg_model
-    model.model_config = {**model.model_config, "strict": True}
+    model.model_config = {**model.model_config, "strict": True, "extra": "forbid"}
     model.model_rebuild(force=True)
 
 

@@ -65,6 +65,8 @@ class Plan:
         _check_types(active_wing, wings, user, profile)
         self.text_query, self.profile = route(query, profile, profiles)
         self.parsed = parse(self.text_query)
+        if not self.parsed.text.strip() and not self.parsed.filters():
+            raise QueryError("the query is empty: give words to look for, or filters such as wing=W to list entries")
         if self.parsed.rooms:
             check_known(self.parsed, "room", store.rooms())
         self.scope = resolve_scope(store, self.parsed, active_wing, wings)
