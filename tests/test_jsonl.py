@@ -186,6 +186,20 @@ def test_overrides_may_point_into_the_same_file(mem, tmp_path):
     assert mem.get("proj").overrides == "shared"
 
 
+def test_a_file_whose_overrides_make_a_cycle_is_refused_before_anything_is_written(mem, tmp_path):
+    mem.add("seed", wing="w", id="seed")
+    before = snapshot_store(mem.path)
+    lines = [{"id": "a", "wing": "w", "text": "first"}, {"id": "c", "wing": "w", "text": "third", "overrides": "d"},
+             {"id": "d", "wing": "w", "text": "fourth", "overrides": "e"},
+             {"id": "e", "wing": "w", "text": "fifth", "overrides": "c"}]
+    with pytest.raises(ValidationError, match=r"line 2: field 'overrides': c -> d -> e -> c would be a cycle of overrides"):
+        mem.import_jsonl(_write(tmp_path / "cycle.jsonl", lines))
+    assert snapshot_store(mem.path) == before
+    lines[3]["overrides"] = "seed"  # a chain, not a cycle
+    mem.import_jsonl(_write(tmp_path / "chain.jsonl", lines))
+    assert mem.get("c").overrides == "d" and mem.get("e").overrides == "seed"
+
+
 def test_export_by_wing(mem):
     mem.add("a", wing="x")
     mem.add("b", wing="y")

@@ -148,6 +148,10 @@ def test_supersedes_sets_overrides_and_an_unknown_id_is_refused(store):
     with pytest.raises(ValidationError, match="supersedes"):
         store.review.accept(["new-1"], supersedes="nope")
     assert "new-1" in ids(store)
+    store.update("rule-2", overrides="new-1")  # new-1 superseding rule-2 would close a cycle
+    with pytest.raises(ValidationError, match="^supersedes: new-1 -> rule-2 -> new-1 would be a cycle of overrides"):
+        store.review.accept(["new-1"], supersedes="rule-2")
+    assert "new-1" in ids(store) and store.get("new-1").overrides is None
     store.review.accept(["new-1"], supersedes="rule-1")
     assert store.get("new-1").overrides == "rule-1"
 
@@ -192,3 +196,22 @@ def test_lint_finds_what_is_wrong_with_a_severity_and_exit_status(store):
     assert report["findings"][0]["severity"] == "error"
     assert exit_status(report, "error") == 1 and exit_status({"findings": []}, "info") == 0
     assert set(report["summary"]["by_kind"]) >= {"overrides", "too_long"}
+
+
+def test_an_edit_that_closes_a_cycle_of_overrides_is_refused_and_lint_names_one_already_stored(store):
+    """Entries on a cycle of overrides each hide the next: search would return none of them."""
+    from memlens.errors import ValidationError
+    from tests.conftest import snapshot_store
+
+    store.update("rule-2", overrides="rule-1")
+    before = snapshot_store(store.path)
+    with pytest.raises(ValidationError, match="^overrides: rule-1 -> rule-2 -> rule-1 would be a cycle of overrides"):
+        store.update("rule-1", overrides="rule-2")
+    assert snapshot_store(store.path) == before
+    assert store.review.lint(store.embedder.count_tokens)["summary"]["by_kind"].get("overrides") is None
+    # a cycle made before this check existed (written here behind the engine's back) is an error for lint
+    store.store.conn.execute("UPDATE entries SET overrides = 'rule-2' WHERE id = 'rule-1'")
+    report = store.review.lint(store.embedder.count_tokens)
+    cycles = [f for f in report["findings"] if "cycle" in f["detail"]]
+    assert [(f["kind"], f["severity"], f["entries"]) for f in cycles] == [("overrides", "error", ["rule-1", "rule-2"])]
+    assert cycles[0]["detail"].startswith("rule-1 -> rule-2 -> rule-1 is a cycle of overrides")

@@ -36,7 +36,7 @@ from memlens.errors import MemlensError, ValidationError
 from memlens.models import Entry, content_hash
 from memlens.store import staging
 from memlens.store.rows import row_problem, row_to_entry
-from memlens.store.writes import describe_validation
+from memlens.store.writes import describe_validation, override_cycle
 
 if TYPE_CHECKING:
     from memlens.store.base import Writes
@@ -214,6 +214,7 @@ def _import(
     h1 = hashlib.sha256()
     ids: dict[str, int] = {}
     overrides: list[tuple[int, str]] = []
+    links: dict[str, str] = {}  # id -> the id it overrides, of the file's lines
     need_embed = 0
     for n, text in _lines(path, h1):
         entry, blob = parse_line(shown, n, text, model_id, dim)
@@ -222,11 +223,17 @@ def _import(
         ids[entry.id] = n
         if entry.overrides:
             overrides.append((n, entry.overrides))
+            links[entry.id] = entry.overrides
         need_embed += blob is None
     hit = store.entry_states(list(ids))
     if hit:
         where = "already exists in the store" if hit[1] else "is being imported by another process"
         raise ValidationError(f"{shown}: line {ids[hit[0]]}: field 'id': {hit[0]!r} {where}")
+    for eid in links:  # every line's id is new: a cycle can only run through the file's own lines
+        cycle = override_cycle(eid, links.get)
+        if cycle is not None and cycle[0] == eid:
+            raise ValidationError(f"{shown}: line {ids[eid]}: field 'overrides': {' -> '.join(cycle)} would be a cycle of "
+                                  "overrides, in which each entry hides the next and search returns none of them")
     outside: dict[str, int] = {}  # override targets already in the store -> first line naming them
     for n, target in overrides:
         if target in ids:

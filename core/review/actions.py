@@ -36,6 +36,11 @@ if TYPE_CHECKING:
 Embed = Callable[[list[str]], np.ndarray]
 
 
+def _overrides(w: Any, entry_id: str) -> str | None:
+    found = w.find(entry_id)
+    return None if found is None else found[1].overrides
+
+
 def revise(entry: Entry | dict[str, Any], **changes: Any) -> Entry:
     """``entry`` (or a stored record of one) with ``changes``, validated, stamped now; its text is not re-capped."""
     record = entry.to_record() if isinstance(entry, Entry) else dict(entry)
@@ -85,6 +90,7 @@ def accept(store: Writes, item: Item, *, supersedes: str | None = None, seen: st
             if w.find(supersedes) is None:
                 raise ValidationError(f"supersedes: no entry with id {supersedes!r}")
             changes["overrides"] = supersedes
+            writes.refuse_override_cycle(revise(current, overrides=supersedes), lambda i: _overrides(w, i), "supersedes")
         if not changes:
             mark(w, current.id, current.wing)
             return f"{current.id}: accepted ({current.status.value})"

@@ -33,6 +33,7 @@ from memlens.models import AUTHORITY, content_hash, embed_text, format_ts
 from memlens.review.evidence import RULES, SAME_KEY, SAME_SUBJECT, Thresholds, duplicates
 from memlens.review.pairs import similar_pairs
 from memlens.store.rows import CREATED_AT, ID, KEY, KIND, OVERRIDES, STATUS, TEXT, TITLE, TYPE, UPDATED_AT, WING
+from memlens.store.writes import override_cycle
 
 if TYPE_CHECKING:
     from memlens.config import ReviewConfig
@@ -172,6 +173,16 @@ def lint(src: LintSource, th: Thresholds, config: ReviewConfig, *, now: datetime
             live.vecs.append(vec)
     found, method = _similarity_findings(live, th)
     findings += found + _key_conflicts(live, th)
+    links = dict(overrides)
+    cycles = set()  # each cycle once, from its smallest id
+    for eid in links:
+        c = override_cycle(eid, links.get)
+        if c is not None:
+            at = c.index(min(c[:-1]))
+            cycles.add((*c[at:-1], *c[:at]))
+    for ids in sorted(cycles):
+        findings.append(finding("overrides", "error", list(ids), f"{' -> '.join([*ids, ids[0]])} is a cycle of "
+                                "overrides: each entry hides the next, so search returns none of them"))
     for eid, target in overrides:
         if target not in status:
             findings.append(finding("overrides", "error", [eid, target], f"{eid} overrides {target}, which does not exist"))

@@ -37,6 +37,7 @@ NEAR_DUPLICATE = 0.80  # cosine similarity from which another entry of the wing 
 SIMILAR_MAX = 3
 
 __all__ = ["NEAR_DUPLICATE", "SIMILAR_MAX", "StaleUpdateError", "add", "add_unique", "check_overrides", "delete",
+           "override_cycle", "refuse_override_cycle",
            "describe_validation", "near_duplicates", "update", "validate_entry", "vectors_for"]
 
 
@@ -70,6 +71,28 @@ def check_overrides(store: Writes, entries: list[Entry], also_known: set[str] | 
             continue
         if store.missing_ids([e.overrides]):
             raise ValidationError(f"overrides: no entry with id {e.overrides!r} to override")
+
+
+def override_cycle(start: str, overrides_of: Callable[[str], str | None]) -> list[str] | None:
+    """The ids of the cycle ``start``'s chain of ``overrides`` enters (the first again at the end), else None.
+    Entries on a cycle each hide the next: search would return none of them."""
+    chain, target = [start], overrides_of(start)
+    while target:
+        if target in chain:
+            return [*chain[chain.index(target):], target]
+        chain.append(target)
+        target = overrides_of(target)
+    return None
+
+
+def refuse_override_cycle(entry: Entry, overrides_of: Callable[[str], str | None], where: str = "overrides") -> None:
+    """ValidationError when ``entry``'s ``overrides`` closes a cycle (``overrides_of``: the stored entries' links)."""
+    if not entry.overrides:
+        return
+    cycle = override_cycle(entry.id, lambda i: entry.overrides if i == entry.id else overrides_of(i))
+    if cycle is not None and entry.id in cycle:
+        raise ValidationError(f"{where}: {' -> '.join(cycle)} would be a cycle of overrides, in which each entry "
+                              "hides the next and search returns none of them")
 
 
 def refuse_if_changed(current: Entry, expected: str | datetime) -> None:
