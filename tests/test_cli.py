@@ -282,3 +282,16 @@ def test_output_that_cannot_be_written_is_one_line(demo_db, args):
                               text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["memlens: error: cannot write the output: No space left on device"]
+
+
+def test_a_reader_that_leaves_early_cuts_the_output_silently_and_the_status_says_so(demo_db):
+    """`memlens export | head -1`: no traceback, and not 0 (the command did not finish: a `check` piped into `head`
+    must not pass as clean); 141 is what a program stopped by SIGPIPE returns."""
+    proc = subprocess.Popen([MEMLENS, "--store", str(demo_db), "export", "--with-vectors"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)  # ~450 kB: far more than a pipe holds
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # the reader leaves after one line
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141
+    assert json.loads(first)["id"] and err == b""

@@ -100,10 +100,12 @@ def _handle(args: argparse.Namespace, handler: Callable[[argparse.Namespace], in
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        # `memlens export | head`: the reader left; not an error
+        # `memlens export | head`: the reader left before the end. Silent, and the status a program stopped by
+        # SIGPIPE has (128 + 13), not 0: the command did not finish, so a `check` or `lint` piped into `head` must
+        # not pass a CI step as if its verdict were clean
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return 0
+        return 141
     except OSError as exc:
         if exc.errno not in _OUTPUT_ERRNOS:
             raise
