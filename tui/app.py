@@ -240,7 +240,7 @@ class MemlensApp(KeysWhereTheCursorIs, App[None]):
 
     def on_working_memory_loaded(self, message: WorkingMemoryLoaded) -> None:
         if self.main is not None:
-            self.main.query_one("#wm").show(message.window, self.lens.now())  # type: ignore[attr-defined]
+            self.main.query_one("#wm").show(message.window, self.lens.now(), self.lens.now)  # type: ignore[attr-defined]
 
     # -- live store -------------------------------------------------------------------------
 

@@ -4,6 +4,8 @@ inline error, Enter on a result opens it, and q with an entry's edits unsaved as
 from __future__ import annotations
 
 import asyncio
+import html
+import re
 
 import pytest
 
@@ -108,5 +110,33 @@ def test_q_without_edits_quits_at_once(make_app):
         await pilot.press("q")
         await settle(pilot)
         assert not app.is_running
+
+    run(app, body)
+
+
+def test_working_memory_ages_move_on_without_a_write(make_app, monkeypatch):
+    """A task completed five weeks ago reads nine weeks four weeks later, though nothing was written meanwhile."""
+    from datetime import timedelta
+
+    from memlens.tui.widgets import working_memory
+
+    from .conftest import FIXED_NOW
+
+    monkeypatch.setattr(working_memory, "AGE_TICK_S", 0.1)
+    app = make_app()
+    clock = [FIXED_NOW]
+    app.lens.now = lambda: clock[0]
+
+    def ages() -> list[str]:
+        svg = app.export_screenshot()
+        text = html.unescape(re.sub(r"<[^>]+>", "", svg)).replace("\xa0", " ")
+        return re.findall(r"\b\d+w\b", text)
+
+    async def body(pilot):
+        before = ages()
+        assert before and set(before) == {"5w"}, before  # the demo's tasks, done 39 days before the fixed clock
+        clock[0] = FIXED_NOW + timedelta(days=28)
+        await pilot.pause(0.3)
+        assert ages() == ["9w"] * len(before)
 
     run(app, body)

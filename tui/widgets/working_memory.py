@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -46,16 +47,29 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(1, width - 1)] + "…"
 
 
+AGE_TICK_S = 5.0
+
+
 class WorkingMemoryPane(Static):
-    """Shows ``Lens.window()``; refreshed by the app when the store changes."""
+    """Shows ``Lens.window()``; refreshed by the app when the store changes, and its ages every ``AGE_TICK_S``
+    from ``clock`` (a task completed a minute ago must not still read ``0s``)."""
 
     DEFAULT_CSS = """
     WorkingMemoryPane { padding: 0 1; }
     """
 
-    def show(self, window: Any, now: datetime) -> None:
+    def on_mount(self) -> None:
+        self.set_interval(AGE_TICK_S, self._tick)
+
+    def show(self, window: Any, now: datetime, clock: Callable[[], datetime] | None = None) -> None:
         self._last = (window, now)
+        self._clock = clock
         self.update(render_window(window, now, max(20, self.size.width - 2 or 38)))
+
+    def _tick(self) -> None:
+        last, clock = getattr(self, "_last", None), getattr(self, "_clock", None)
+        if last is not None and clock is not None:
+            self.show(last[0], clock(), clock)
 
     def on_resize(self) -> None:
         last = getattr(self, "_last", None)
