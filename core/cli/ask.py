@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from memlens.cli.args import BUDGET_ARG, K_ARG, PROG
+from memlens.cli.common import store_arg
 from memlens.errors import ValidationError
 from memlens.limits import MAX_BUDGET, MAX_K
 
@@ -36,8 +37,7 @@ MAX_WEB_URLS = 20
 
 def register(sub: Any) -> None:
     s = sub.add_parser("ask", help="answer a question with the configured chat model, citing memory entries")
-    s.add_argument("--store", metavar="PATH", default=argparse.SUPPRESS,
-                   help="store file (default: $MEMLENS_STORE or the user data dir)")
+    store_arg(s)
     s.add_argument("question", metavar="QUESTION")
     s.add_argument("--active-wing", metavar="W", required=True)
     s.add_argument("--wing", action="append", dest="wings", metavar="W", help="search this wing too (repeatable)")

@@ -17,6 +17,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from memlens.cli.common import store_arg
 from memlens.cli.output import progress_stream
 from memlens.errors import ValidationError
 
@@ -27,9 +28,7 @@ SKIPS_SHOWN = 20
 
 
 def _store_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--store", metavar="PATH", default=argparse.SUPPRESS, help="store file (default: $MEMLENS_STORE or the user data dir)"
-    )
+    store_arg(p)
 
 
 def register(sub: Any) -> None:

@@ -13,6 +13,8 @@ from memlens.cli.common import format_results, open_store, store_arg
 from memlens.errors import MemlensError
 from memlens.limits import MAX_BUDGET, MAX_K
 
+K_HELP = (f"results to return, 1 to {MAX_K} (default 10); the active wing's invariants and both entries of a "
+          "conflict are returned beyond it, flagged mandatory or conflict")
 
 def register(sub: Any) -> None:
     """``search``, ``context``, ``explain``, ``eval`` and ``profiles``."""
@@ -22,7 +24,7 @@ def register(sub: Any) -> None:
     s.add_argument("--active-wing", metavar="W")
     s.add_argument("--wing", action="append", dest="wings", metavar="W", help="search this wing (repeatable)")
     s.add_argument("--profile", default="memory")
-    s.add_argument("-k", type=K_ARG, default=None, help=f"results to return, 1 to {MAX_K} (default 10)")
+    s.add_argument("-k", type=K_ARG, default=None, help=K_HELP)
     s.add_argument("--budget", type=BUDGET_ARG, metavar="TOKENS", help=f"context budget in tokens, 1 to {MAX_BUDGET:,}")
     s.add_argument("--json", action="store_true", help="print {results, trace} as JSON")
     s.add_argument(
@@ -43,7 +45,7 @@ def register(sub: Any) -> None:
     s.add_argument("--active-wing", metavar="W", required=True)
     s.add_argument("--wing", action="append", dest="wings", metavar="W")
     s.add_argument("--profile", default="memory")
-    s.add_argument("-k", type=K_ARG, default=None, help=f"results to return, 1 to {MAX_K} (default 10)")
+    s.add_argument("-k", type=K_ARG, default=None, help=K_HELP)
     s.add_argument("--budget", type=BUDGET_ARG, metavar="TOKENS", help=f"context budget in tokens, 1 to {MAX_BUDGET:,}")
     s.add_argument("--workspace", metavar="DIR", default=".", help="fallback sources (default: the current directory)")
     s.add_argument("--json", action="store_true", help="print {context, results, trace}")
@@ -55,7 +57,7 @@ def register(sub: Any) -> None:
     s.add_argument("--active-wing", metavar="W")
     s.add_argument("--wing", action="append", dest="wings", metavar="W")
     s.add_argument("--profile", default="memory")
-    s.add_argument("-k", type=K_ARG, default=None, help=f"results to return, 1 to {MAX_K} (default 10)")
+    s.add_argument("-k", type=K_ARG, default=None, help=K_HELP)
     s.add_argument("--budget", type=BUDGET_ARG, metavar="TOKENS", help=f"context budget in tokens, 1 to {MAX_BUDGET:,}")
     s.add_argument("--json", action="store_true")
 

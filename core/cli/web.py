@@ -18,15 +18,14 @@ import json
 import sys
 from typing import Any
 
+from memlens.cli.common import store_arg
 from memlens.errors import ValidationError
 
 
 def register(sub: Any) -> None:
     """Add ``web`` to the top-level sub-parsers."""
     s = sub.add_parser("web", help="fetch pages (or search results) as untrusted context; --save stores them for review")
-    s.add_argument(
-        "--store", metavar="PATH", default=argparse.SUPPRESS, help="store file (default: $MEMLENS_STORE or the user data dir)"
-    )
+    store_arg(s)
     s.add_argument("urls", nargs="*", metavar="URL", help="http or https URLs to fetch")
     s.add_argument("--search", metavar="QUERY", help="also fetch the results of this search ([web] provider)")
     s.add_argument("--json", action="store_true", help='print {"sources": [...], "context": "...", "untrusted": true}')
