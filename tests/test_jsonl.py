@@ -10,6 +10,7 @@ import pytest
 from memlens import Memory
 from memlens.embed import HashEmbedder
 from memlens.errors import MemlensError, ValidationError
+from memlens.models import content_hash, embed_text
 
 from .conftest import DEMO, snapshot_store
 
@@ -66,6 +67,29 @@ def test_round_trip_with_vectors_reuses_them(tmp_path, settings):
         assert report == {"imported": 167, "embedded": 0, "reused_vectors": 167}
         np.testing.assert_array_equal(b.vector(some.id), v_a)
         assert _export(b, with_vectors=True) == with_vecs
+
+
+def test_a_line_whose_text_is_not_what_its_vector_was_made_from_is_embedded_again(tmp_path, settings):
+    """Curating an export by hand: the edited line's vector belonged to the old text (it would be served as fresh)."""
+    with Memory.open(tmp_path / "a.db", settings=settings, embedder=HashEmbedder()) as a:
+        a.import_jsonl(DEMO)
+        lines = [json.loads(x) for x in _export(a, with_vectors=True).splitlines()]
+    assert all(x["vector_of"] == content_hash(embed_text(x["title"], x["text"])) for x in lines)
+    edited = lines[3]
+    edited["text"] = "Tide tables for the north harbour are printed every week."
+    emb = CountingEmbedder()
+    with Memory.open(tmp_path / "b.db", settings=settings, embedder=emb) as b:
+        report = b.import_jsonl(_write(tmp_path / "edited.jsonl", [json.dumps(x) for x in lines]))
+        assert report == {"imported": 167, "embedded": 1, "reused_vectors": 166} and emb.n == 1
+        e = b.get(edited["id"])
+        np.testing.assert_array_equal(b.vector(e.id), HashEmbedder().embed([e.embed_text])[0])
+        hit = next(r for r in b.search("north harbour tide tables printed weekly").results if r.entry.id == e.id)
+        assert hit.vector == {"fresh": True, "model": "hash-bow-384", "hash_matches": True}
+        assert json.loads(_export(b, with_vectors=True).splitlines()[3])["vector_of"] == content_hash(e.embed_text)
+    bad = {**lines[0], "vector_of": 7}
+    with Memory.open(tmp_path / "c.db", settings=settings, embedder=HashEmbedder()) as c:
+        with pytest.raises(ValidationError, match="line 1: field 'vector_of' must be the content hash of a text"):
+            c.import_jsonl(_write(tmp_path / "bad.jsonl", [json.dumps(bad)]))
 
 
 def test_vectors_of_another_model_are_re_embedded(tmp_path, settings):

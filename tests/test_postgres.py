@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from memlens.errors import StoreError, ValidationError
-from memlens.models import Entry
+from memlens.models import Entry, content_hash
 from memlens.store.reads import Scope
 from tests.conftest import REPO
 
@@ -515,9 +515,10 @@ def test_export_rows_give_back_what_was_written(pg_uri, hash_embedder):
             w.insert(e, v)
     rows = list(store.export_rows(None, True))
     assert [r[0][0] for r in rows] == [e.id for e in entries]
-    for (row, blob), e, v in zip(rows, entries, vecs):
+    for (row, blob, made_from), e, v in zip(rows, entries, vecs):
         assert list(row) == [*list(e.to_record().values())[:-1], json.dumps(e.meta, ensure_ascii=False, sort_keys=True)]
         assert np.frombuffer(blob, dtype="<f4").tolist() == v.tolist()
+        assert made_from == content_hash(e.embed_text)
     assert [r[0][1] for r in store.export_rows("alpha", False)] == ["alpha"] * 4
     store.close()
 

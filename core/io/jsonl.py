@@ -14,9 +14,12 @@ Import is all-or-nothing and never holds the write lock for long:
 A process killed at any point leaves the store as it was for every reader:
 either the publishing transaction committed or it did not. The staged rows of
 a killed import, and its scratch directory, are removed by the next import.
-``export --with-vectors`` adds ``model`` and ``vector`` (base64 of
-little-endian float32); import reuses those vectors when the model matches
-the store's, so moving a store never re-embeds.
+``export --with-vectors`` adds ``model``, ``vector`` (base64 of little-endian
+float32) and ``vector_of`` (the content hash of the text the vector was made
+from); import reuses those vectors when the model matches the store's, so
+moving a store never re-embeds, and embeds again a line whose text is not
+what its vector was made from (a text edited in the file by hand, or a vector
+the store already held stale).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ if TYPE_CHECKING:
 
     Embed = Callable[[list[str]], np.ndarray]
 
-VECTOR_FIELDS = ("model", "vector")
+VECTOR_FIELDS = ("model", "vector", "vector_of")
 MAX_LINE_BYTES = 16 << 20  # one entry a line; a longer line is not an entry (and is not read into memory whole)
 MAX_NUMBER_DIGITS = 64  # no field holds a longer integer (meta integers are 64-bit)
 _CHUNK = 1 << 20
@@ -173,7 +176,7 @@ def parse_line(path: Path, n: int, text: str, model_id: str, dim: int) -> tuple[
         raise ValidationError(f"{path}: line {n}: invalid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise ValidationError(f"{path}: line {n}: expected a JSON object, got {type(obj).__name__}")
-    model, vector = obj.pop("model", None), obj.pop("vector", None)
+    model, vector, made_from = obj.pop("model", None), obj.pop("vector", None), obj.pop("vector_of", None)
     try:
         entry = Entry.model_validate(obj)
     except PydanticError as exc:
@@ -191,6 +194,10 @@ def parse_line(path: Path, n: int, text: str, model_id: str, dim: int) -> tuple[
                 blob = check_vector(blob, dim)
             except ValueError as exc:
                 raise ValidationError(f"{path}: line {n}: field 'vector' {exc}") from None
+        if made_from is not None and not isinstance(made_from, str):
+            raise ValidationError(f"{path}: line {n}: field 'vector_of' must be the content hash of a text")
+        if made_from is not None and made_from != content_hash(entry.embed_text):
+            blob = None  # the text is not what the vector was made from: embedded again
     return entry, blob
 
 
@@ -311,7 +318,7 @@ def export(
     """
     n = 0
     model = store.model_id
-    for row, blob in store.export_rows(wing, with_vectors):
+    for row, blob, made_from in store.export_rows(wing, with_vectors):
         problem = row_problem(row) if on_skip is not None else None
         if problem is not None:
             on_skip(row[0], problem)
@@ -320,6 +327,7 @@ def export(
         if blob is not None:
             rec["model"] = model
             rec["vector"] = base64.b64encode(blob).decode("ascii")
+            rec["vector_of"] = made_from
         try:
             line = json.dumps(rec, ensure_ascii=False, allow_nan=False)
         except ValueError:  # stored by an earlier version, which accepted NaN in meta

@@ -47,7 +47,7 @@ class LintSource(Protocol):
 
     @property
     def model_id(self) -> str: ...
-    def export_rows(self, wing: str | None, with_vectors: bool) -> Iterator[tuple[tuple[Any, ...], bytes | None]]: ...
+    def export_rows(self, wing: str | None, with_vectors: bool) -> Iterator[tuple[tuple[Any, ...], bytes | None, str | None]]: ...
     def stamp_rows(self, wing: str | None = None) -> list[tuple[Any, ...]]: ...
     def retrieval_count_rows(self, wing: str | None = None, since: str | None = None) -> list[tuple[Any, ...]]: ...
 
@@ -156,7 +156,7 @@ def lint(src: LintSource, th: Thresholds, config: ReviewConfig, *, now: datetime
     pending_before = format_ts(now - timedelta(days=config.pending_days))
     overrides: list[tuple[str, str]] = []
     long: list[tuple[str, str, str]] = []
-    for row, blob in src.export_rows(None, True):
+    for row, blob, _ in src.export_rows(None, True):
         status[row[ID]] = row[STATUS]
         if row[STATUS] == "deprecated":
             continue

@@ -232,8 +232,9 @@ class Writes(Protocol):
     def iter_rows(self, wing: str | None = None) -> Iterator[Row]: ...
     def entry_vector(self, entry_id: str) -> bytes | None: ...
 
-    def export_rows(self, wing: str | None, with_vectors: bool) -> Iterator[tuple[tuple[Any, ...], bytes | None]]:
-        """Every visible entry row (``memlens.store.rows.COLUMNS``) in rowid order, with its vector if asked."""
+    def export_rows(self, wing: str | None, with_vectors: bool) -> Iterator[tuple[tuple[Any, ...], bytes | None, str | None]]:
+        """Every visible entry row (``memlens.store.rows.COLUMNS``) in rowid order, with its vector and the content
+        hash of the text that vector was made from (the row's stored hash) if asked, else None and None."""
         ...
 
     def tasks(self) -> TaskRows:

@@ -255,9 +255,10 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
         ).fetchone()
         return None if row is None else bytes(row[0])
 
-    def export_rows(self, wing: str | None, with_vectors: bool) -> Iterator[tuple[tuple[Any, ...], bytes | None]]:
+    def export_rows(self, wing: str | None, with_vectors: bool) -> Iterator[tuple[tuple[Any, ...], bytes | None, str | None]]:
         sql = f"SELECT {select_list('e')}" + (
-            ", v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid" if with_vectors else " FROM entries e"
+            ", e.content_hash, v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid" if with_vectors
+            else " FROM entries e"
         )
         sql += f" WHERE {visible('e')}"
         args: tuple[Any, ...] = ()
@@ -266,7 +267,7 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
             args = (wing,)
         sql += " ORDER BY e.rowid"
         for row in self.conn.execute(sql, args):
-            yield (row[:-1], row[-1]) if with_vectors else (row, None)
+            yield (row[:-2], row[-1], row[-2]) if with_vectors else (row, None, None)
 
     # -- counts ---------------------------------------------------------------------------------
 

@@ -251,17 +251,17 @@ class PgStore(PgTransactions, PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
             ).fetchone()
         return None if row is None else from_pg(row[0]).astype("<f4").tobytes()
 
-    def export_rows(self, wing: str | None, with_vectors: bool) -> Iterator[tuple[tuple[Any, ...], bytes | None]]:
+    def export_rows(self, wing: str | None, with_vectors: bool) -> Iterator[tuple[tuple[Any, ...], bytes | None, str | None]]:
         cols = ", ".join(f"e.{c.strip()}" for c in COLUMNS.split(","))
-        sql = f"SELECT {cols}" + (", v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid" if with_vectors
-                                  else " FROM entries e")
+        sql = f"SELECT {cols}" + (", e.content_hash, v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid"
+                                  if with_vectors else " FROM entries e")
         sql += f" WHERE {visible('e')}" + (" AND e.wing = %s" if wing else "") + " ORDER BY e.rowid"
         with self.connection() as conn, conn.cursor() as cur:
             for row in cur.execute(sql, (wing,) if wing else ()):
                 if with_vectors:
-                    yield tuple(row[:-1]), from_pg(row[-1]).astype("<f4").tobytes()
+                    yield tuple(row[:-2]), from_pg(row[-1]).astype("<f4").tobytes(), row[-2]
                 else:
-                    yield tuple(row), None
+                    yield tuple(row), None, None
 
     # -- counts ---------------------------------------------------------------------------------
 
