@@ -366,6 +366,10 @@ class Lens:
     def review_undo(self, entry_id: str) -> dict[str, Any]:
         return self.call(lambda: self.mem.review.undo(entry_id))
 
+    def review_undo_all(self, entry_ids: list[str]) -> list[dict[str, Any]]:
+        """Undo the newest review action of each entry, in this order (one keypress's actions, newest first)."""
+        return self.call(lambda: [self.mem.review.undo(i) for i in entry_ids])
+
     # writes -----------------------------------------------------------------------------------
 
     def add(self, text: str, **fields: Any) -> Entry:

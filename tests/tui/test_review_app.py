@@ -71,6 +71,13 @@ def _entry(path, entry_id, settings, embedder):
         return m.get(entry_id), m.audit(entry_id, 5)
 
 
+def _audit(path, entry_id, settings, embedder):
+    from memlens import Memory
+
+    with Memory.open(path, settings=settings, embedder=embedder) as m:
+        return m.audit(entry_id, 5)
+
+
 def test_accept_reject_merge_and_undo_from_the_app(make_app, review_store, settings, real_embedder):
     app = make_app(store=review_store)
     path = app.lens.store_path
@@ -118,6 +125,34 @@ def test_accept_reject_merge_and_undo_from_the_app(make_app, review_store, setti
             e, _ = await asyncio.to_thread(_entry, path, "agent-dup-1", settings, real_embedder)
             assert e.text.endswith("Confirmed again while setting up the arm_driver package.")
             assert "merge undone" in str(pilot.app.screen.query_one("#entry-error").render())
+
+    asyncio.run(run())
+
+
+def test_accept_clean_says_how_many_and_u_undoes_them_all(make_app, review_store, settings, real_embedder):
+    app = make_app(store=review_store)
+    path = app.lens.store_path
+
+    async def run():
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_review(pilot)
+            waiting = [i["entry"] for i in screen.items]
+            await pilot.press("A")
+            await settle(pilot)
+            accepted = [e for e in waiting if e not in [i["entry"] for i in screen.items]]
+            assert len(accepted) >= 3, accepted
+            status = str(screen.query_one("#review-status").render())
+            assert status.startswith(f"✓ {len(accepted)} accepted: ") and f"u undoes all {len(accepted)}" in status, status
+            await pilot.press("u")
+            await settle(pilot)
+            assert sorted(i["entry"] for i in screen.items) == sorted(waiting)  # every one is back, not only the last
+            for entry_id in accepted:  # (some are deletions: the entry stays deleted, its review is undone)
+                audit = await asyncio.to_thread(_audit, path, entry_id, settings, real_embedder)
+                assert audit[0]["detail"]["review"]["action"] == "undo", entry_id
+            assert f"{len(accepted)} undone: " in str(screen.query_one("#review-status").render())
+            await pilot.press("u")
+            await settle(pilot)
+            assert "nothing to undo here" in str(screen.query_one("#review-status").render())
 
     asyncio.run(run())
 

@@ -195,7 +195,7 @@ class ReviewScreen(Screen[None]):
         super().__init__()
         self.items: list[dict[str, Any]] = []
         self.evidence: dict[str, list[dict[str, Any]]] = {}
-        self.done: list[dict[str, Any]] = []  # the actions taken here, newest last (u undoes them in turn)
+        self.done: list[list[dict[str, Any]]] = []  # the keypresses' actions here, newest last (u undoes one keypress)
         self._busy = False
 
     @property
@@ -318,11 +318,10 @@ class ReviewScreen(Screen[None]):
         self._busy = False
         acted = [r for r in message.results if r.get("action") != "undo"]
         if acted:
-            self.done += acted
+            self.done.append(acted)
         elif self.done:
-            self.done.pop()  # that action is undone
-        details = "; ".join(str(r.get("detail") or f"{r.get('undid')} undone") for r in message.results)
-        self._status(f"✓ {details}" + (" · u undoes it" if acted else ""), "green")
+            self.done.pop()  # that keypress's actions are undone
+        self._status(f"✓ {_summary(message.results)}" + (_undo_hint(len(acted)) if acted else ""), "green")
         for r in message.results:
             for eid in r.get("entries", [r.get("entry")]):
                 self.evidence.pop(str(eid), None)
@@ -362,7 +361,9 @@ class ReviewScreen(Screen[None]):
             self._status("nothing to undo here (an entry's own history: its screen, ctrl+b)", "dim")
             return
         last = self.done[-1]
-        self._act(f"undoing the {last['action']} of {last['entry']}", self.lens.review_undo, last["entry"])
+        what = (f"undoing the {last[0]['action']} of {last[0]['entry']}" if len(last) == 1
+                else f"undoing the {len(last)} actions of that key")
+        self._act(what, self.lens.review_undo_all, [r["entry"] for r in reversed(last)])
 
     def action_edit(self) -> None:
         item = self.selected()
@@ -395,3 +396,21 @@ class ReviewScreen(Screen[None]):
 
     def action_back(self) -> None:
         self.app.pop_screen()
+
+
+def _summary(results: list[dict[str, Any]]) -> str:
+    """What a keypress did, in one line: each action's own words, or the count and ids when there are several."""
+    def said(r: dict[str, Any]) -> str:
+        return str(r.get("detail") or f"{r.get('undid')} of {r.get('entry')} undone")
+
+    if len(results) <= 2:
+        return "; ".join(said(r) for r in results)
+    verbs = {str(r.get("action")) for r in results}
+    verb = {"accept": "accepted", "reject": "rejected", "merge": "merged", "undo": "undone"}.get(next(iter(verbs)), "done")
+    ids = [str(r.get("entry")) for r in results]
+    return (f"{len(results)} {verb}" if len(verbs) == 1 else f"{len(results)} actions") + ": " + ", ".join(ids[:3]) + (
+        f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+
+
+def _undo_hint(n: int) -> str:
+    return " · u undoes it" if n == 1 else f" · u undoes all {n}"
