@@ -262,6 +262,10 @@ class MemlensApp(KeysWhereTheCursorIs, App[None]):
                 self.main.mark_stale(message.write, wings)
         if any(w != WATCHED for w in message.wings):
             self.refresh_health()  # another process wrote: the golden queries may pass or fail now
+        for screen in self.screen_stack:  # screens beside the main one that list what a write may change
+            hook = getattr(screen, "store_changed", None)
+            if callable(hook):
+                hook(message)
 
     # -- navigation used by the screens and the command palette ---------------------------
 

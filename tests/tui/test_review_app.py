@@ -157,6 +157,30 @@ def test_accept_clean_says_how_many_and_u_undoes_them_all(make_app, review_store
     asyncio.run(run())
 
 
+def test_an_agents_write_while_the_screen_is_open_is_listed(make_app, review_store, settings, real_embedder):
+    from memlens import Memory, attribution
+
+    from ..review_session import AGENT
+
+    app = make_app(store=review_store, watch=True, poll_interval=0.2)
+    path = app.lens.store_path
+
+    def agent_writes():
+        with Memory.open(path, settings=settings, embedder=real_embedder) as m, attribution.acting_as(AGENT):
+            m.add("The lidar driver needs firmware 2.4 or later on every rover.", wing="lifecore_ros2", id="late-1")
+
+    async def run():
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_review(pilot)
+            before = len(screen.items)
+            await asyncio.to_thread(agent_writes)
+            await pilot.pause(0.6)
+            await settle(pilot)
+            assert "late-1" in [i["entry"] for i in screen.items] and len(screen.items) == before + 1
+
+    asyncio.run(run())
+
+
 def test_edit_then_accept_from_the_app(make_app, review_store, settings, real_embedder):
     app = make_app(store=review_store)
     path = app.lens.store_path

@@ -30,6 +30,7 @@ from textual.worker import get_current_worker
 from memlens.errors import MemlensError
 from memlens.models import parse_ts
 
+from ..messages import StoreChanged
 from ..widgets.bars import TYPE_STYLE, age
 from ..widgets.entry_view import changed_span
 
@@ -223,6 +224,14 @@ class ReviewScreen(Screen[None]):
 
     def refresh_items(self) -> None:
         self._list()
+
+    def store_changed(self, message: StoreChanged) -> None:
+        """A write (an agent's, over MCP, or another person's) may add, change or answer items: list them again."""
+        changed = (message.write or {}).get("entry_id")
+        if changed is not None:
+            self.evidence.pop(str(changed), None)  # weighed again
+        if not self._busy:
+            self.refresh_items()
 
     @work(thread=True, exclusive=True, group="review-list", exit_on_error=False)
     def _list(self) -> None:
