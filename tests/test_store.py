@@ -197,3 +197,13 @@ def test_each_thread_gets_its_own_connection(mem):
     t.start()
     t.join()
     assert seen[0][1] == 1 and seen[0][0] is not mem.conn
+
+
+def test_a_closed_memory_says_so_in_memlens_terms(tmp_path, settings):
+    """Not the SQLite binding's ProgrammingError: a StoreError naming the store, from any call after close()."""
+    m = Memory.open(tmp_path / "closed.db", settings=settings, embedder=HashEmbedder())
+    m.add("Callbacks must not block.", wing="w")
+    m.close()
+    for call in (m.count, lambda: m.search("callbacks"), lambda: m.add("more", wing="w"), lambda: m.get("nope")):
+        with pytest.raises(StoreError, match=r"closed\.db is closed; open it again"):
+            call()

@@ -77,9 +77,9 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
     def conn(self) -> Any:
         """This thread's connection (for code inside ``memlens.store`` only)."""
         conn = getattr(self._local, "conn", None)
-        if conn is None:
+        if conn is None or self._closed:  # closed: this thread's connection is closed too, not to be handed out
             if self._closed:
-                raise StoreError(f"store {self.path} is closed")
+                raise StoreError(f"store {self.path} is closed; open it again (Memory.open)")
             conn = db.connect(
                 self.path,
                 busy_timeout_ms=self._busy_timeout_ms,
