@@ -244,6 +244,37 @@ def test_deadline_leaves_the_rest_for_the_next_run(mem, ws):
     assert full["added"] > 10 and full["complete"] is True
 
 
+def test_deadline_also_stops_the_embedding_of_what_was_read(tmp_path, ws, settings, monkeypatch):
+    """Files read before the deadline but not embedded by then are not written (the run stopped within one slice of
+    embedding), and the next run indexes them. Each embedding call here takes 10 s of a clock the run reads."""
+    import types
+
+    from memlens import Memory
+    from memlens.embed import HashEmbedder
+    from memlens.ingest import pipeline, runs
+
+    clock = types.SimpleNamespace(now=1000.0)
+    fake_time = types.SimpleNamespace(monotonic=lambda: clock.now, perf_counter=time.perf_counter)
+    monkeypatch.setattr(pipeline, "time", fake_time)
+    monkeypatch.setattr(runs, "time", fake_time)
+    monkeypatch.setattr(pipeline, "EMBED_SLICE", 4)
+
+    class Slow(HashEmbedder):
+        calls = 0
+
+        def embed(self, texts):
+            Slow.calls += 1
+            clock.now += 10.0
+            return super().embed(texts)
+
+    with Memory.open(tmp_path / "slow.db", settings=settings, embedder=Slow()) as m:
+        out = index(m, ws, wing="proj", deadline_s=15.0)  # two slices start before it, the third after
+        assert (out["added"], out["complete"], Slow.calls) == (0, False, 2)
+        assert storage.runs(m, "index")[0]["status"] == "partial" and not list(m.entries("proj"))
+        full = index(m, ws, wing="proj")
+        assert full["added"] > 10 and full["complete"] is True
+
+
 def test_cli_index_and_status(tmp_path):
     ws = code_workspace(tmp_path / "small", ("json",))  # the real model embeds it: kept small
     store = str(tmp_path / "s.db")

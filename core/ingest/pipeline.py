@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 BATCH_CHUNKS = 256  # chunks embedded and written together
 BATCH_FILES = 200  # files per batch at most (many tiny files)
 QUEUE_BATCHES = 2
+EMBED_SLICE = 32  # texts embedded between two looks at the deadline: what a deadline can overrun by
 Progress = Callable[[dict[str, Any]], None]
 
 
@@ -140,9 +141,10 @@ def _read(path: str, cap: int) -> bytes:
 class _Writer(threading.Thread):
     """Embeds and writes batches from the queue; the first error stops it and is raised by ``join_checked``."""
 
-    def __init__(self, mem: IngestContext, run: Run, progress: Progress | None) -> None:
+    def __init__(self, mem: IngestContext, run: Run, progress: Progress | None,
+                 past_deadline: Callable[[], bool] = lambda: False) -> None:
         super().__init__(name="memlens-ingest-writer", daemon=True)
-        self.mem, self.run_, self.progress = mem, run, progress
+        self.mem, self.run_, self.progress, self.past_deadline = mem, run, progress, past_deadline
         self.q: queue.Queue[list[storage.SourceWrite] | None] = queue.Queue(maxsize=QUEUE_BATCHES)
         self.error: BaseException | None = None
 
@@ -158,6 +160,9 @@ class _Writer(threading.Thread):
                     return
                 if self.error is not None:
                     continue  # drain: the producer learns of the error at its next put
+                if self.past_deadline():  # read but not embedded yet: left as it was, for the next run
+                    self.run_.complete = False
+                    continue
                 try:
                     self._write(batch)
                 except BaseException as exc:  # handed to the main thread
@@ -173,9 +178,12 @@ class _Writer(threading.Thread):
             h = content_hash(t)
             if h not in known:
                 todo.setdefault(h, t)
-        if todo:
-            vecs = self.mem.embed(list(todo.values()))
-            for h, v in zip(todo, vecs):
+        hashes, texts = list(todo), list(todo.values())
+        for i in range(0, len(texts), EMBED_SLICE):
+            if self.past_deadline():  # nothing of this batch is written: its files are read again next run
+                self.run_.complete = False
+                return
+            for h, v in zip(hashes[i : i + EMBED_SLICE], self.mem.embed(texts[i : i + EMBED_SLICE])):
                 known[h] = v.astype("<f4").tobytes()
         for w in batch:
             w.vectors = [known[content_hash(e.embed_text)] for e in w.entries]
@@ -226,8 +234,10 @@ def run_pipeline(mem: IngestContext, targets: list[Target], run: Run, *, progres
                  deadline: float | None = None, only: set[str] | None = None) -> dict[str, Any]:
     """Bring the catalog of ``run.wing`` in line with ``targets``; returns the summary (see ``summary``).
 
-    ``deadline`` (a ``time.monotonic()`` value): stop reading new files after it, write what was read, and leave
-    the rest (and the removal of vanished files) to the next run. ``only``: look at these paths only (the watcher).
+    ``deadline`` (a ``time.monotonic()`` value): stop reading new files after it, and embedding too (a batch
+    not embedded by then is not written), and leave the rest (and the removal of vanished files) to the next run:
+    the run ends within one slice of embedding (``EMBED_SLICE`` texts) of it. ``only``: look at these paths
+    only (the watcher).
     """
     t0 = time.perf_counter()
 
@@ -240,7 +250,7 @@ def run_pipeline(mem: IngestContext, targets: list[Target], run: Run, *, progres
     skips: list[Skip] = []
     seen: dict[str, set[str]] = {t.path: set() for t in targets if t.is_dir}
     catalogs = {t.path: {s.path: s for s in storage.sources_under(mem, run.wing, t.path)} for t in targets}
-    writer = _Writer(mem, run, progress)
+    writer = _Writer(mem, run, progress, past_deadline)
     writer.start()
     batch: list[storage.SourceWrite] = []
     batch_chunks = 0
