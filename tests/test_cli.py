@@ -295,3 +295,15 @@ def test_a_reader_that_leaves_early_cuts_the_output_silently_and_the_status_says
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 141
     assert json.loads(first)["id"] and err == b""
+
+
+@pytest.mark.parametrize("args, says", [
+    (["search", "callbacks", "--queries", "q.jsonl"], "give a QUERY or --queries FILE.jsonl, not both"),
+    (["search", "callbacks", "--json", "--format", "text"], "--json and --format text ask for two outputs"),
+    (["review", "accept", "--clean", "--supersedes", "lc-arch-001"], "--clean accepts the items as they are"),
+    (["index", ".", "--wing", "w", "--deadline", "0"], "--deadline must be more than 0 and at most 86400 seconds, got 0"),
+], ids=lambda x: x[1] if isinstance(x, list) else "")
+def test_arguments_that_contradict_each_other_are_one_line_errors_not_silently_dropped(demo_db, args, says):
+    before = snapshot_store(demo_db)
+    one_line_error(run_cli("--store", str(demo_db), *args), says)
+    assert snapshot_store(demo_db) == before

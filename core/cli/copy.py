@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memlens.cli.output import progress_stream
+from memlens.cli.output import count, progress_stream
 from memlens.errors import StoreError
 
 BAR = 30
@@ -76,7 +76,8 @@ def cmd_copy(args: argparse.Namespace) -> int:
     finally:
         if interactive:
             print(file=sys.stderr)
-    print(f"copied {counts['entries']} entries ({counts['vectors']} vectors), {counts['audit']} audit rows, "
+    print(f"copied {count(counts['entries'], 'entry', 'entries')} ({count(counts['vectors'], 'vector')}), "
+          f"{count(counts['audit'], 'audit row')}, "
           f"{counts['wings']} wings, {counts['tasks']} tasks, {counts['blockers']} blockers, {counts['answers']} answers, "
           f"{counts['golden']} golden queries from {_shown(src)} into {_shown(dst)}", file=sys.stderr)
     if not isinstance(dst, Path):

@@ -10,7 +10,7 @@ from typing import Any
 
 from memlens.cli.args import PROG, unit_float
 from memlens.cli.common import format_results, open_store, store_arg
-from memlens.cli.output import progress_stream
+from memlens.cli.output import count, progress_stream
 from memlens.errors import MemlensError
 
 
@@ -83,7 +83,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     if interactive:
         print(file=sys.stderr)
     print(
-        f"imported {report['imported']} entries ({report['embedded']} embedded, {report['reused_vectors']} vectors reused)",
+        f"imported {count(report['imported'], 'entry', 'entries')} ({report['embedded']} embedded, "
+        f"{count(report['reused_vectors'], 'vector')} reused)",
         file=sys.stderr,
     )
     return 0
@@ -149,7 +150,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if mem.count() == 0:
             print(f"empty store {mem.path}: loading the demo memory…", file=sys.stderr)
             report = demo.load_entries(mem)
-            print(f"loaded {report['imported']} entries", file=sys.stderr)
+            print(f"loaded {count(report['imported'], 'entry', 'entries')}", file=sys.stderr)
             tasks_report = demo.load_tasks(mem)  # the working memory: completed tasks and blockers
             if tasks_report:
                 print(

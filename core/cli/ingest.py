@@ -131,7 +131,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     wing = pipeline.check_name("--wing", args.wing, True)
     room = pipeline.check_name("--room", args.room, False)
     if args.deadline is not None and not 0 < args.deadline <= 86400:
-        raise ValidationError(f"--deadline must be from 0 to 86400 seconds, got {args.deadline}")
+        raise ValidationError(f"--deadline must be more than 0 and at most 86400 seconds, got {args.deadline:g}")
     if not 1 <= args.rescan <= 86400:
         raise ValidationError(f"--rescan must be from 1 to 86400 seconds, got {args.rescan}")
     target = pipeline.resolve_targets([args.workspace], want_dir=True)[0]

@@ -65,3 +65,8 @@ def progress_stream() -> TextIO:
     """stderr as it is, for memlens's own progress lines (``\\r`` and erase-line on purpose, no outside text)."""
     err = sys.stderr
     return err.unfiltered if isinstance(err, TerminalText) else err
+
+
+def count(n: int, one: str, many: str | None = None) -> str:
+    """``1 entry``, ``2 entries``: a number with its noun agreeing (``many`` when adding an s is wrong)."""
+    return f"{n:,} {one if n == 1 else many or one + 's'}"

@@ -77,6 +77,10 @@ def register(sub: Any) -> None:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    if args.queries and args.query:
+        raise MemlensError("give a QUERY or --queries FILE.jsonl, not both")
+    if args.json and args.format not in (None, "json"):
+        raise MemlensError(f"--json and --format {args.format} ask for two outputs: give one")
     if args.queries:
         return _batch_search(args)
     if not args.query:

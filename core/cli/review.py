@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memlens.cli.common import open_store, store_arg
+from memlens.cli.output import count
 
 WARM_FROM = 10  # items whose evidence is listed from which the in-process vector index is loaded first
 
@@ -108,6 +109,8 @@ def _accept(args: argparse.Namespace, desk: Any, since: str | None, edits: dict[
 
     if args.clean == bool(args.entry_ids):
         raise ValidationError("accept needs entry IDs, or --clean (every item with no evidence against it)")
+    if args.clean and (args.supersedes or edits):
+        raise ValidationError("--clean accepts the items as they are: --supersedes and --set need entry IDs")
     if args.clean:
         got = desk.accept_clean(client=args.client, since=since)
         return {"done": got["accepted"], "skipped": got["skipped"]}
@@ -167,7 +170,7 @@ def _print_items(items: list[dict[str, Any]], full: bool = False) -> None:
                 print("      text changed (memlens review show ID)")
         for e in it["evidence"]:
             print(f"      {_evidence_line(e)}")
-    print(f"-- {len(items)} items; accept, reject or merge them: memlens review accept|reject|merge ID")
+    print(f"-- {count(len(items), 'item')}; accept, reject or merge them: memlens review accept|reject|merge ID")
 
 
 def cmd_lint(args: argparse.Namespace) -> int:
@@ -182,5 +185,5 @@ def cmd_lint(args: argparse.Namespace) -> int:
             print(f"{f['severity']:<7} {f['kind']:<12} {', '.join(f['entries'])}: {f['detail']}")
         s = report["summary"]
         counts = ", ".join(f"{n} {k}" for k, n in s["by_severity"].items()) or "nothing"
-        print(f"-- {s['entries']} entries checked in {s['seconds']:.1f} s: {counts}")
+        print(f"-- {count(s['entries'], 'entry', 'entries')} checked in {s['seconds']:.1f} s: {counts}")
     return exit_status(report, args.severity)
