@@ -160,6 +160,7 @@ def test_read_only_serves_only_read_tools(store, settings, real_embedder):
 
     names, refused, wings = run_client(stdio_params(store, "--read-only"), body)
     assert names == READ_TOOLS
-    assert refused.is_error and "memory_add" in error_text(refused)
+    assert refused.is_error and error_text(refused).startswith(
+        "memory_add: this server is read-only (memlens mcp --read-only); it serves only memory_search"), error_text(refused)
     assert wings["entries"] == 167
     assert snapshot_store(store) == before  # not even a retrieval-metrics row

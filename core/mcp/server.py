@@ -37,7 +37,7 @@ def build(engine: Any, *, read_only: bool = False) -> Any:
     from memlens import __version__
     from memlens.mcp.auth import token_of
     from memlens.mcp.meta import INSTRUCTIONS, SERVER_NAME
-    from memlens.mcp.tools import READ_TOOLS, register
+    from memlens.mcp.tools import READ_TOOLS, WRITE_TOOLS, register
 
     class MemlensMCPServer(MCPServer):
         """Tool errors as one line: ``memory_add: argument 'wing' is required``; a read-only bearer token's calls
@@ -51,6 +51,9 @@ def build(engine: Any, *, read_only: bool = False) -> Any:
             return listed
 
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            if read_only and name in WRITE_TOOLS:  # not "Unknown tool": it exists, this server does not write
+                raise ToolError(f"{name}: this server is read-only (memlens mcp --read-only); it serves only "
+                                f"{', '.join(READ_TOOLS)}")
             token = token_of(context)
             if token is not None and not token[1] and name not in READ_TOOLS:  # a read-only token writes nothing
                 raise ToolError(f"{name}: the bearer token {token[0]!r} is read-only; it may call only "
