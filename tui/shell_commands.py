@@ -61,6 +61,7 @@ would receive: working memory first, then retrieved memory within the token budg
 | `{USAGE['task complete']}` | record a completed task in working memory |
 | `{USAGE['task block']}` · `{USAGE['task unblock']}` | add or resolve a blocker |
 | `{USAGE['budget']}` | show or set the context budget (default {DEFAULT_BUDGET}) |
+| `{USAGE['ingest']}` | read documents into a wing (each file's chunks, replaced when it changes) |
 | `:help` · `:clear` | this help · empty the transcript (also ctrl+l) |
 
 **The trace line** under each question: profile · entries *kept* whole · *summarised* · *dropped*

@@ -40,7 +40,8 @@ The pane updates within a second when an agent completes or blocks a task in ano
 GENERAL = """\
 ## Keys
 Outside the search box: `/` search · `r` re-run · `d` dropped · `enter` entry · `n` new entry · `x` why not? ·
-`c` context preview · `s` assistant shell · `m` metrics · `w` next active wing · `q` quit.
+`c` context preview · `s` assistant shell · `v` review inbox · `m` metrics · `i` code index ·
+`w` next active wing · `q` quit.
 In the search box: `esc` leaves it, `enter` runs the query. Anywhere: `ctrl+p` command palette, `F1` help.
 
 Entry screen: `ctrl+s` save · `ctrl+o` deprecate · `ctrl+r` under review · `ctrl+t` delete · `esc` close.
