@@ -259,7 +259,7 @@ class MemlensApp(KeysWhereTheCursorIs, App[None]):
         if self.main is not None:
             wings = [w for w in message.wings if w != WATCHED]
             if wings:
-                self.main.mark_stale(message.write, wings)
+                self.main.mark_stale(message.write, wings, message.generations)
         if any(w != WATCHED for w in message.wings):
             self.refresh_health()  # another process wrote: the golden queries may pass or fail now
         for screen in self.screen_stack:  # screens beside the main one that list what a write may change

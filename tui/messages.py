@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 class SearchDone(Message):
     query: str
     bundle: Bundle
+    generations: dict[str, int] | None = None  # the wings' generations read just before the search: what it saw
 
 
 @dataclass

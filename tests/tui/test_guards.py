@@ -140,3 +140,32 @@ def test_working_memory_ages_move_on_without_a_write(make_app, monkeypatch):
         assert ages() == ["9w"] * len(before)
 
     run(app, body)
+
+
+def test_the_apps_own_delete_does_not_mark_its_fresh_results_stale(make_app):
+    """The delete re-runs the search; the poll that hears of the write afterwards must not call those rows stale.
+    A write from elsewhere after the search still does."""
+    from memlens import Memory
+
+    app = make_app(watch=True, poll_interval=0.1)
+
+    async def body(pilot):
+        await search(pilot, "callbacks blocking")
+        await pilot.pause(0.3)  # the poll has read the generations
+        app.open_entry("lc-arch-004")
+        await settle(pilot)
+        await pilot.press("ctrl+t")
+        await settle(pilot)
+        await pilot.press("y")
+        await settle(pilot)
+        await pilot.pause(0.5)
+        await settle(pilot)
+        assert app.screen is app.main and "lc-arch-004" not in [r.entry.id for r in app.main.bundle.results]
+        assert app.main.stale is None, app.main.stale
+        with Memory.open(app.lens.store_path, embedder=app.lens.mem.embedder) as other:
+            other.add("Timer callbacks finish within 10 ms.", wing="lifecore_ros2", id="agent-002", type="invariant")
+        await pilot.pause(0.5)
+        await settle(pilot)
+        assert app.main.stale is not None and app.main.stale.get("entry_id") == "agent-002"
+
+    run(app, body)

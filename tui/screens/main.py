@@ -144,16 +144,17 @@ class MainScreen(KeysWhereTheCursorIs, Screen[None]):
     @work(thread=True, exclusive=True, group="search", exit_on_error=False)
     def _run_search(self, query: str) -> None:
         try:
+            seen = self.lens.generations()
             bundle = self.lens.search(query)  # each result says whether its vector is fresh
         except MemlensError as exc:
             self.post_message(SearchFailed(query, str(exc)))
             return
-        self.post_message(SearchDone(query, bundle))
+        self.post_message(SearchDone(query, bundle, seen))
 
     def on_search_done(self, message: SearchDone) -> None:
         if message.query != self.query_text:
             return  # an older query finished late
-        self.bundle, self.stale = message.bundle, None
+        self.bundle, self.stale, self._seen = message.bundle, None, message.generations or {}
         self.query_one(ResultsTable).show(message.bundle)
         t = message.bundle.trace
         cache = "cache hit" if t.cache_hit else "cache miss"
@@ -166,9 +167,13 @@ class MainScreen(KeysWhereTheCursorIs, Screen[None]):
         if message.query == self.query_text:
             self._status(message.error, "error")
 
-    def mark_stale(self, write: dict | None, wings: list[str]) -> None:
-        """Another write touched a searched wing: keep the rows, say they are stale and why."""
+    def mark_stale(self, write: dict | None, wings: list[str], generations: dict[str, int] | None = None) -> None:
+        """Another write touched a searched wing: keep the rows, say they are stale and why. Not when the results
+        were searched after that write (the app's own edit re-runs its search before the poll hears of it)."""
         if self.bundle is None or not set(wings) & set(self.bundle.trace.wings_searched):
+            return
+        seen = getattr(self, "_seen", {})
+        if generations and all(generations.get(w, 0) <= seen.get(w, -1) for w in wings):
             return
         self.stale = write or {"wings": wings}
         self.query_one(ResultsTable).show(self.bundle, stale=True, keep_cursor=True)
