@@ -161,7 +161,8 @@ class ReviewDesk:
             target = d["merge_into"] if d["merge_into"] != item.entry_id else d["id"]
             if target != item.entry_id:
                 return str(target)
-        raise ValidationError(f"{item.entry_id} has no near-duplicate to merge into; name one with --into ID")
+        raise ValidationError(f"{item.entry_id} has no near-duplicate to merge into; name the entry to merge it into "
+                              f"(memlens review merge {item.entry_id} --into ID)")
 
     def merge(self, ids: list[str], *, into: str | None = None) -> list[dict[str, Any]]:
         out = []

@@ -181,6 +181,22 @@ def test_an_agents_write_while_the_screen_is_open_is_listed(make_app, review_sto
     asyncio.run(run())
 
 
+def test_merge_without_a_near_duplicate_says_what_can_be_done_here(make_app, review_store):
+    app = make_app(store=review_store)
+
+    async def run():
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_review(pilot, "agent-plain-01")
+            assert not any(e["kind"] == "duplicate" for e in screen.evidence["agent-plain-01"])
+            await pilot.press("m")
+            await settle(pilot)
+            status = str(screen.query_one("#review-status").render())
+            assert status == "agent-plain-01 has no near-duplicate to merge into: accept, reject or edit it", status
+            assert "agent-plain-01" in [i["entry"] for i in screen.items]
+
+    asyncio.run(run())
+
+
 def test_edit_then_accept_from_the_app(make_app, review_store, settings, real_embedder):
     app = make_app(store=review_store)
     path = app.lens.store_path

@@ -362,6 +362,10 @@ class ReviewScreen(Screen[None]):
 
     def action_merge(self) -> None:
         item = self.selected()
+        weighed = self.evidence.get(item["entry"]) if item is not None else None
+        if item is not None and weighed is not None and not any(e.get("kind") == "duplicate" for e in weighed):
+            self._status(f"{item['entry']} has no near-duplicate to merge into: accept, reject or edit it", "dim")
+            return
         if item is not None:
             self._act(f"merging {item['entry']}", self.lens.review_merge, [item["entry"]])
 
