@@ -169,3 +169,28 @@ def test_the_apps_own_delete_does_not_mark_its_fresh_results_stale(make_app):
         assert app.main.stale is not None and app.main.stale.get("entry_id") == "agent-002"
 
     run(app, body)
+
+
+def test_opening_an_entry_deleted_elsewhere_says_so_instead_of_a_blank_form(make_app):
+    from memlens import Memory, attribution
+    from memlens.tui.screens.entry import EntryScreen
+
+    app = make_app()
+
+    async def body(pilot):
+        await search(pilot, "callbacks blocking")
+        with Memory.open(app.lens.store_path, embedder=app.lens.mem.embedder) as other, \
+                attribution.acting_as({"name": "cleanup-agent", "version": "2", "via": "mcp"}):
+            other.delete("lc-arch-004")
+        app.open_entry("lc-arch-004")  # the row is still listed: the results were read before the delete
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, EntryScreen) and screen.query_one("#entry-form").disabled
+        said = str(screen.query_one("#entry-error").render())
+        assert said.startswith("✗ lc-arch-004 was deleted by cleanup-agent 2 (mcp) at ") and "nothing to edit" in said, said
+        assert screen.unsaved_edits() == ""
+        await pilot.press("escape")
+        await settle(pilot)
+        assert app.screen is app.main
+
+    run(app, body)

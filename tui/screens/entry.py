@@ -32,7 +32,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, Select, Static, TextArea
 from textual.worker import Worker, WorkerState
 
-from memlens.errors import MemlensError
+from memlens.attribution import describe as describe_client
+from memlens.errors import MemlensError, NotFoundError
 from memlens.models import KINDS, STATUSES, TYPES, Entry
 
 from ..widgets.code import language, lines_of, location
@@ -111,6 +112,12 @@ class EntryScreen(Screen[None]):
         info: dict[str, Any]
         audit: list[dict[str, Any]]
         access: list[dict[str, Any]] | None = None
+
+    @dataclass
+    class Gone(Message):
+        """The entry is not in the store (deleted since it was listed): what its history says of its end."""
+
+        text: str
 
     @dataclass
     class Previewed(Message):
@@ -200,8 +207,26 @@ class EntryScreen(Screen[None]):
         try:
             self.post_message(self.Loaded(self.lens.entry_info(entry_id), self.lens.audit(entry_id),
                                           self.lens.entry_access(entry_id, ACCESS_ROWS)))
+        except NotFoundError:
+            self.post_message(self.Gone(self._gone(entry_id)))
         except MemlensError as exc:
             self.post_message(self.Refused(str(exc)))
+
+    def _gone(self, entry_id: str) -> str:
+        """``{id} was deleted by {client} at {ts}`` from its last audit row, as far as the history tells."""
+        try:
+            last = next(iter(self.lens.audit(entry_id)), None)
+        except MemlensError:
+            last = None
+        if last is None or last.get("action") != "delete":
+            return f"{entry_id} is not in the store (deleted meanwhile); nothing to edit · esc closes"
+        who = describe_client((last.get("detail") or {}).get("client"))
+        return f"{entry_id} was deleted{f' by {who}' if who else ''} at {last['ts']}; nothing to edit · esc closes"
+
+    def on_entry_screen_gone(self, message: Gone) -> None:
+        self.query_one("#entry-form").loading = False
+        self.query_one("#entry-form").disabled = True  # no blank form to type into and save
+        self._error(f"✗ {message.text}")
 
     def on_entry_screen_loaded(self, message: Loaded) -> None:
         self.entry = message.info["entry"]
