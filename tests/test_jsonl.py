@@ -128,7 +128,9 @@ GOOD = {"id": "g1", "wing": "w", "text": "fine"}
     "bad, fragment",
     [
         ('{"id": "x", "wing": "w", "text": "unterminated', "line 2: invalid JSON"),
-        ('["not", "an", "object"]', "line 2: expected a JSON object"),
+        ('["not", "an", "object"]', "line 2: expected a JSON object, got an array"),
+        ("null", "line 2: expected a JSON object, got null"),
+        ('"text"', "line 2: expected a JSON object, got a string"),
         ({"id": "x", "text": "no wing"}, "line 2: field 'wing' is required"),
         ({"id": "x", "wing": "w", "text": "t", "type": "law"}, "line 2: field 'type'"),
         ({"id": "x", "wing": "w", "text": "t", "status": "gone"}, "line 2: field 'status'"),

@@ -224,6 +224,8 @@ def test_dry_run_cli_writes_nothing(demo_mem):
         assert snapshot_store(path) == before
     bad = run_cli("--store", str(path), "edit", target, "colour=red", "--dry-run")
     assert bad.returncode == 2 and snapshot_store(path) == before
+    text = run_cli("--store", str(path), "deprecate", target, "--dry-run")  # no golden query exists in this store
+    assert text.returncode == 0 and "  golden queries: none defined (memlens golden add)" in text.stdout.splitlines()
 
 
 # -- access log, freshness ---------------------------------------------------------------------------

@@ -25,8 +25,10 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from memlens.limits import MAX_BUDGET as LIMIT_BUDGET
+
 DEFAULT_BUDGET = 1200
-MIN_BUDGET, MAX_BUDGET = 50, 100_000
+MIN_BUDGET, MAX_BUDGET = 1, LIMIT_BUDGET  # what the context preview, the CLI and MCP take
 STATUS_COMMANDS = {"deprecate": "deprecated", "review": "under_review", "activate": "active"}
 TASK_ACTIONS = ("complete", "block", "unblock")
 COMMANDS = ("activate", "budget", "clear", "deprecate", "help", "ingest", "review", "task")
@@ -264,7 +266,7 @@ def _tokens(value: str) -> int:
     except ValueError:
         raise ShellError(f"the budget is a whole number of tokens, got {value!r}") from None
     if not MIN_BUDGET <= n <= MAX_BUDGET:
-        raise ShellError(f"the budget must be between {MIN_BUDGET} and {MAX_BUDGET} tokens, got {n}")
+        raise ShellError(f"the budget must be from {MIN_BUDGET} to {MAX_BUDGET:,} tokens, got {n:,}")
     return n
 
 

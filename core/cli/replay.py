@@ -267,7 +267,8 @@ def cmd_write(args: argparse.Namespace) -> int:
         state = "would fail" if c["was_ok"] else "fails already"
         print(f"  golden {c['id']} {c['query']!r} {state}: {c['expect']} {c['why']}")
     if not report["golden"]:
-        print(f"  golden queries: none of {report['golden_checked']} would fail")
+        print(f"  golden queries: none of {report['golden_checked']} would fail" if report["golden_checked"]
+              else "  golden queries: none defined (memlens golden add)")
     for q in report["queries"]:
         print("\n".join("  " + line for line in _diff_lines(q)))
     print("-- recent queries: " + _summary_line(report["summary"]))

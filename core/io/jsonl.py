@@ -175,7 +175,9 @@ def parse_line(path: Path, n: int, text: str, model_id: str, dim: int) -> tuple[
     except ValueError as exc:  # _BadJson, and Python's own limits on numbers
         raise ValidationError(f"{path}: line {n}: invalid JSON: {exc}") from None
     if not isinstance(obj, dict):
-        raise ValidationError(f"{path}: line {n}: expected a JSON object, got {type(obj).__name__}")
+        got = "null" if obj is None else {"bool": "true or false", "str": "a string", "int": "a number", "float": "a number",
+                                            "list": "an array"}.get(type(obj).__name__, type(obj).__name__)
+        raise ValidationError(f"{path}: line {n}: expected a JSON object, got {got}")
     model, vector, made_from = obj.pop("model", None), obj.pop("vector", None), obj.pop("vector_of", None)
     try:
         entry = Entry.model_validate(obj)

@@ -175,7 +175,8 @@ class WorkingMemory:
         if isinstance(outcome, str) and outcome.strip().lower() not in ("success", "failure"):
             raise ValidationError(f"outcome must be 'success' or 'failure', got {outcome!r}")
         if requires_context and (intent is None or (isinstance(intent, str) and not intent.strip())):
-            raise ValidationError("an intent is required (or complete the task without context)")
+            raise ValidationError("an intent is required: what the task was for, in a sentence (or mark it "
+                                  "requires_context=false to keep it out of agents' context)")
         record: dict[str, Any] = {
             "task_id": task_id,
             "intent": intent,
