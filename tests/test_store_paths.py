@@ -101,6 +101,25 @@ def test_read_commands_do_not_create_a_store(tmp_path, args):
     assert not (tmp_path / "sub").exists()
 
 
+@pytest.mark.parametrize("args", [["stats"], ["export"], ["search", "callbacks"]], ids=lambda a: " ".join(a))
+def test_read_commands_leave_an_empty_file_empty(tmp_path, args):
+    """A 0-byte file is not a store: SQLite would make it one, writing the schema into it."""
+    path = tmp_path / "empty.db"
+    path.write_bytes(b"")
+    proc = run_cli("--store", str(path), *args, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"memlens: error: store path {path} is an empty file, not a store "
+                                                "(memlens add, import or demo make one there)"]
+    assert path.stat().st_size == 0 and sorted(p.name for p in tmp_path.iterdir()) == ["empty.db"]
+
+
+def test_an_empty_store_path_is_one_line(tmp_path):
+    proc = run_cli("--store", "", "stats", timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["memlens: error: the store path is empty: give a file path or a "
+                                                "postgresql:// URI"]
+
+
 def test_eval_and_context_and_profiles_on_a_missing_store(tmp_path):
     path = tmp_path / "none.db"
     q, qrels = tmp_path / "q.jsonl", tmp_path / "qrels.tsv"

@@ -90,6 +90,9 @@ def check_store_path(path: Path, *, create: bool) -> None:
                 raise StoreError(f"store path {path} is {kind_of(st.st_mode)}, not a store file")
             if not os.access(path, os.R_OK):
                 raise StoreError(f"cannot read store {path}: permission denied")
+            if st.st_size == 0 and not create:  # SQLite would make it a store, with the schema written into it
+                raise StoreError(f"store path {path} is an empty file, not a store (memlens add, import or demo "
+                                 "make one there)")
             return
         if not create:
             raise StoreError(

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
+from memlens.errors import StoreError
 from memlens.store.postgres.connect import is_uri
 
 if TYPE_CHECKING:
@@ -95,4 +96,6 @@ def removed_on_failure(target: Path) -> Iterator[None]:
 def store_target(store: str | Path | None, settings: Settings) -> Path | str:
     """What ``store`` names: a ``postgresql://`` URI as it is, else a file path (default: the settings')."""
     target = store if store is not None else settings.store_path()
+    if isinstance(target, str) and not target.strip():
+        raise StoreError("the store path is empty: give a file path or a postgresql:// URI")
     return target if is_uri(target) else Path(target).expanduser()
