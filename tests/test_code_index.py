@@ -290,6 +290,13 @@ def test_cli_index_and_status(tmp_path):
     assert st["files"] == out["added"] and st["indexes"][0]["wing"] == "proj"
     r = run_cli("--store", store, "index", "status", timeout=120)
     assert r.returncode == 0 and "proj" in r.stdout and "stale 0" in r.stdout
+    r = run_cli("--store", store, "index", str(tmp_path / "small"), "--wing", "other", "--json", timeout=600)
+    assert r.returncode == 0, r.stderr  # a second index: --wing picks one of the two
+    r = run_cli("--store", store, "index", "status", "--wing", "other", "--json", timeout=120)
+    assert r.returncode == 0 and [ix["wing"] for ix in json.loads(r.stdout)["indexes"]] == ["other"]
+    r = run_cli("--store", store, "index", "status", "--wing", "nope", timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "memlens: error: no code index in wing 'nope' (indexed wings: other, proj)"]
 
 
 def test_watch_ignores_the_stores_own_files_inside_the_workspace(tmp_path, settings, hash_embedder):

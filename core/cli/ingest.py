@@ -2,7 +2,7 @@
 
     memlens ingest PATH… --wing W [--room R] [--json]
     memlens index WORKSPACE --wing W [--room R] [--watch] [--deadline S] [--json]
-    memlens index status [--json]
+    memlens index status [--wing W] [--json]
 
 Paths and names are checked before the store is opened; every user error is
 one line on stderr with exit status 2 (``memlens.cli.main``). The engine loads
@@ -43,7 +43,7 @@ def register(sub: Any) -> None:
     s = sub.add_parser("index", help="index a workspace's code (incremental; --watch keeps it fresh); 'index status'")
     _store_arg(s)
     s.add_argument("workspace", metavar="WORKSPACE", help="the folder to index, or 'status' for the index's state")
-    s.add_argument("--wing", help="the wing the code goes into (required unless 'status')")
+    s.add_argument("--wing", help="the wing the code goes into (required unless 'status', where it picks one index)")
     s.add_argument("--room", default="")
     s.add_argument("--watch", action="store_true", help="keep re-indexing saved files until interrupted")
     s.add_argument("--deadline", type=float, default=None, metavar="SECONDS",
@@ -179,6 +179,11 @@ def _status(args: argparse.Namespace) -> int:
 
     with _open(args) as mem:
         st = index_status(mem)
+    if args.wing:  # one wing's index
+        wings = [ix["wing"] for ix in st["indexes"]]
+        if args.wing not in wings:
+            raise ValidationError(f"no code index in wing {args.wing!r} (indexed wings: {', '.join(wings) or 'none'})")
+        st["indexes"] = [ix for ix in st["indexes"] if ix["wing"] == args.wing]
     if args.json:
         print(json.dumps(st, ensure_ascii=False))
         return 0
