@@ -118,7 +118,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             print(json.dumps(rs))
             return 0
         print(f"retrievals {rs['retrievals']}  cache hit rate {rs['cache_hit_rate']:.1%}  "
-              f"(hits: p50 {rs['cache_hit_total']['p50']} ms)")
+              + (f"(hits: p50 {rs['cache_hit_total']['p50']} ms)" if rs["cache_hits"] else "(no hits yet)"))
         print(f"{'stage':<9} {'p50 ms':>9} {'p95 ms':>9}   (cache misses)")
         for st, v in rs["stages"].items():
             print(f"{st:<9} {v['p50']:>9.3f} {v['p95']:>9.3f}")
