@@ -139,6 +139,16 @@ def test_a_query_with_nothing_to_look_for_is_an_error(demo_mem, query):
         demo_mem.explain(query, "lc-arch-001")
 
 
+def test_an_active_wing_with_no_entries_is_searched_and_the_trace_says_so(demo_mem):
+    """A new project's wing is not an error (its agent may search before it stores anything), but a typo would
+    silently lose the project's invariants: the trace, the CLI and MCP's summary name the wings that exist."""
+    b = demo_mem.search("callbacks blocking", active_wing="lifecore_ros")
+    assert b.trace.wings_searched == ["lifecore_ros", "_global"] and b.results
+    assert b.trace.notes == ["the active wing 'lifecore_ros' holds no entries yet: it adds no invariants and no boost "
+                             "(known wings: _global, lifecore_ros2, python, ros2)"]
+    assert not demo_mem.search("callbacks blocking", active_wing="lifecore_ros2").trace.notes
+
+
 def test_unknown_wing_or_room_is_an_error(demo_mem):
     with pytest.raises(QueryError, match="did you mean 'lifecore_ros2'"):
         demo_mem.search("wing=lifecore_ros callbacks")

@@ -40,6 +40,7 @@ def format_results(bundle: Any) -> str:
         lines.append("no results")
     if t.degraded:
         lines.append(f"-- degraded: {t.degraded['reason']}; used {t.degraded.get('source') or 'nothing'}")
+    lines += [f"-- note: {note}" for note in t.notes]
     lines.append(
         f"-- {len(bundle.results)} results from {', '.join(t.wings_searched) or 'no wings'}"
         f" in {t.latency_ms.get('total', 0):.1f} ms"

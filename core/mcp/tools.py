@@ -179,7 +179,7 @@ def compact(result: Any, full: bool) -> dict[str, Any]:
 def trace_summary(trace: Any, waited_ms: float) -> dict[str, Any]:
     return {"query": trace.query, "active_wing": trace.active_wing, "profile": trace.profile,
             "wings_searched": trace.wings_searched, "cache_hit": trace.cache_hit, "latency_ms": trace.latency_ms,
-            "dropped": len(trace.dropped), "counts": trace.counts, "degraded": trace.degraded,
+            "dropped": len(trace.dropped), "counts": trace.counts, "degraded": trace.degraded, "notes": trace.notes,
             "model_wait_ms": round(waited_ms, 1)}
 
 

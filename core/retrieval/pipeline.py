@@ -92,6 +92,7 @@ def start_trace(run: Run) -> None:
                 "normalise": s.retrieval.normalise, "active_wing_boost": s.retrieval.active_wing_boost,
                 "half_life_days": s.retrieval.half_life_days},
     )
+    run.trace.notes.extend(plan.notes)
     if run.cache_state.info is not None:
         run.trace.cache = run.cache_state.info
     else:

@@ -71,6 +71,10 @@ class Plan:
             check_known(self.parsed, "room", store.rooms())
         self.scope = resolve_scope(store, self.parsed, active_wing, wings)
         self.active_wing = active_wing
+        self.notes: list[str] = []  # for the trace
+        if active_wing and active_wing not in (known := store.wings()):  # a new project, or a typo: say which
+            self.notes.append(f"the active wing {active_wing!r} holds no entries yet: it adds no invariants and no "
+                              f"boost (known wings: {', '.join(known) or 'none yet'})")
         self.k = check_k(s.search.k if k is None else k)
         self.budget = None if budget is None else check_budget(budget)
         self.user = user or s.retrieval.user
