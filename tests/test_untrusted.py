@@ -124,6 +124,8 @@ def test_mcp_can_never_rank_web_text_up(mem):
                          {"kind": "fact"}):
                 result = await client.call_tool("memory_update", {"id": e.id, **args})
                 out.append((result.is_error, result.content[0].text))
+            result = await client.call_tool("memory_add", {"text": PAGE, "wing": "research", "kind": "web"})
+            out.append((result.is_error, result.content[0].text))  # no web text without the source it came from
             result = await client.call_tool("memory_set_status", {"id": e.id, "status": "active"})
             out.append((result.is_error, result.content[0].text))
             found = await client.call_tool("memory_search", {"query": "north harbour tide tables", "wings": ["research"]})
@@ -131,9 +133,12 @@ def test_mcp_can_never_rank_web_text_up(mem):
             out.append([t.name for t in (await client.list_tools()).tools])
         return out
 
-    *refused, status, found, tools = bounded(lambda: anyio.run(body), 60)
+    *refused, added, status, found, tools = bounded(lambda: anyio.run(body), 60)
     for is_error, text in refused:
         assert is_error and text.startswith("memory_update: ") and "\n" not in text and "--promote" in text, text
+    assert added == (True, "memory_add: kind: web is for text saved from the web with its source (memlens web --save); "
+                           "store what you learned as a fact, or a document")
+    assert [x.id for x in mem.entries("research")] == [e.id]
     assert not status[0]  # a status change keeps the entry web text, and an agent's reactivation waits for review
     got = mem.get(e.id)
     assert (got.kind.value, got.type.value, got.status.value) == ("web", "note", "under_review")

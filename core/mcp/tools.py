@@ -22,7 +22,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from memlens import attribution
-from memlens.errors import MemlensError
+from memlens.errors import MemlensError, ValidationError
 
 if TYPE_CHECKING:
     from memlens.memory import Memory
@@ -287,6 +287,9 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         ctx: Context | None = None,
     ) -> dict[str, Any]:
         def run(mem: "Memory", _w: float) -> dict[str, Any]:
+            if kind == "web":  # web text arrives with its source, fetched by memlens itself: never typed in by an agent
+                raise ValidationError("kind: web is for text saved from the web with its source (memlens web --save); "
+                                      "store what you learned as a fact, or a document")
             entry, created, similar = mem.add_unique(
                 text, wing=wing, room=room, type=type, kind=kind, title=title, key=key, salience=salience,
                 status=landed(mem, status), overrides=overrides)
