@@ -189,6 +189,7 @@ class Memory:
             return writes.validate_entry(record)
 
     def _prepare_new(self, record: dict[str, Any]) -> Entry:
+        untrusted.refuse_new_authority(record.get("kind"), record.get("type"), record.get("meta"))
         entry = self._prepare(record)
         untrusted.refuse_new_promotion(entry.kind, entry.meta)
         return entry

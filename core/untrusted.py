@@ -63,6 +63,16 @@ def authority_problem(entry_id: str, kind: Any, type_: Any, text: str, meta: dic
     return f"a {_value(kind)} entry is untrusted text and cannot be {article} {t}; {how_to_promote(entry_id, t)}"
 
 
+def refuse_new_authority(kind: Any, type_: Any, meta: Any) -> None:
+    """A new web entry is stored as untrusted text first: no id exists yet for a person to promote (a forged
+    promotion is refused by ``refuse_new_promotion``, named as such)."""
+    t = _value(type_)
+    if is_untrusted(kind) and t in AUTHORITY_TYPES and not (isinstance(meta, dict) and PROMOTED in meta):
+        raise ValidationError(f"type: a new web entry is untrusted text and cannot be {'an' if t == 'invariant' else 'a'} "
+                              f"{t}: save it as a note, then a person can promote it (memlens edit ID type={t} --promote, "
+                              "or in the app)")
+
+
 def refuse_new_promotion(kind: Any, meta: dict[str, Any]) -> None:
     """A new web entry (``add``, ``memory_add``) carries no promotion: a person promotes one that is stored."""
     if is_untrusted(kind) and PROMOTED in meta:

@@ -77,6 +77,10 @@ def test_a_new_web_entry_cannot_arrive_promoted(mem):
     for add in (mem.add, lambda text, **kw: mem.add_unique(text, **kw)[0]):
         with pytest.raises(ValidationError, match="cannot arrive promoted"):
             add(PAGE, wing="research", kind="web", type="invariant", meta=forged)
+        # without a forged promotion: the way there, and no id, since none was stored to promote
+        with pytest.raises(ValidationError, match=r"^type: a new web entry is untrusted text and cannot be a decision: "
+                                                  r"save it as a note, then a person can promote it \(memlens edit ID "):
+            add(PAGE, wing="research", kind="web", type="decision")
     assert mem.count() == 0
 
 
