@@ -183,5 +183,6 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     if text:
         print(text)
     else:
-        print("no completed tasks and no active blockers", file=sys.stderr)
+        print("no active blockers, and -n 0 shows no completed task" if n == 0 else "no completed tasks and no active blockers",
+              file=sys.stderr)
     return 0
