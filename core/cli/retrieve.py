@@ -16,6 +16,7 @@ from memlens.limits import MAX_BUDGET, MAX_K
 K_HELP = (f"results to return, 1 to {MAX_K} (default 10); the active wing's invariants and both entries of a "
           "conflict are returned beyond it, flagged mandatory or conflict")
 
+
 def register(sub: Any) -> None:
     """``search``, ``context``, ``explain``, ``eval`` and ``profiles``."""
     s = sub.add_parser("search", help="scoped hybrid search")

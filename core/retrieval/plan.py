@@ -27,9 +27,11 @@ class Planning(Protocol):
     def reads(self) -> Reads: ...
 
 
-def resolve_scope(store: Reads, parsed: ParsedQuery, active_wing: str | None, wings: list[str] | None) -> list[str] | None:
-    """Wings to search: the query's ``wing=``, else ``wings``, else [active, _global]; None = all."""
-    known = store.wings()
+def resolve_scope(store: Reads, parsed: ParsedQuery, active_wing: str | None, wings: list[str] | None,
+                  known: list[str] | None = None) -> list[str] | None:
+    """Wings to search: the query's ``wing=``, else ``wings``, else [active, _global]; None = all. ``known``: the
+    store's wings when the caller has read them."""
+    known = store.wings() if known is None else known
     if parsed.wings:
         check_known(parsed, "wing", known)
         return parsed.wings
@@ -69,10 +71,11 @@ class Plan:
             raise QueryError("the query is empty: give words to look for, or filters such as wing=W to list entries")
         if self.parsed.rooms:
             check_known(self.parsed, "room", store.rooms())
-        self.scope = resolve_scope(store, self.parsed, active_wing, wings)
+        known = store.wings()
+        self.scope = resolve_scope(store, self.parsed, active_wing, wings, known)
         self.active_wing = active_wing
         self.notes: list[str] = []  # for the trace
-        if active_wing and active_wing not in (known := store.wings()):  # a new project, or a typo: say which
+        if active_wing and active_wing not in known:  # a new project, or a typo: say which
             self.notes.append(f"the active wing {active_wing!r} holds no entries yet: it adds no invariants and no "
                               f"boost (known wings: {', '.join(known) or 'none yet'})")
         self.k = check_k(s.search.k if k is None else k)
