@@ -240,7 +240,8 @@ class MemlensApp(KeysWhereTheCursorIs, App[None]):
 
     def on_working_memory_loaded(self, message: WorkingMemoryLoaded) -> None:
         if self.main is not None:
-            self.main.query_one("#wm").show(message.window, self.lens.now(), self.lens.now)  # type: ignore[attr-defined]
+            for pane in self.main.query("#wm"):  # none while the app is closing: a late load has nowhere to go
+                pane.show(message.window, self.lens.now(), self.lens.now)  # type: ignore[attr-defined]
 
     # -- live store -------------------------------------------------------------------------
 

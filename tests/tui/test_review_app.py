@@ -174,8 +174,10 @@ def test_an_agents_write_while_the_screen_is_open_is_listed(make_app, review_sto
             screen = await open_review(pilot)
             before = len(screen.items)
             await asyncio.to_thread(agent_writes)
-            await pilot.pause(0.6)
-            await settle(pilot)
+            for _ in range(200):  # the poll (every 0.2 s) hears of it, the screen lists again
+                if "late-1" in [i["entry"] for i in screen.items]:
+                    break
+                await pilot.pause(0.05)
             assert "late-1" in [i["entry"] for i in screen.items] and len(screen.items) == before + 1
 
     asyncio.run(run())

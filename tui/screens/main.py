@@ -175,6 +175,8 @@ class MainScreen(KeysWhereTheCursorIs, Screen[None]):
         seen = getattr(self, "_seen", {})
         if generations and all(generations.get(w, 0) <= seen.get(w, -1) for w in wings):
             return
+        if not self.query(ResultsTable):  # the app is closing: nothing left to mark
+            return
         self.stale = write or {"wings": wings}
         self.query_one(ResultsTable).show(self.bundle, stale=True, keep_cursor=True)
         self._stale_what = f"{write.get('action')} {write.get('entry_id')} in {write.get('wing')}" if write else ", ".join(wings)
