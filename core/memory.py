@@ -152,10 +152,6 @@ class Memory:
             raise NotFoundError(f"no entry with id {entry_id!r} in {self.path}")
         return row_to_entry(row)
 
-    def _get_row_overrides(self, entry_id: str) -> str | None:
-        row = self.store.get_row(entry_id)
-        return None if row is None else row_to_entry(row).overrides
-
     def entries(self, wing: str | None = None) -> Iterator[Entry]:
         for row in self.store.iter_rows(wing):
             yield row_to_entry(row)
@@ -226,7 +222,7 @@ class Memory:
         after = self._prepare(record, capped=bool({"text", "meta"} & set(changes)))
         if "overrides" in changes:
             writes.check_overrides(self.store, [after])
-            writes.refuse_override_cycle(after, self._get_row_overrides)
+            writes.refuse_override_cycle(after, writes.stored_overrides(self.store))
         vec = None if after.embed_text == before.embed_text else self._vectors_for([after])[0]
         return writes.update(self.store, entry_id, after, vec, expected_updated_at, promoted=promoted_by is not None)
 

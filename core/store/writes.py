@@ -27,7 +27,7 @@ import numpy as np
 from memlens import untrusted
 from memlens.errors import NotFoundError, StaleUpdateError, ValidationError  # StaleUpdateError: re-exported
 from memlens.models import Entry, content_hash, format_ts, parse_ts
-from memlens.store.rows import vec_blob
+from memlens.store.rows import row_to_entry, vec_blob
 
 if TYPE_CHECKING:
     from memlens.store.base import Writes
@@ -37,7 +37,7 @@ NEAR_DUPLICATE = 0.80  # cosine similarity from which another entry of the wing 
 SIMILAR_MAX = 3
 
 __all__ = ["NEAR_DUPLICATE", "SIMILAR_MAX", "StaleUpdateError", "add", "add_unique", "check_overrides", "delete",
-           "override_cycle", "refuse_override_cycle",
+           "override_cycle", "refuse_override_cycle", "stored_overrides",
            "describe_validation", "near_duplicates", "update", "validate_entry", "vectors_for"]
 
 
@@ -83,6 +83,14 @@ def override_cycle(start: str, overrides_of: Callable[[str], str | None]) -> lis
         chain.append(target)
         target = overrides_of(target)
     return None
+
+
+def stored_overrides(store: Any) -> Callable[[str], str | None]:
+    """``overrides_of`` for ``refuse_override_cycle`` from a store's committed rows (``get_row``)."""
+    def of(entry_id: str) -> str | None:
+        row = store.get_row(entry_id)
+        return None if row is None else row_to_entry(row).overrides
+    return of
 
 
 def refuse_override_cycle(entry: Entry, overrides_of: Callable[[str], str | None], where: str = "overrides") -> None:

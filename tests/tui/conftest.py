@@ -8,6 +8,7 @@ screens receive). The engine, the store and the model are the real ones.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from datetime import datetime, timezone
 
@@ -123,3 +124,22 @@ async def search(pilot, query: str) -> None:
 
     await pilot.pause(DEBOUNCE_S + 0.1)
     await settle(pilot)
+
+
+def run(app, body, size: tuple[int, int] = (120, 40)) -> None:
+    """Run ``app`` in a test terminal of ``size``, settled, and ``await body(pilot)`` in it."""
+    async def main():
+        async with app.run_test(size=size) as pilot:
+            await settle(pilot)
+            await body(pilot)
+
+    asyncio.run(main())
+
+
+async def until(pilot, done, timeout: float = 10.0) -> bool:
+    """Let the app run until ``done()`` holds (timers and polls fire late on a loaded machine); whether it did."""
+    for _ in range(int(timeout / 0.05)):
+        if done():
+            return True
+        await pilot.pause(0.05)
+    return done()

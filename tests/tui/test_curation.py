@@ -12,7 +12,7 @@ import asyncio
 import numpy as np
 
 from ..conftest import snapshot_store
-from .conftest import search, settle
+from .conftest import run, search, settle
 
 SIZE = (120, 40)
 
@@ -36,15 +36,6 @@ async def open_entry(pilot, entry_id):
     pilot.app.open_entry(entry_id)
     await settle(pilot)
     return pilot.app.screen
-
-
-def run(app, body) -> None:
-    async def main():
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot)
-            await body(pilot)
-
-    asyncio.run(main())
 
 
 def test_edited_text_is_saved_reembedded_audited_and_invalidates_the_cache(make_app, settings, real_embedder):

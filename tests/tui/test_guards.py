@@ -3,7 +3,6 @@ inline error, Enter on a result opens it, and q with an entry's edits unsaved as
 
 from __future__ import annotations
 
-import asyncio
 import html
 import re
 
@@ -11,29 +10,9 @@ import pytest
 
 from memlens.limits import MAX_QUERY_CHARS
 
-from .conftest import search, settle
+from .conftest import run, search, settle, until
 
 pytestmark = pytest.mark.model
-
-SIZE = (120, 40)
-
-
-def run(app, body) -> None:
-    async def main():
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot)
-            await body(pilot)
-
-    asyncio.run(main())
-
-
-async def until(pilot, done, timeout: float = 10.0) -> bool:
-    """Let the app run until ``done()`` holds (timers and polls fire late on a loaded machine); whether it did."""
-    for _ in range(int(timeout / 0.05)):
-        if done():
-            return True
-        await pilot.pause(0.05)
-    return done()
 
 
 def status(app) -> str:

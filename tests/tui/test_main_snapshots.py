@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from .conftest import search, settle
+from .conftest import search, settle, until
 
 SIZE = (120, 40)
 
@@ -73,10 +73,7 @@ def test_stale_results_after_an_outside_write(make_app, snap_compare, tmp_path):
         with Memory.open(app.lens.store_path, embedder=app.lens.mem.embedder) as other:
             other.add("Timer callbacks finish within 10 ms.", wing="lifecore_ros2", id="agent-001", type="invariant")
             other.tasks.block("task-999", "waiting for the lidar driver fix", blocked_at="2026-11-20T11:00:00Z")
-        for _ in range(200):  # the poll (every 0.2 s) hears of the write: late on a loaded machine
-            if app.main.stale is not None:
-                break
-            await pilot.pause(0.05)
+        await until(pilot, lambda: app.main.stale is not None)  # the poll (every 0.2 s) hears of the write
         await settle(pilot)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
@@ -103,10 +100,7 @@ def test_stale_results_with_the_cursor_on_the_results(make_app, snap_compare):
         await pilot.press("escape")
         with Memory.open(app.lens.store_path, embedder=app.lens.mem.embedder) as other:
             other.add("Timer callbacks finish within 10 ms.", wing="lifecore_ros2", id="agent-001", type="invariant")
-        for _ in range(200):  # the poll (every 0.2 s) hears of the write: late on a loaded machine
-            if app.main.stale is not None:
-                break
-            await pilot.pause(0.05)
+        await until(pilot, lambda: app.main.stale is not None)  # the poll (every 0.2 s) hears of the write
         await settle(pilot)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)

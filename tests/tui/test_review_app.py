@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from .conftest import settle
+from .conftest import settle, until
 from .test_entry_snapshots import pin_times
 
 SIZE = (120, 40)
@@ -174,10 +174,7 @@ def test_an_agents_write_while_the_screen_is_open_is_listed(make_app, review_sto
             screen = await open_review(pilot)
             before = len(screen.items)
             await asyncio.to_thread(agent_writes)
-            for _ in range(200):  # the poll (every 0.2 s) hears of it, the screen lists again
-                if "late-1" in [i["entry"] for i in screen.items]:
-                    break
-                await pilot.pause(0.05)
+            await until(pilot, lambda: "late-1" in [i["entry"] for i in screen.items])  # the poll, then a new listing
             assert "late-1" in [i["entry"] for i in screen.items] and len(screen.items) == before + 1
 
     asyncio.run(run())
