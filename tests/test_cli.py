@@ -77,6 +77,18 @@ def test_batch_queries(demo_db, tmp_path):
     assert all(r["wing"] == "python" for r in lines[1]["results"])
 
 
+@pytest.mark.model  # the command loads it
+def test_batch_queries_from_stdin(demo_db):
+    lines = json.dumps({"id": "a", "query": "pytest", "wings": ["python"], "k": 2}) + "\n"
+    out = run_cli("--store", str(demo_db), "search", "--queries", "-", input=lines)
+    assert out.returncode == 0, out.stderr
+    got = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["id"] for r in got] == ["a"] and all(r["wing"] == "python" for r in got[0]["results"])
+    bad = run_cli("--store", str(demo_db), "search", "--queries", "-", input=lines + '{"quer": 1}\n')
+    one_line_error(bad, "stdin: line 2: query: required")
+    assert bad.stdout == ""  # every line is checked before any search runs
+
+
 def test_export_import_pipe_round_trip(demo_db, tmp_path):
     exp = run_cli("--store", str(demo_db), "export", "--with-vectors")
     assert exp.returncode == 0

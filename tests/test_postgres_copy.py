@@ -48,6 +48,7 @@ def test_sqlite_to_postgres_to_sqlite_round_trips_exactly(tmp_path, settings, ha
     seen: list[tuple[int, int]] = []
     counts = copy_store(src, pg_uri, progress=lambda done, total: seen.append((done, total)))
     assert counts["entries"] == counts["vectors"] == 3 and counts["tasks"] == 1 and counts["blockers"] == 1
+    assert counts["wings"] == 3  # ops, _global, scratch: the working memory's counter row is not counted
     assert seen[-1] == (3, 3)
     pg = open_store(pg_uri)
     try:

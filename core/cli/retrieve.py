@@ -31,7 +31,8 @@ def register(sub: Any) -> None:
     s.add_argument(
         "--queries",
         metavar="FILE.jsonl",
-        help="run many searches: one {id, query, active_wing, wings, k, profile, budget} a line, JSONL out; "
+        help="run many searches ('-': read them from stdin): one {id, query, active_wing, wings, k, profile, budget} a "
+        "line, JSONL out; "
         "every line is checked first and a bad one stops the batch (FILE: line N: field: problem)",
     )
     s.add_argument("--user", help="whose retrieval this is (part of the cache key)")

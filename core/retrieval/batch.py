@@ -59,16 +59,17 @@ def describe(exc: PydanticError) -> str:
 
 
 def parse_lines(path: Path) -> list[tuple[int, BatchQuery]]:
-    from memlens.retrieval.evaluate import read_json_lines
+    from memlens.retrieval.evaluate import read_json_lines, shown
 
+    where = shown(path)
     jobs = []
     for n, obj in read_json_lines(path):
         if not isinstance(obj, dict):
-            raise ValidationError(f"{path}: line {n}: expected a JSON object with a string 'query', got {type(obj).__name__}")
+            raise ValidationError(f"{where}: line {n}: expected a JSON object with a string 'query', got {type(obj).__name__}")
         try:
             jobs.append((n, BatchQuery.model_validate(obj)))
         except PydanticError as exc:
-            raise ValidationError(f"{path}: line {n}: {describe(exc)}") from None
+            raise ValidationError(f"{where}: line {n}: {describe(exc)}") from None
     return jobs
 
 
@@ -83,8 +84,10 @@ class Batch(Planning, Protocol):
 
 def run(mem: Batch, path: Path, jobs: list[tuple[int, BatchQuery]], defaults: dict[str, Any], out: Any = None) -> int:
     """Check every line of ``parse_lines(path)`` against the store, then run them all; returns the searches run."""
+    from memlens.retrieval.evaluate import shown
     from memlens.retrieval.search import check
 
+    where = shown(path)
     out = out or sys.stdout
     calls = []
     for n, q in jobs:
@@ -92,7 +95,7 @@ def run(mem: Batch, path: Path, jobs: list[tuple[int, BatchQuery]], defaults: di
         try:
             check(mem, q.query, **kw)
         except MemlensError as exc:
-            raise ValidationError(f"{path}: line {n}: {exc}") from None
+            raise ValidationError(f"{where}: line {n}: {exc}") from None
         calls.append((n, q, kw))
     if len(calls) >= 20:
         mem.warm_index()  # ~1 s per 100k vectors, repaid after a few dozen searches
@@ -100,6 +103,6 @@ def run(mem: Batch, path: Path, jobs: list[tuple[int, BatchQuery]], defaults: di
         try:
             b = mem.search(q.query, **kw)
         except MemlensError as exc:  # the store changed under the batch
-            raise MemlensError(f"{path}: line {n}: {exc}") from None
+            raise MemlensError(f"{where}: line {n}: {exc}") from None
         out.write(json.dumps({"id": q.id if q.id is not None else n, **b.to_dict()}, ensure_ascii=False) + "\n")
     return len(calls)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -28,15 +29,26 @@ class Searches(Protocol):
 CUTOFFS = (1, 5, 10)
 
 
-def _read_lines(path: Path, what: str) -> list[str]:
-    """The lines of a regular UTF-8 file of at most JSON_MAX_BYTES (a FIFO or /dev/zero is refused, not read)."""
-    from memlens.files import JSON_MAX_BYTES, read_file
+def shown(path: Path) -> str:
+    """How messages name a JSONL input: its path, or stdin for '-'."""
+    return "stdin" if str(path) == "-" else str(path)
 
-    data = read_file(path, cap=JSON_MAX_BYTES, what=what)
+
+def _read_lines(path: Path, what: str) -> list[str]:
+    """The lines of a regular UTF-8 file of at most JSON_MAX_BYTES (a FIFO or /dev/zero is refused, not read), or of
+    stdin ('-') up to the same size."""
+    from memlens.files import JSON_MAX_BYTES, read_file, size_text
+
+    if str(path) == "-":
+        data = sys.stdin.buffer.read(JSON_MAX_BYTES + 1)
+        if len(data) > JSON_MAX_BYTES:
+            raise MemlensError(f"{what} on stdin: larger than the {size_text(JSON_MAX_BYTES)} limit")
+    else:
+        data = read_file(path, cap=JSON_MAX_BYTES, what=what)
     try:
         return data.decode("utf-8").splitlines()
     except UnicodeDecodeError as exc:
-        raise MemlensError(f"{what} {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise MemlensError(f"{what} {shown(path)}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def read_json_lines(path: Path, what: str = "queries") -> list[tuple[int, Any]]:
@@ -50,9 +62,9 @@ def read_json_lines(path: Path, what: str = "queries") -> list[tuple[int, Any]]:
             except json.JSONDecodeError as exc:
                 from memlens.io.jsonl import json_error_text  # the message with its column, as import gives it
 
-                raise MemlensError(f"{path}: line {n}: invalid JSON: {json_error_text(exc)}") from None
+                raise MemlensError(f"{shown(path)}: line {n}: invalid JSON: {json_error_text(exc)}") from None
             except RecursionError:
-                raise MemlensError(f"{path}: line {n}: invalid JSON: nested too deeply") from None
+                raise MemlensError(f"{shown(path)}: line {n}: invalid JSON: nested too deeply") from None
     return out
 
 

@@ -251,6 +251,8 @@ def _copy(source: Any, target: Any, meta: dict[str, str], progress: Callable[[in
                 target.put(table, cols, batch)
                 n += len(batch)
             counts[table] = n
+            if table == "wings":  # the working memory's counter row ('_tasks') is not a wing
+                counts[table] -= int(next(iter(source.rows("SELECT count(*) FROM wings WHERE wing = '_tasks'")))[0])
             if table == "entries":
                 counts["vectors"] = _copy_vectors(source, target, progress, total)
         target.put_meta(meta)
