@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-from memlens.errors import NotFoundError, StaleUpdateError
+from memlens.errors import NotFoundError, StaleUpdateError, ValidationError
 from tests.conftest import REPO
 
 pytest.importorskip("psycopg")
@@ -121,6 +121,17 @@ mem.close()
 
 def _target(mem) -> str:
     return mem.store.uri if _backend(mem) == "postgresql" else str(mem.path)
+
+
+def test_an_import_of_stored_ids_names_the_first_such_line(backend_mem, tmp_path):
+    mem = backend_mem
+    for eid in ("aaa", "zzz"):
+        mem.add(f"entry {eid}", wing="w", id=eid)
+    path = tmp_path / "f.jsonl"
+    path.write_text("".join(json.dumps({"id": eid, "wing": "w", "text": f"again {eid}"}) + "\n" for eid in ("new", "zzz", "aaa")))
+    with pytest.raises(ValidationError, match="line 2: field 'id': 'zzz' already exists in the store"):
+        mem.import_jsonl(path)  # not 'aaa' on line 3, which comes first in the index
+    assert mem.count() == 2
 
 
 def test_a_write_in_another_process_invalidates_the_cache(backend_mem):

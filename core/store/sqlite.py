@@ -220,10 +220,11 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
         """The first of ``ids`` that has a row, and whether that row is visible (False: being imported)."""
         for i in range(0, len(ids), 500):
             chunk = ids[i : i + 500]
-            q = f"SELECT id, {visible()} FROM entries WHERE id IN ({','.join('?' * len(chunk))}) LIMIT 1"
-            hit = self.conn.execute(q, chunk).fetchone()
-            if hit:
-                return str(hit[0]), bool(hit[1])
+            q = f"SELECT id, {visible()} FROM entries WHERE id IN ({','.join('?' * len(chunk))})"
+            found = dict(self.conn.execute(q, chunk).fetchall())
+            if found:  # the first in ``ids``' order, not the index's
+                first = next(i for i in chunk if i in found)
+                return first, bool(found[first])
         return None
 
     def sweep_imports(self) -> int:

@@ -211,10 +211,11 @@ class PgStore(PgTransactions, PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
         """The first of ``ids`` that has a row, and whether that row is visible (False: being imported)."""
         with self.connection() as conn:
             for i in range(0, len(ids), 500):
-                sql = f"SELECT id, {visible()} FROM entries WHERE id = ANY(%s) LIMIT 1"
-                hit = conn.execute(sql, (ids[i : i + 500],)).fetchone()
-                if hit:
-                    return str(hit[0]), bool(hit[1])
+                chunk = ids[i : i + 500]
+                found = dict(conn.execute(f"SELECT id, {visible()} FROM entries WHERE id = ANY(%s)", (chunk,)).fetchall())
+                if found:  # the first in ``ids``' order, not the index's
+                    first = next(j for j in chunk if j in found)
+                    return first, bool(found[first])
         return None
 
     def sweep_imports(self) -> int:
