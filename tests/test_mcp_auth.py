@@ -234,6 +234,13 @@ def test_sessions_hosts_bounds_and_revocation(token_server):
     r = post(url, big, alice)
     assert r.status_code == 413 and "error" in r.json() and not r.headers.get("mcp-session-id")
 
+    # JSON that is no JSON-RPC message: 400 with a one-line error, before any session
+    for body in ([INIT], 1, {"jsonrpc": "2.0"}, {"id": 1, "method": "initialize"}):
+        r = post(url, body, alice)
+        message = r.json()["error"]["message"]
+        assert r.status_code == 400 and message.startswith("Invalid Request: ") and "\n" not in message, message
+        assert not r.headers.get("mcp-session-id")
+
     # [mcp] max_sessions (4 here; 2 opened above): the fifth session gets 503, open ones keep working
     statuses = [post(url, INIT, alice).status_code for _ in range(3)]
     assert statuses == [200, 200, 503]
@@ -246,3 +253,16 @@ def test_sessions_hosts_bounds_and_revocation(token_server):
     assert out.returncode == 0, out.stderr
     assert post(url, INIT, bob).status_code == 401
     assert post(url, listing, alice, mcp_session_id=session, mcp_protocol_version="2025-06-18").status_code == 200
+
+
+@pytest.mark.parametrize("message", [
+    {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    {"jsonrpc": "2.0", "id": "s-1", "result": {}},
+    {"jsonrpc": "2.0", "id": 7, "error": {"code": -1, "message": "declined"}},
+])
+def test_every_kind_of_json_rpc_message_passes_the_front(message):
+    from memlens.mcp.auth import not_a_message
+
+    assert not_a_message(json.dumps(message).encode()) is None
+    assert not_a_message(b"not json") is None  # the SDK's own parse error answers it (one line)

@@ -1,7 +1,9 @@
 """Who is calling the HTTP MCP server, and how much it may send: an ASGI layer in front of the SDK's app.
 
 A request body over ``[mcp] max_body_bytes`` gets 413 with a JSON-RPC error
-body before the SDK sees it (the SDK's own bound answers in plain text).
+body before the SDK sees it (the SDK's own bound answers in plain text), and a
+POST body that is JSON but no JSON-RPC message (a list, a number, an object
+with neither a method nor a result) gets 400 with a one-line error.
 
 With tokens configured (``memlens.mcp.tokens``), every HTTP request must carry
 ``Authorization: Bearer TOKEN``; a missing or unknown token gets 401 with a
@@ -22,7 +24,27 @@ from typing import Any
 from memlens.mcp.tokens import Token, TokenSet
 
 UNAUTHORIZED = -32001  # JSON-RPC server error: the request carries no valid credentials
-TOO_LARGE = -32600  # JSON-RPC invalid request: the body is over the bound
+INVALID_REQUEST = -32600  # JSON-RPC invalid request: the body is over the bound, or is no JSON-RPC message
+_MESSAGE = ('a JSON-RPC 2.0 message is one JSON object with "jsonrpc": "2.0" and a "method" (a request or a '
+            'notification), or an "id" with a "result" or an "error" (a response)')
+
+
+def not_a_message(body: bytes) -> str | None:
+    """Why a POST body that parses as JSON is no JSON-RPC message, in one line (the SDK answers with every
+    validation error of its union of message types, over several lines); None when it is one, or is not JSON at
+    all (the SDK's own parse error is one line)."""
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(value, list):
+        return f"Invalid Request: a batch (a JSON list) is not part of MCP; {_MESSAGE}"
+    if not isinstance(value, dict):
+        return f"Invalid Request: the body is a JSON {type(value).__name__}; {_MESSAGE}"
+    response = "id" in value and ("result" in value or "error" in value)
+    if value.get("jsonrpc") != "2.0" or not (isinstance(value.get("method"), str) or response):
+        return f"Invalid Request: {_MESSAGE}"
+    return None
 
 
 async def _refuse(send: Any, status: int, code: int, message: str, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
@@ -35,7 +57,8 @@ async def _refuse(send: Any, status: int, code: int, message: str, headers: tupl
 
 
 class Front:
-    """ASGI middleware in front of the SDK's app: the bearer token (when ``tokens`` is given), then the body's size."""
+    """ASGI middleware in front of the SDK's app: the bearer token (when ``tokens`` is given), then the body's size,
+    then whether a POST body is a JSON-RPC message at all."""
 
     def __init__(self, app: Any, tokens: TokenSet | None, max_body: int) -> None:
         self.app = app
@@ -60,7 +83,11 @@ class Front:
         declared = next((v for k, v in scope.get("headers", []) if k == b"content-length"), b"0")
         body = await self._body(receive) if not declared.isdigit() or int(declared) <= self.max_body else None
         if body is None:
-            await _refuse(send, 413, TOO_LARGE, f"the request body is over {self.max_body} bytes ([mcp] max_body_bytes)")
+            await _refuse(send, 413, INVALID_REQUEST, f"the request body is over {self.max_body} bytes ([mcp] max_body_bytes)")
+            return
+        problem = not_a_message(body) if scope.get("method") == "POST" and body else None
+        if problem:
+            await _refuse(send, 400, INVALID_REQUEST, problem)
             return
         replayed = False
 
