@@ -406,6 +406,8 @@ def test_mcp_dry_run_writes_nothing_and_searches_name_their_client(demo_store, t
     async def body(client):
         found = result_data(await client.call_tool("memory_search", {"query": q, "k": 5}))
         target = next(r["id"] for r in found["results"] if "mandatory" not in r.get("flags", []))
+        why = result_data(await client.call_tool("memory_explain", {"query": q, "id": target}))
+        assert why["verdict"] == "returned"
         before = snapshot_store(path)
         dry = result_data(await client.call_tool("memory_set_status", {"id": target, "status": "deprecated",
                                                                         "dry_run": True}))
@@ -421,4 +423,4 @@ def test_mcp_dry_run_writes_nothing_and_searches_name_their_client(demo_store, t
 
     with Memory.open(path, settings=load_settings(), embedder=real_embedder, create=False) as m:
         accesses = storage.access(m, target)
-    assert [a["client"] for a in accesses] == ["pytest-agent 1.0 (mcp)"]
+    assert [a["client"] for a in accesses] == ["pytest-agent 1.0 (mcp)"] * 2  # the search, and explain's search

@@ -363,7 +363,8 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         active_wing: Annotated[str | None, Field(description="the active wing of that search")] = None,
         ctx: Context | None = None,
     ) -> dict[str, Any]:
-        return record(ctx, lambda mem, _w: mem.explain(query, id, active_wing=active_wing), need_model=True)
+        return record(ctx, lambda mem, _w: mem.explain(query, id, active_wing=active_wing, client=asking(ctx)),
+                      need_model=True)
 
     @tool("memory_wings", "List wings and rooms", read=True)
     def memory_wings(ctx: Context | None = None) -> dict[str, Any]:
