@@ -164,3 +164,28 @@ def test_the_flush_is_what_makes_them_durable(own_server, monkeypatch):
         assert again.missing_ids(acked) != []
     finally:
         again.close()
+
+
+def test_a_pooled_store_serves_again_soon_after_its_server_returns(own_server):
+    """A long-lived process (the app, the shared MCP server) holds a pool: after an outage with calls during it,
+    the first call once the server is back gets a connection (the pool's waits between attempts stay short)."""
+    from memlens.errors import StoreError
+    from memlens.store.postgres import connect
+
+    from .pg_fixture import START_TIMEOUT_S, _bounded
+
+    pool = connect.Pool(own_server.get_uri(), "test store", timeout_s=4.0)
+    try:
+        with pool.connection() as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        _kill_server(own_server)
+        down = time.monotonic()
+        while time.monotonic() - down < 20:  # calls keep failing while it is down; the pool keeps trying
+            with pytest.raises(StoreError):
+                with pool.connection() as conn:
+                    conn.execute("SELECT 1")
+        _bounded(own_server.ensure_postgres_running, START_TIMEOUT_S, "restart")
+        with pool.connection() as conn:  # within the 4 s this call waits (a doubling wait was 16 s by now)
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        pool.close()

@@ -213,8 +213,31 @@ def _one_line(record: Any) -> bool:
     return True
 
 
+RETRY_MAX_S = 2.0  # a pool that lost its server tries again at least this often
+
+
+def _pool_class() -> Any:
+    """``psycopg_pool.ConnectionPool`` whose attempts to reconnect wait at most ``RETRY_MAX_S`` between them. The
+    pool's own back-off doubles without bound (1, 2, 4 ... 64 s): after an outage of a minute, the database was back
+    but a shared server kept failing for as long again, while the pool slept."""
+    from psycopg_pool import ConnectionPool
+    from psycopg_pool.base import AttemptWithBackoff
+
+    class Attempt(AttemptWithBackoff):
+        def update_delay(self, now: float) -> None:
+            super().update_delay(now)
+            self.delay = min(self.delay, RETRY_MAX_S)
+
+    class Capped(ConnectionPool):
+        def _add_connection(self, attempt: Any, growing: bool = False) -> None:
+            super()._add_connection(attempt or Attempt(timeout=self.reconnect_timeout), growing)
+
+    return Capped
+
+
 class Pool:
-    """``psycopg_pool.ConnectionPool``: connections checked when taken, broken ones discarded when returned.
+    """``psycopg_pool.ConnectionPool``: connections checked when taken, broken ones discarded when returned, and
+    a lost server tried again every ``RETRY_MAX_S`` at most.
 
     The pool logs a warning for each failed attempt to connect; each is kept to one line on stderr.
     """
@@ -226,11 +249,12 @@ class Pool:
             from psycopg_pool import ConnectionPool
         except ImportError:
             raise StoreError("a pooled postgresql:// store needs psycopg-pool: pip install 'memlens[postgres]'") from None
+        pool_class = _pool_class()
         self.store = store
         logger = logging.getLogger("psycopg.pool")
         if _one_line not in logger.filters:
             logger.addFilter(_one_line)
-        self._pool = ConnectionPool(
+        self._pool = pool_class(
             uri, min_size=min_size, max_size=max_size, timeout=timeout_s, open=False, configure=configure,
             check=ConnectionPool.check_connection, name="memlens",
             kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S, "application_name": "memlens"},
