@@ -114,6 +114,45 @@ def test_a_failed_copy_leaves_the_destination_empty(tmp_path, settings, hash_emb
         pg.close()
 
 
+def test_a_copy_whose_server_goes_away_is_one_line(tmp_path, settings, hash_embedder, pg_uri, monkeypatch):
+    from memlens import Memory
+    from memlens.store.postgres import copy as copy_mod
+    from memlens.store.postgres import open_store
+
+    src = tmp_path / "a.db"
+    with Memory.open(src, settings=settings, embedder=hash_embedder) as mem:
+        mem.add("one entry", wing="w")
+    real_put = copy_mod._Postgres.put
+
+    def put_then_lose_the_connection(self, table, cols, rows):
+        real_put(self, table, cols, rows)
+        self.conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")  # as a server stopping mid-copy
+
+    monkeypatch.setattr(copy_mod._Postgres, "put", put_then_lose_the_connection)
+    with pytest.raises(StoreError) as err:
+        copy_mod.copy_store(src, pg_uri)
+    message = str(err.value)
+    assert message.startswith("lost the connection to postgresql://") and message.endswith("nothing was copied")
+    assert "\n" not in message
+    pg = open_store(pg_uri)
+    try:
+        assert pg.count() == 0 and pg.audit(limit=10) == []
+    finally:
+        pg.close()
+
+
+def test_a_copy_from_a_database_without_a_store_says_so_and_creates_nothing(tmp_path, pg_uri):
+    import psycopg
+
+    from memlens.store.postgres.copy import copy_store
+
+    with pytest.raises(StoreError, match="^no memlens store in postgresql://"):
+        copy_store(pg_uri, tmp_path / "out.db")
+    assert not (tmp_path / "out.db").exists()
+    with psycopg.connect(pg_uri) as conn:  # the empty source got no tables
+        assert conn.execute("SELECT to_regclass('store_meta')").fetchone()[0] is None
+
+
 def test_degenerate_vector_arrives_as_zeros(tmp_path, settings, hash_embedder, pg_uri):
     from memlens import Memory
     from memlens.store.postgres import open_store

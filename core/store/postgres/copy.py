@@ -19,6 +19,7 @@ PostgreSQL, which cannot hold NaN; it is never a search neighbour either way.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,7 +30,7 @@ import numpy as np
 from memlens.errors import StoreError
 from memlens.store.postgres import lexical
 from memlens.store.postgres.compat import from_pg
-from memlens.store.postgres.connect import is_uri
+from memlens.store.postgres.connect import is_uri, label, translate
 
 BATCH = 500
 ENTRY = ("rowid", "id", "wing", "room", "kind", "type", "status", "title", "text", "key", "salience", "overrides",
@@ -131,7 +132,9 @@ class _Postgres:
     def __init__(self, uri: str, dim: int | None, model: str | None) -> None:
         from memlens.store.postgres import open_store
 
-        self.store = open_store(uri, model=(lambda: _Model(model or "", int(dim))) if dim is not None else None)
+        # a source (no ``dim``) must be a memlens store already: nothing is created in it
+        self.store = open_store(uri, model=(lambda: _Model(model or "", int(dim))) if dim is not None else None,
+                                create=dim is not None)
         self.label = self.store.label
         self._cm: Any = self.store.connection()
         self.conn = self._cm.__enter__()
@@ -197,7 +200,10 @@ class _Postgres:
         self.conn.execute("ANALYZE")  # statistics for the planner: the copied tables were empty a moment ago
 
     def close(self) -> None:
-        self._cm.__exit__(None, None, None)
+        try:
+            self._cm.__exit__(None, None, None)
+        except Exception:  # the connection is gone (the error that ended the copy says so)
+            pass
         self.store.close()
 
 
@@ -208,7 +214,20 @@ def _open(target: str | Path, dim: int | None = None, model: str | None = None) 
 
 
 def copy_store(src: str | Path, dst: str | Path, *, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
-    """Copy the store ``src`` into the new store ``dst`` (a path or a ``postgresql://`` URI); returns rows per table."""
+    """Copy the store ``src`` into the new store ``dst`` (a path or a ``postgresql://`` URI); returns rows per table.
+    A PostgreSQL error (the server gone mid-copy, say) is one line naming that store; the copy's transaction rolled
+    back, so nothing was copied."""
+    try:
+        return _copy_store(src, dst, progress)
+    except Exception as exc:
+        psycopg = sys.modules.get("psycopg")
+        if psycopg is None or not isinstance(exc, psycopg.Error):
+            raise
+        uri = str(dst) if is_uri(dst) else str(src)
+        raise StoreError(f"{translate(exc, label(uri), uri)}; nothing was copied") from None
+
+
+def _copy_store(src: str | Path, dst: str | Path, progress: Callable[[int, int], None] | None) -> dict[str, int]:
     source = _open(src)
     try:
         meta = source.meta()
