@@ -228,6 +228,7 @@ def test_sessions_hosts_bounds_and_revocation(token_server):
     assert post(url, INIT, alice, Host="evil.example").status_code == 421
     assert post(url, INIT, alice, Origin="http://evil.example").status_code == 403
     assert post(url, INIT, alice, Host=f"memory.lan:{port}").status_code == 200
+    assert post(url, INIT, alice, Host=f"Memory.LAN.:{port}").status_code == 200  # any case, fully qualified
 
     # a body over [mcp] max_body_bytes (64 KiB here): 413 with a JSON-RPC error, before any session
     big = {**INIT, "params": {**INIT["params"], "padding": "x" * 70_000}}
@@ -241,9 +242,9 @@ def test_sessions_hosts_bounds_and_revocation(token_server):
         assert r.status_code == 400 and message.startswith("Invalid Request: ") and "\n" not in message, message
         assert not r.headers.get("mcp-session-id")
 
-    # [mcp] max_sessions (4 here; 2 opened above): the fifth session gets 503, open ones keep working
-    statuses = [post(url, INIT, alice).status_code for _ in range(3)]
-    assert statuses == [200, 200, 503]
+    # [mcp] max_sessions (4 here; 3 opened above): the fifth session gets 503, open ones keep working
+    statuses = [post(url, INIT, alice).status_code for _ in range(2)]
+    assert statuses == [200, 503]
     r = post(url, INIT, bob)
     assert r.status_code == 503 and r.json()["error"]["message"] == "Too many open sessions"
     assert post(url, listing, alice, mcp_session_id=session, mcp_protocol_version="2025-06-18").status_code == 200
@@ -266,3 +267,11 @@ def test_every_kind_of_json_rpc_message_passes_the_front(message):
 
     assert not_a_message(json.dumps(message).encode()) is None
     assert not_a_message(b"not json") is None  # the SDK's own parse error answers it (one line)
+
+
+def test_a_host_header_is_compared_in_lower_case_without_the_trailing_dot():
+    from memlens.mcp.auth import normal_host
+
+    assert normal_host(b"Memory.LAN.:8080") == b"memory.lan:8080"
+    assert normal_host(b"MEMORY.internal.") == b"memory.internal"
+    assert normal_host(b"[::1]:8080") == b"[::1]:8080" and normal_host(b"127.0.0.1:80") == b"127.0.0.1:80"

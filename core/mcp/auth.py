@@ -3,7 +3,8 @@
 A request body over ``[mcp] max_body_bytes`` gets 413 with a JSON-RPC error
 body before the SDK sees it (the SDK's own bound answers in plain text), and a
 POST body that is JSON but no JSON-RPC message (a list, a number, an object
-with neither a method nor a result) gets 400 with a one-line error.
+with neither a method nor a result) gets 400 with a one-line error. The Host
+header is compared in lower case and without a trailing dot.
 
 With tokens configured (``memlens.mcp.tokens``), every HTTP request must carry
 ``Authorization: Bearer TOKEN``; a missing or unknown token gets 401 with a
@@ -27,6 +28,19 @@ UNAUTHORIZED = -32001  # JSON-RPC server error: the request carries no valid cre
 INVALID_REQUEST = -32600  # JSON-RPC invalid request: the body is over the bound, or is no JSON-RPC message
 _MESSAGE = ('a JSON-RPC 2.0 message is one JSON object with "jsonrpc": "2.0" and a "method" (a request or a '
             'notification), or an "id" with a "result" or an "error" (a response)')
+
+
+def normal_host(value: bytes) -> bytes:
+    """A Host header as the allowed names are written: lower case, without the trailing dot of a fully qualified
+    name (``Memory.LAN.:8080`` is ``memory.lan:8080``); DNS names are the same in any case, and a client or proxy
+    may send either."""
+    text = value.decode("latin-1").strip().lower()
+    if text.startswith("["):  # an IPv6 address
+        return text.encode("latin-1")
+    name, colon, port = text.rpartition(":")
+    if not colon or not port.isdigit():
+        name, colon, port = text, "", ""
+    return (name.rstrip(".") + colon + port).encode("latin-1")
 
 
 def not_a_message(body: bytes) -> str | None:
@@ -69,6 +83,7 @@ class Front:
         if scope["type"] != "http":  # lifespan
             await self.app(scope, receive, send)
             return
+        scope = {**scope, "headers": [(k, normal_host(v) if k == b"host" else v) for k, v in scope.get("headers", [])]}
         if self.tokens is not None:
             header = next((v for k, v in scope.get("headers", []) if k == b"authorization"), b"")
             scheme, _, presented = header.decode("latin-1").partition(" ")
