@@ -275,3 +275,17 @@ def test_a_host_header_is_compared_in_lower_case_without_the_trailing_dot():
     assert normal_host(b"Memory.LAN.:8080") == b"memory.lan:8080"
     assert normal_host(b"MEMORY.internal.") == b"memory.internal"
     assert normal_host(b"[::1]:8080") == b"[::1]:8080" and normal_host(b"127.0.0.1:80") == b"127.0.0.1:80"
+
+
+def test_a_token_file_opened_to_others_while_serving_is_refused_until_fixed(tmp_path, capsys):
+    from memlens.mcp import tokens
+
+    path = tmp_path / "tokens"
+    secret = tokens.add(path, "alice")
+    served = tokens.load(path, [])
+    assert served.verify(secret).name == "alice"
+    path.chmod(0o644)  # only the mode changes: same content, same mtime
+    assert served.verify(secret) is None
+    assert "readable or writable by others" in capsys.readouterr().err
+    path.chmod(0o600)
+    assert served.verify(secret).name == "alice"

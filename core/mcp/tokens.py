@@ -111,7 +111,7 @@ class TokenSet:
     def __init__(self, path: Path | None, fixed: list[Token]) -> None:
         self.path = path
         self.fixed = fixed
-        self._signature: tuple[int, int, int] | None = None  # the file's (mtime, size, inode) when it was read
+        self._signature: tuple[int, ...] | None = None  # the file's stat when it was read (``_signature``)
         self._from_file: list[Token] = []
         if path is not None:
             self._from_file = read_file(path)
@@ -151,12 +151,13 @@ class TokenSet:
         return found
 
 
-def _signature(path: Path) -> tuple[int, int, int] | None:
+def _signature(path: Path) -> tuple[int, ...] | None:
+    """What changes when the file's content, place, owner or mode does (a chmod moves only its ctime and mode)."""
     try:
         st = path.stat()
     except OSError:
         return None
-    return st.st_mtime_ns, st.st_size, st.st_ino
+    return st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_mode, st.st_uid
 
 
 def load(tokens_file: Path | None, entries: list[str]) -> TokenSet:
