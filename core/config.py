@@ -430,6 +430,26 @@ def origin_of(loc: tuple[Any, ...], overrides: dict[str, Any], file: Path | None
     return f"see {config_file()} and {ENV_PREFIX}* variables"
 
 
+def _not_json(field: str | None) -> str | None:
+    """Which ``MEMLENS_FIELD__KEY`` variable of a list or table setting holds no JSON, and how to write it."""
+    import json
+    from typing import get_args, get_origin
+
+    section = Settings.model_fields.get(field or "")
+    model = section.annotation if section is not None else None
+    for name, value in os.environ.items():
+        key = name.upper().removeprefix(f"{ENV_PREFIX}{(field or '').upper()}__").lower()
+        sub = getattr(model, "model_fields", {}).get(key) if key != name.lower() else None
+        kinds = {get_origin(t) or t for t in (sub.annotation, *get_args(sub.annotation))} if sub is not None else set()
+        if kinds & {list, tuple, dict}:
+            try:
+                json.loads(value)
+            except ValueError:
+                what, example = ("a table", '{"key": "value"}') if dict in kinds else ("a list", '["a", "b"]')
+                return f"environment variable {name}: {field}.{key} is {what}, written as JSON: for example {name}='{example}'"
+    return None
+
+
 def load_settings(**overrides: Any) -> Settings:
     """The settings, every value checked against its allowed range; a bad one is a one-line MemlensError."""
     from pydantic import ValidationError as PydanticError
@@ -445,7 +465,7 @@ def load_settings(**overrides: Any) -> Settings:
         err = exc.errors()[0]
         loc = tuple(err["loc"])
         raise MemlensError(describe_error(dict(err), Settings, loc, origin_of(loc, overrides, file, data))) from None
-    except SettingsError as exc:  # a MEMLENS_* variable holding a table that is not JSON
+    except SettingsError as exc:  # a MEMLENS_* variable holding a table or a list that is not JSON
         m = re.search(r'field "([^"]+)"', str(exc))
         field = m.group(1) if m else None
         var = env_variable((field,)) if field else None
@@ -454,7 +474,7 @@ def load_settings(**overrides: Any) -> Settings:
                 f"configuration: environment variable {var}: {field} is a table, so its value must be a JSON object"
                 f" (or set {ENV_PREFIX}{field.upper()}__KEY=VALUE for one key)"
             ) from None
-        raise MemlensError(f"configuration: {exc}") from None
+        raise MemlensError(f"configuration: {_not_json(field) or exc}") from None
     finally:
         _FILE_DATA.reset(token)
     from memlens.profiles import check_profiles

@@ -141,6 +141,14 @@ def test_environment_errors_name_the_variable(monkeypatch):
     monkeypatch.setenv("MEMLENS_CACHE_DIR", "/dev/null")
     with pytest.raises(MemlensError, match="MEMLENS_CACHE_DIR"):
         load_settings()
+    monkeypatch.delenv("MEMLENS_CACHE_DIR")
+    monkeypatch.setenv("MEMLENS_MCP__ALLOWED_HOSTS", "memory.internal")  # a list, not written as JSON
+    with pytest.raises(MemlensError) as exc:
+        load_settings()
+    assert str(exc.value) == ("configuration: environment variable MEMLENS_MCP__ALLOWED_HOSTS: mcp.allowed_hosts is a "
+                              "list, written as JSON: for example MEMLENS_MCP__ALLOWED_HOSTS='[\"a\", \"b\"]'")
+    monkeypatch.setenv("MEMLENS_MCP__ALLOWED_HOSTS", '["memory.internal"]')
+    assert load_settings().mcp.allowed_hosts == ["memory.internal"]
 
 
 def test_cli_prints_one_line_for_a_bad_setting(tmp_path):
