@@ -776,6 +776,12 @@ def test_an_invalid_uri_is_one_line_without_the_password():
     with pytest.raises(StoreError) as info:
         open_store("postgresql://u:pw-in-uri@h/db?no_such_setting=1")
     assert "pw-in-uri" not in str(info.value) and "\n" not in str(info.value)
+    for uri, problem in (("postgresql://::::", 'invalid integer value ":::" for connection option "port"'),
+                         ("postgresql://u:pw-in-uri@localhost:99999/db", 'invalid port number: "99999"')):
+        with pytest.raises(StoreError) as info:  # libpq refuses these before connecting anywhere
+            open_store(uri)
+        shown = uri.replace(":pw-in-uri", "")
+        assert str(info.value) == f"not a valid PostgreSQL URI {shown!r}: {problem}"  # the URI as given
 
 
 def test_a_read_only_database_refuses_writes_in_one_line(pg_server, pg_uri, hash_embedder):

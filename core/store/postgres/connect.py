@@ -139,6 +139,10 @@ def connect(uri: str, store: str, *, configure: Callable[[Any], None] | None = N
     try:
         conn = psycopg.connect(uri, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, application_name="memlens")
     except psycopg.Error as exc:
+        problem = first_line(exc).removeprefix("connection is bad: ")
+        if problem.startswith("invalid "):  # libpq could not read a setting: the URI as given, not its label
+            shown = re.sub(r"//([^:/@]*):[^@]*@", r"//\1@", uri)
+            raise StoreError(redact(f"not a valid PostgreSQL URI {shown!r}: {problem}", uri_secrets(uri))) from None
         raise translate(exc, store, uri) from None
     if configure is not None:
         try:
