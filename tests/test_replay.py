@@ -224,6 +224,11 @@ def test_dry_run_cli_writes_nothing(demo_mem):
         assert snapshot_store(path) == before
     bad = run_cli("--store", str(path), "edit", target, "colour=red", "--dry-run")
     assert bad.returncode == 2 and snapshot_store(path) == before
+    bad = run_cli("--store", str(path), "edit", target, "meta=ops")
+    assert bad.returncode == 2 and "field 'meta': expected a JSON object" in bad.stderr and snapshot_store(path) == before
+    meta = run_cli("--store", str(path), "edit", target, 'meta={"owner": "ops"}', "--json")  # the meta of an export line
+    assert meta.returncode == 0, meta.stderr
+    assert json.loads(meta.stdout)["meta"] == {"owner": "ops"} and snapshot_store(path) != before
     text = run_cli("--store", str(path), "deprecate", target, "--dry-run")  # no golden query exists in this store
     assert text.returncode == 0 and "  golden queries: none defined (memlens golden add)" in text.stdout.splitlines()
 

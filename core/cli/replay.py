@@ -230,6 +230,14 @@ def _parse_changes(items: list[str]) -> dict[str, Any]:
         field, sep, value = item.partition("=")
         if not sep or field not in EDITABLE_FIELDS:
             raise ValidationError(f"{item[:40]!r}: expected FIELD=VALUE with FIELD one of {', '.join(EDITABLE_FIELDS)}")
+        if field == "meta":  # a JSON object, as in an export's lines
+            try:
+                out[field] = json.loads(value)
+            except ValueError:
+                out[field] = None
+            if not isinstance(out[field], dict):
+                raise ValidationError(f"field 'meta': expected a JSON object, e.g. meta='{{\"owner\": \"ops\"}}'")
+            continue
         out[field] = float(value) if field == "salience" and value.replace(".", "", 1).isdigit() else value
     return out
 

@@ -107,7 +107,9 @@ def cmd_review(args: argparse.Namespace) -> int:
 def _accept(args: argparse.Namespace, desk: Any, since: str | None, edits: dict[str, Any] | None) -> dict[str, Any]:
     from memlens.errors import ValidationError
 
-    if args.clean == bool(args.entry_ids):
+    if args.clean and args.entry_ids:
+        raise ValidationError("accept takes entry IDs or --clean (every item with no evidence against it), not both")
+    if not args.clean and not args.entry_ids:
         raise ValidationError("accept needs entry IDs, or --clean (every item with no evidence against it)")
     if args.clean and (args.supersedes or edits):
         raise ValidationError("--clean accepts the items as they are: --supersedes and --set need entry IDs")
