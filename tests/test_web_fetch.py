@@ -55,6 +55,9 @@ def test_good_page_404_and_wrong_type_each_get_a_status(site):
     assert GOOD_TEXT in ctx.context
     assert not m["ok"] and m["status"] == 404 and m["error"] == "HTTP 404" and m["chars"] == 0
     assert not b["ok"] and "image/png" in b["error"]
+    disguised = site.url("/binary-as-html")  # declared text/html: the bytes say otherwise
+    d = by_url(bounded(lambda: gather_sync(cfg(), urls=[disguised]), 60), disguised)
+    assert not d["ok"] and d["status"] == 200 and d["chars"] == 0 and d["error"].startswith("binary content")
     js = ctx.to_json()
     assert js["untrusted"] is True and ctx.untrusted is True and js["context"] == ctx.context
     assert [s["url"] for s in js["sources"]] == [good, missing, binary]

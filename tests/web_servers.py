@@ -147,6 +147,8 @@ class _Handler(BaseHTTPRequestHandler):
             page = ("<html><head><meta charset='iso-8859-1'><title>Caf\u00e9</title></head>"
                     "<body><p>Cr\u00e8me br\u00fbl\u00e9e</p>")
             self._send(200, page.encode("latin-1"), "text/html")
+        elif path == "/binary-as-html":  # an executable's bytes served as text/html
+            self._send(200, b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 8)
         elif path == "/binary":
             self._send(200, b"\x89PNG\r\n\x1a\n" + b"\0" * 100, "image/png")
         elif path == "/hang":  # accepts the request, never answers

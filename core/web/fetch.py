@@ -192,6 +192,9 @@ class Fetcher:
         except httpx.HTTPError as exc:
             page.error = describe_http_error(exc, self.cfg)
             return page
+        if b"\x00" in got.body[:8192]:  # whatever its declared type, no page of text holds a NUL byte
+            page.error, page.status = "binary content (a NUL byte in the first 8 KB), not a text page", got.status
+            return page
         got.ok = True
         return got
 
