@@ -268,11 +268,41 @@ def test_deadline_also_stops_the_embedding_of_what_was_read(tmp_path, ws, settin
             return super().embed(texts)
 
     with Memory.open(tmp_path / "slow.db", settings=settings, embedder=Slow()) as m:
-        out = index(m, ws, wing="proj", deadline_s=15.0)  # two slices start before it, the third after
-        assert (out["added"], out["complete"], Slow.calls) == (0, False, 2)
-        assert storage.runs(m, "index")[0]["status"] == "partial" and not list(m.entries("proj"))
+        out = index(m, ws, wing="proj", deadline_s=15.0)
+        # the first file to write is written whatever the deadline (its slices took 10 s each); nothing after it
+        first = out["chunks"]
+        assert (out["added"], out["complete"], Slow.calls) == (1, False, -(-first // 4) + 1)  # + the slice cut short
+        assert storage.runs(m, "index")[0]["status"] == "partial" and len(list(m.entries("proj"))) == first
         full = index(m, ws, wing="proj")
-        assert full["added"] > 10 and full["complete"] is True
+        assert full["added"] > 10 and full["unchanged"] == 1 and full["complete"] is True
+
+
+def test_a_file_slower_to_embed_than_the_deadline_is_still_indexed(tmp_path, settings, monkeypatch):
+    """Every run gets further: a file whose embedding alone outlasts the deadline was read and dropped by every
+    run, none of which ever wrote it."""
+    import types
+
+    from memlens import Memory
+    from memlens.embed import HashEmbedder
+    from memlens.ingest import pipeline, runs
+
+    clock = types.SimpleNamespace(now=1000.0)
+    fake_time = types.SimpleNamespace(monotonic=lambda: clock.now, perf_counter=time.perf_counter)
+    monkeypatch.setattr(pipeline, "time", fake_time)
+    monkeypatch.setattr(runs, "time", fake_time)
+    monkeypatch.setattr(pipeline, "EMBED_SLICE", 4)
+
+    class Slow(HashEmbedder):
+        def embed(self, texts):
+            clock.now += 10.0
+            return super().embed(texts)
+
+    big = tmp_path / "ws"
+    big.mkdir()
+    (big / "big.py").write_text("".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(400)))
+    with Memory.open(tmp_path / "slow.db", settings=settings, embedder=Slow()) as m:
+        out = index(m, big, wing="proj", deadline_s=5.0)
+        assert out["added"] == 1 and out["chunks"] > pipeline.EMBED_SLICE and out["complete"] is True
 
 
 def test_cli_index_and_status(tmp_path):

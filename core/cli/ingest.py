@@ -47,7 +47,8 @@ def register(sub: Any) -> None:
     s.add_argument("--room", default="")
     s.add_argument("--watch", action="store_true", help="keep re-indexing saved files until interrupted")
     s.add_argument("--deadline", type=float, default=None, metavar="SECONDS",
-                   help="stop reading and embedding after this long (the next run goes on from there); "
+                   help="stop reading and embedding after this long (the next run goes on from there; the first "
+                        "file that needs indexing is always finished, so every run gets further); "
                         "default: none, 60 with --watch")
     s.add_argument("--rescan", type=float, default=300.0, metavar="SECONDS", help="--watch: full rescan period (300)")
     s.add_argument("--json", action="store_true", help="print the summary (or the status) as JSON")

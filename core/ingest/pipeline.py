@@ -147,6 +147,7 @@ class _Writer(threading.Thread):
         self.mem, self.run_, self.progress, self.past_deadline = mem, run, progress, past_deadline
         self.q: queue.Queue[list[storage.SourceWrite] | None] = queue.Queue(maxsize=QUEUE_BATCHES)
         self.error: BaseException | None = None
+        self.wrote = False  # the first batch is written whatever the deadline: every run gets further than the last
 
     def run(self) -> None:
         try:
@@ -160,7 +161,7 @@ class _Writer(threading.Thread):
                     return
                 if self.error is not None:
                     continue  # drain: the producer learns of the error at its next put
-                if self.past_deadline():  # read but not embedded yet: left as it was, for the next run
+                if self.wrote and self.past_deadline():  # read but not embedded yet: left as it was, for the next run
                     self.run_.complete = False
                     continue
                 try:
@@ -180,7 +181,7 @@ class _Writer(threading.Thread):
                 todo.setdefault(h, t)
         hashes, texts = list(todo), list(todo.values())
         for i in range(0, len(texts), EMBED_SLICE):
-            if self.past_deadline():  # nothing of this batch is written: its files are read again next run
+            if self.wrote and self.past_deadline():  # nothing of this batch is written: its files are read again next run
                 self.run_.complete = False
                 return
             for h, v in zip(hashes[i : i + EMBED_SLICE], self.mem.embed(texts[i : i + EMBED_SLICE])):
@@ -188,6 +189,7 @@ class _Writer(threading.Thread):
         for w in batch:
             w.vectors = [known[content_hash(e.embed_text)] for e in w.entries]
         done = storage.write_sources(self.mem, batch, action=self.run_.mode)
+        self.wrote = True
         c = self.run_.counts
         c["added"] += done["added"]
         c["updated"] += done["updated"]
@@ -236,8 +238,9 @@ def run_pipeline(mem: IngestContext, targets: list[Target], run: Run, *, progres
 
     ``deadline`` (a ``time.monotonic()`` value): stop reading new files after it, and embedding too (a batch
     not embedded by then is not written), and leave the rest (and the removal of vanished files) to the next run:
-    the run ends within one slice of embedding (``EMBED_SLICE`` texts) of it. ``only``: look at these paths
-    only (the watcher).
+    the run ends within one slice of embedding (``EMBED_SLICE`` texts) of it, except that the first file read
+    that needs writing is always embedded and written (alone in its batch), so a file that takes longer than the
+    deadline is not read again by every run and never written. ``only``: look at these paths only (the watcher).
     """
     t0 = time.perf_counter()
 
@@ -254,6 +257,7 @@ def run_pipeline(mem: IngestContext, targets: list[Target], run: Run, *, progres
     writer.start()
     batch: list[storage.SourceWrite] = []
     batch_chunks = 0
+    sent = False  # whether a batch went to the writer
     touched: list[tuple[int, int, int]] = []
     dropped: list[storage.Source] = []
     try:
@@ -275,7 +279,10 @@ def run_pipeline(mem: IngestContext, targets: list[Target], run: Run, *, progres
                     continue
                 batch.append(w)
                 batch_chunks += len(w.entries)
-                if batch_chunks >= BATCH_CHUNKS or len(batch) >= BATCH_FILES:
+                # with a deadline, the first file to write goes alone: the one batch written whatever the deadline
+                first = deadline is not None and not sent
+                if first or batch_chunks >= BATCH_CHUNKS or len(batch) >= BATCH_FILES:
+                    sent = True
                     writer.put(batch)
                     batch, batch_chunks = [], 0
                 if progress:
