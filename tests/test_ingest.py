@@ -160,6 +160,29 @@ def test_unchanged_chunks_of_an_edited_file_reuse_their_vectors(mem, tmp_path, m
     assert sum(embedded) == 1  # only the new section's chunk met the model
 
 
+def test_files_read_before_a_large_one_are_written_even_if_the_large_one_fails(mem, tmp_path, monkeypatch):
+    """A large file goes into a batch of its own: an interrupt (or an error) while it is embedded keeps the smaller
+    files read before it, written in their own batch."""
+    from memlens.ingest import pipeline
+
+    monkeypatch.setattr(pipeline, "BATCH_CHUNKS", 8)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Small\n\nA small file changed just before the large one was added.\n")
+    (docs / "b.md").write_text("".join(f"# Part {i}\n\n{'Words of a long manual. ' * 40}\n\n" for i in range(30)))
+    real = mem.embedder.embed
+
+    def embed(texts):
+        if len(texts) > 2:  # the large file's batch
+            raise KeyboardInterrupt
+        return real(texts)
+
+    monkeypatch.setattr(mem.embedder, "embed", embed)
+    with pytest.raises(KeyboardInterrupt):
+        ingest(mem, [docs], wing="docs")
+    assert [e.title for e in mem.entries("docs")] == ["a.md > Small"]
+
+
 def test_unsupported_and_binary_files_are_skipped_with_reasons(mem, tmp_path):
     docs = tmp_path / "docs"
     readmes(docs, limit=8)

@@ -277,6 +277,9 @@ def run_pipeline(mem: IngestContext, targets: list[Target], run: Run, *, progres
                     if known is not None and len(skips) > n_skips:
                         dropped.append(known)  # indexed before, skipped now (binary, too large…): its chunks go
                     continue
+                if batch and batch_chunks + len(w.entries) > BATCH_CHUNKS:  # what was read so far is written apart
+                    writer.put(batch)  # from a large file: stopping during that one keeps the files before it
+                    batch, batch_chunks, sent = [], 0, True
                 batch.append(w)
                 batch_chunks += len(w.entries)
                 # with a deadline, the first file to write goes alone: the one batch written whatever the deadline
