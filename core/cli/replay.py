@@ -236,7 +236,7 @@ def _parse_changes(items: list[str]) -> dict[str, Any]:
             except ValueError:
                 out[field] = None
             if not isinstance(out[field], dict):
-                raise ValidationError(f"field 'meta': expected a JSON object, e.g. meta='{{\"owner\": \"ops\"}}'")
+                raise ValidationError("field 'meta': expected a JSON object, e.g. meta='{\"owner\": \"ops\"}'")
             continue
         out[field] = float(value) if field == "salience" and value.replace(".", "", 1).isdigit() else value
     return out
