@@ -28,7 +28,9 @@ def register(sub: Any) -> None:
     store_arg(s)
     s.add_argument("urls", nargs="*", metavar="URL", help="http or https URLs to fetch")
     s.add_argument("--search", metavar="QUERY", help="also fetch the results of this search ([web] provider)")
-    s.add_argument("--json", action="store_true", help='print {"sources": [...], "context": "...", "untrusted": true}, with "search" (--search) and "saved" (--save)')
+    s.add_argument("--json", action="store_true",
+                   help='print {"sources": [...], "context": "...", "untrusted": true}, with "search" (--search) '
+                        'and "saved" (--save)')
     s.add_argument("--save", action="store_true", help="store each page's text as a web entry, under review")
     s.add_argument("--wing", help="with --save: the wing the entries go to")
     s.add_argument("--room", default="", help="with --save: the room (default none)")
