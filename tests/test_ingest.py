@@ -362,3 +362,28 @@ def test_progress_bar_only_on_a_terminal(tmp_path):
     text = seen.decode("utf-8", "replace")
     assert "ingest: [" in text and "/3 files" in text
     assert proc.stdout.decode().startswith("ingest: 3 added")
+
+
+def test_ingest_and_index_do_not_take_each_others_folders_in_one_wing(mem, tmp_path):
+    """One catalog per wing: index would have taken an ingested folder's files as its own, unchanged (and listed
+    the folder as a code workspace never indexed), and ingest an indexed workspace's."""
+    from memlens.errors import ValidationError
+    from memlens.ingest import index
+
+    docs, ws = tmp_path / "a" / "docs", tmp_path / "ws"
+    readmes(docs, limit=2)
+    ws.mkdir()
+    (ws / "tool.py").write_text("def tool():\n    return 1\n")
+    ingest(mem, [docs], wing="W")
+    index(mem, ws, wing="W")
+    before = mem.count()
+    with pytest.raises(ValidationError, match=r"^index: .*docs is already ingested as documents \(memlens ingest\) in "
+                                              r"wing 'W'; index it into another --wing$"):
+        index(mem, docs, wing="W")
+    with pytest.raises(ValidationError, match=r"is already indexed as code \(memlens index\) in wing 'W'"):
+        ingest(mem, [ws], wing="W")
+    with pytest.raises(ValidationError, match="already ingested as documents"):
+        index(mem, tmp_path / "a", wing="W")  # a folder around it
+    assert mem.count() == before and [r["mode"] for r in storage.runs(mem)] == ["index", "ingest"]
+    assert index(mem, docs, wing="docs-as-code")["added"] == 2  # another wing: its own catalog
+    ingest(mem, [docs], wing="W")  # the same command again is fine

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ def _run(mem: IngestContext, mode: str, targets: Any, wing: str, room: str, root
     from memlens.ingest import storage
     from memlens.ingest.pipeline import Run, run_pipeline
 
+    _refuse_the_other_modes_folder(mem, mode, wing, targets)
     started = format_ts(utcnow())
     run = Run(mode, wing, room)
     deadline = time.monotonic() + deadline_s if deadline_s else None
@@ -26,6 +28,26 @@ def _run(mem: IngestContext, mode: str, targets: Any, wing: str, room: str, root
     storage.record_run(mem, mode, wing, root, started, out["seconds"], "ok" if run.complete else "partial",
                        {**out, "files": run.files_done})
     return out
+
+
+def _refuse_the_other_modes_folder(mem: IngestContext, mode: str, wing: str, targets: Any) -> None:
+    """``ingest`` and ``index`` keep one catalog per wing: a folder one of them brought into a wing (or a folder
+    inside it, or around it) is refused to the other there, which would take its files as its own, unchanged."""
+    from memlens.errors import ValidationError
+    from memlens.ingest import storage
+
+    other = "index" if mode == "ingest" else "ingest"
+    runs = [r for r in storage.runs(mem, None, storage.RUNS_KEPT) if r["wing"] == wing and r["root"]]
+    for t in targets:
+        if not t.is_dir:
+            continue
+        near = [r for r in runs if r["root"] == t.path or r["root"].startswith(t.path + os.sep)
+                or t.path.startswith(r["root"] + os.sep)]
+        theirs = [r["root"] for r in near if r["mode"] == other]
+        if theirs and not any(r["mode"] == mode for r in near):
+            as_what = "indexed as code (memlens index)" if other == "index" else "ingested as documents (memlens ingest)"
+            raise ValidationError(f"{mode}: {theirs[0]} is already {as_what} in wing {wing!r}; {mode} it into another "
+                                  "--wing")
 
 
 def ingest(mem: IngestContext, paths: Sequence[str | Path], *, wing: str, room: str = "", progress: Progress | None = None
