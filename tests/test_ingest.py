@@ -387,3 +387,10 @@ def test_ingest_and_index_do_not_take_each_others_folders_in_one_wing(mem, tmp_p
     assert mem.count() == before and [r["mode"] for r in storage.runs(mem)] == ["index", "ingest"]
     assert index(mem, docs, wing="docs-as-code")["added"] == 2  # another wing: its own catalog
     ingest(mem, [docs], wing="W")  # the same command again is fine
+
+
+def test_a_fifo_named_on_the_command_line_is_skipped_as_not_a_regular_file(mem, tmp_path):
+    fifo = tmp_path / "notes.md"
+    os.mkfifo(fifo)
+    out = ingest(mem, [fifo], wing="docs")  # never opened: reading a FIFO would wait for a writer
+    assert out["skipped"] == [{"path": str(fifo), "reason": "not a regular file"}] and mem.count() == 0

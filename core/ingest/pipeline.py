@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import queue
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -117,6 +118,9 @@ def _files(targets: list[Target], skips: list[Skip], stop: Callable[[], bool]) -
                 st = os.stat(t.path)
             except OSError as exc:
                 skips.append(Skip(t.path, f"cannot read: {exc.strerror or exc}"))
+                continue
+            if not stat.S_ISREG(st.st_mode):  # a FIFO or a device named on the command line: as the walk says it
+                skips.append(Skip(t.path, "not a regular file"))
                 continue
             yield t, Found(t.path, os.path.basename(t.path), st.st_size, st.st_mtime_ns)
 
