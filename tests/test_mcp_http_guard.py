@@ -26,6 +26,7 @@ def test_the_names_served_and_the_warning():
     assert "0.0.0.0" not in wild and "0.0.0.0:*" not in wild  # a wildcard address is no name a client uses
     assert wild[-5:] == ["mem.example.org", "mem.example.org:*", "10.0.0.5:8765", "[fd00::5]", "[fd00::5]:*"]
     assert "http://127.0.0.1:*" in origin_patterns(wild) and "http://mem.example.org:*" in origin_patterns(wild)
+    assert "https://mem.example.org" in origin_patterns(wild)  # the same name behind a TLS proxy
     for loopback in ("127.0.0.2", "127.0.0.1", "::1"):
         assert exposure_warning(loopback, loopback) is None  # 127.0.0.0/8 is loopback: no warning
     assert "every interface, reachable from other machines" in exposure_warning("0.0.0.0", "0.0.0.0")

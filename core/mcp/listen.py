@@ -65,8 +65,9 @@ def host_patterns(bind: str, bound: str, allowed_hosts: Iterable[str] = ()) -> l
 
 
 def origin_patterns(hosts: list[str], allowed_origins: Iterable[str] = ()) -> list[str]:
-    """The ``Origin`` values served: ``http://`` each allowed host value, and the configured origins."""
-    return list(dict.fromkeys([*(f"http://{h}" for h in hosts), *allowed_origins]))
+    """The ``Origin`` values served: ``http://`` and ``https://`` each allowed host value (a page served through
+    a TLS proxy for that name sends the second), and the configured origins."""
+    return list(dict.fromkeys([*(f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")), *allowed_origins]))
 
 
 def transport_security(bind: str, bound: str, mcp_settings: Any) -> Any:
