@@ -394,3 +394,17 @@ def test_a_fifo_named_on_the_command_line_is_skipped_as_not_a_regular_file(mem, 
     os.mkfifo(fifo)
     out = ingest(mem, [fifo], wing="docs")  # never opened: reading a FIFO would wait for a writer
     assert out["skipped"] == [{"path": str(fifo), "reason": "not a regular file"}] and mem.count() == 0
+
+
+def test_a_new_room_moves_unchanged_files_chunks_into_it(mem, tmp_path, monkeypatch):
+    docs = tmp_path / "docs"
+    readmes(docs, limit=2)
+    ingest(mem, [docs], wing="docs")
+    embedded: list[int] = []
+    real = mem.embedder.embed
+    monkeypatch.setattr(mem.embedder, "embed", lambda texts: embedded.append(len(texts)) or real(texts))
+    moved = ingest(mem, [docs], wing="docs", room="r1")  # --room was ignored for files that had not changed
+    assert moved["updated"] == 2 and moved["unchanged"] == 0 and sum(embedded) == 0  # their vectors are kept
+    assert {e.room for e in mem.entries("docs")} == {"r1"}
+    again = ingest(mem, [docs], wing="docs", room="r1")
+    assert again["unchanged"] == 2 and again["updated"] == 0

@@ -104,8 +104,11 @@ def resolve_targets(paths: list[str | Path], *, want_dir: bool = False) -> list[
     return kept
 
 
-def version_of(parser: str, count: TokenCounter) -> str:
-    return f"{parser}/{PARSER_VERSIONS.get(parser.split(':')[0], 1)};chunk/{CHUNKER_VERSION};tokens/{count.max_tokens}"
+def version_of(parser: str, count: TokenCounter, room: str = "") -> str:
+    """How a file's chunks were made: parser, chunker and window, and the room they went to (a run with another
+    ``--room`` writes an unchanged file again, into that room)."""
+    made = f"{parser}/{PARSER_VERSIONS.get(parser.split(':')[0], 1)};chunk/{CHUNKER_VERSION};tokens/{count.max_tokens}"
+    return f"{made};room/{room}" if room else made
 
 
 def _files(targets: list[Target], skips: list[Skip], stop: Callable[[], bool]) -> Iterator[tuple[Target, Found]]:
@@ -337,7 +340,7 @@ def _plan_file(mem: IngestContext, run: Run, target: Target, f: Found, known: st
     if run.mode == "ingest" and not is_doc and suffix not in CODE_EXTENSIONS:
         skips.append(Skip(f.path, f"unsupported file type {suffix or '(no extension)'!r}"))
         return None
-    if known is not None and known.size == f.size and known.mtime_ns == f.mtime_ns and _current(known, count):
+    if known is not None and known.size == f.size and known.mtime_ns == f.mtime_ns and _current(known, count, run.room):
         run.counts["unchanged"] += 1
         return None
     try:
@@ -349,7 +352,7 @@ def _plan_file(mem: IngestContext, run: Run, target: Target, f: Found, known: st
         skips.append(Skip(f.path, f"cannot read: {exc.strerror or exc}"))
         return None
     sha = hashlib.sha256(data).hexdigest()
-    if known is not None and known.sha256 == sha and _current(known, count):
+    if known is not None and known.sha256 == sha and _current(known, count, run.room):
         run.counts["unchanged"] += 1
         touched.append((known.id, len(data), f.mtime_ns))
         return None
@@ -380,10 +383,12 @@ def _plan_file(mem: IngestContext, run: Run, target: Target, f: Found, known: st
     except ValidationError as exc:
         skips.append(Skip(f.path, f"a chunk cannot be stored: {exc}"))
         return None
-    return storage.SourceWrite(run.wing, f.path, kind, f.size, f.mtime_ns, sha, version_of(parser, count), entries)
+    return storage.SourceWrite(run.wing, f.path, kind, f.size, f.mtime_ns, sha, version_of(parser, count, run.room),
+                               entries)
 
 
-def _current(known: storage.Source, count: TokenCounter) -> bool:
-    """Whether the catalog row was made by this parser and chunker version (else the file is read again)."""
+def _current(known: storage.Source, count: TokenCounter, room: str) -> bool:
+    """Whether the catalog row was made by this parser and chunker version, into ``room`` (else the file is read
+    again)."""
     parser = known.version.split(";", 1)[0].rsplit("/", 1)[0]
-    return known.version == version_of(parser, count)
+    return known.version == version_of(parser, count, room)
