@@ -13,7 +13,7 @@ import pytest
 
 from memlens.mcp.listen import exposure_warning, host_patterns, origin_patterns
 from tests.conftest import MEMLENS, run_cli
-from tests.mcp_helpers import LineReader, result_data, run_client, server_env
+from tests.mcp_helpers import LineReader, http_server, result_data, run_client, server_env
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "page", "version": "1"}}}
@@ -93,3 +93,28 @@ def test_host_and_origin_are_checked_whatever_the_bind_address(tmp_path, bind, c
     assert same[0] == 200 and same[1] and named[0] == 200 and loopback[0] == 200
     assert added["status"] == "created"
     assert "reachable from other machines" not in stderr  # 127.x is loopback
+
+
+@pytest.mark.slow
+def test_stopping_while_a_client_holds_its_event_stream_logs_no_error(tmp_path):
+    """SIGTERM with a client's GET event stream open ends that stream unanswered: the server says nothing of it
+    (uvicorn called it 'ERROR: ASGI callable returned without completing response')."""
+    import time
+
+    seen: list[bytes] = []
+    with http_server(tmp_path / "s.db", stderr=seen) as url:
+        port = int(url.split(":")[2].split("/")[0])
+        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("POST", "/mcp", json.dumps(INIT), headers)
+        opened = conn.getresponse()
+        opened.read()
+        session = {"mcp-session-id": opened.getheader("mcp-session-id"), "mcp-protocol-version": "2025-06-18"}
+        conn.request("POST", "/mcp", json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+                     {**headers, **session})
+        conn.getresponse().read()
+        stream = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        stream.request("GET", "/mcp", headers={"Accept": "text/event-stream", **session})
+        assert stream.getresponse().status == 200  # held open by the server until it stops
+        time.sleep(0.5)
+    assert b"memlens mcp: serving" in b"".join(seen) and b"ERROR" not in b"".join(seen), b"".join(seen)

@@ -17,6 +17,7 @@ protected, and ``initialize`` answered, before that import.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Any
@@ -299,8 +300,12 @@ def _serve_http(store: str | None, host: str, port: int, read_only: bool) -> int
     print(f"memlens mcp: serving http://{shown}:{actual}/mcp ({mode}pid {os.getpid()})", file=sys.stderr, flush=True)
     engine.start()
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    served = uvicorn.Server(config)
+    # stopping while a client holds its event stream open ends that stream unanswered: expected then, not an error
+    logging.getLogger("uvicorn.error").addFilter(
+        lambda r: not (served.should_exit and r.getMessage().startswith("ASGI callable returned without completing")))
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        served.run(sockets=[sock])
     finally:
         _close(engine)
     return 0
