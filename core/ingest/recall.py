@@ -109,8 +109,10 @@ def code_section(mem: IngestContext, bundle: Bundle) -> str:
             continue
         served.append((entry, sim))
         chars += len(entry.text)
-    trace.notes.append(f"code: {len(served)} chunks served from {', '.join(fresh)}"
-                       + (f"; dropped by the gates: {', '.join(f'{k} {v}' for k, v in sorted(reasons.items()))}"
+    looked = len(served) + sum(reasons.values())
+    # counts of this section's own look at the nearest chunks: the search's results dropped above are not in them
+    trace.notes.append(f"code: {len(served)} of the {looked} nearest chunks served from {', '.join(fresh)}"
+                       + (f"; the others dropped by the gates: {', '.join(f'{k} {v}' for k, v in sorted(reasons.items()))}"
                           if reasons else ""))
     _log(mem, fresh, len(served), reasons)
     return render(served)
