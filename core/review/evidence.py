@@ -64,7 +64,7 @@ class EvidenceSource(Protocol):
     def access_rows(self, entry_id: str, needle: str, limit: int) -> list[tuple[Any, ...]]: ...
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)
 def words(text: str) -> frozenset[str]:
     """The text's distinct words, kept for the texts seen last: lint weighs each entry against many others (a cluster
     of near-copies made every pair cut both texts again: 44 of 65 s for 1,068 entries)."""
