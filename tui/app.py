@@ -93,6 +93,10 @@ class MemlensApp(KeysWhereTheCursorIs, App[None]):
         self.push_screen(ConfirmScreen("Quit and lose unsaved edits?", f"Changed: {fields}", yes="Quit", no="Keep editing"),
                          lambda yes: self.exit() if yes else None)
 
+    async def action_quit(self) -> None:
+        """ctrl+q (Textual's quit) asks about unsaved edits as q does: it quit at once and lost them."""
+        self.action_quit_key()
+
     def action_copy_or_quit_hint(self) -> None:
         field = self.focused
         if isinstance(field, (Input, TextArea)) and field.selected_text:

@@ -87,6 +87,48 @@ def test_q_with_unsaved_edits_asks_first_and_keeps_them_on_no(make_app):
     run(app, body)
 
 
+def test_ctrl_q_with_unsaved_edits_asks_as_q_does(make_app):
+    from memlens.tui.screens.confirm import ConfirmScreen
+
+    app = make_app()
+
+    async def body(pilot):
+        app.open_entry("lc-arch-001")
+        await settle(pilot)
+        text = app.screen.query_one("#f-text")
+        text.focus()
+        text.move_cursor(text.document.end)
+        await pilot.press(*" Draft.")
+        await pilot.press("ctrl+q")  # from inside the text field, where the app's footer points for quitting
+        await settle(pilot)
+        assert app.is_running and isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await settle(pilot)
+        assert not app.is_running
+
+    run(app, body)
+
+
+def test_clearing_the_shell_twice_and_by_command_keeps_one_welcome(make_app):
+    app = make_app()
+
+    async def body(pilot):
+        app.open_shell()
+        await settle(pilot)
+        shell = app.screen
+        for _ in range(2):
+            await pilot.press("ctrl+l")  # the first clear of a fresh shell crashed the app (DuplicateIds)
+            await settle(pilot)
+        prompt = shell.query_one("#prompt")
+        prompt.value = ":clear"
+        prompt.focus()
+        await pilot.press("enter")
+        await settle(pilot)
+        assert app.is_running and len(shell.query("#welcome")) == 1
+
+    run(app, body)
+
+
 def test_q_without_edits_quits_at_once(make_app):
     app = make_app()
 

@@ -266,7 +266,7 @@ class ShellScreen(Screen[None]):
         elif isinstance(cmd, sc.Help):
             self.action_help()
         elif isinstance(cmd, sc.Clear):
-            self.action_clear()
+            self.call_later(self.action_clear)
 
     def _append(self, widget: Any, top: bool = False) -> None:
         transcript = self.query_one("#transcript", VerticalScroll)
@@ -442,10 +442,10 @@ class ShellScreen(Screen[None]):
     def action_back(self) -> None:
         self.app.pop_screen()
 
-    def action_clear(self) -> None:
+    async def action_clear(self) -> None:
         transcript = self.query_one("#transcript", VerticalScroll)
-        transcript.remove_children()
-        transcript.mount(Static(self._welcome(), id="welcome"))
+        await transcript.remove_children()  # gone before the new welcome (same id) is mounted
+        await transcript.mount(Static(self._welcome(), id="welcome"))
 
     def action_page(self, direction: int) -> None:
         transcript = self.query_one("#transcript", VerticalScroll)
