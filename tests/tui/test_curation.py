@@ -334,3 +334,35 @@ def test_web_text_becomes_an_invariant_only_after_the_promotion_is_confirmed(mak
     assert before.type.value == "note"
     assert (after.kind.value, after.type.value, after.meta["promoted"]["by"]) == ("web", "invariant", "app")
     assert audit["detail"]["promoted"]["by"] == "app"
+
+
+def test_a_save_over_an_edit_made_elsewhere_meanwhile_is_refused_and_keeps_both(make_app, settings, real_embedder):
+    """The entry changed in another process after the screen read it: saving would silently overwrite that edit."""
+    from memlens.tui.screens.entry import EntryScreen
+    from memlens.tui.screens.entry_impact import ImpactConfirmScreen
+
+    app = make_app(watch=False)
+    seen = {}
+
+    async def body(pilot):
+        screen = await open_entry(pilot, "lc-arch-001")
+        text = screen.query_one("#f-text")
+        text.focus()
+        text.move_cursor(text.document.end)
+        await pilot.press(*" Draft.")
+        with fresh(app, settings, real_embedder) as other:
+            other.update("lc-arch-001", text="Written by another process meanwhile.")
+        await pilot.press("ctrl+s")
+        await settle(pilot)
+        if isinstance(pilot.app.screen, ImpactConfirmScreen):
+            await pilot.press("y")
+            await settle(pilot)
+        seen["screen"], seen["status"] = pilot.app.screen, str(screen.query_one("#entry-error").render())
+        seen["draft"] = screen.query_one("#f-text").text
+
+    run(app, body)
+    assert isinstance(seen["screen"], EntryScreen)  # still open, the draft kept
+    assert "refused, nothing written" in seen["status"] and "since you read it" in seen["status"], seen["status"]
+    assert seen["draft"].endswith(" Draft.")
+    with fresh(app, settings, real_embedder) as m:
+        assert m.get("lc-arch-001").text == "Written by another process meanwhile."

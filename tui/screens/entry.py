@@ -453,8 +453,10 @@ class EntryScreen(Screen[None]):
                 entry = self.lens.delete(self.entry_id)
             elif action == "status":
                 entry = self.lens.set_status(self.entry_id, fields["status"])
-            else:
-                entry = self.lens.update(self.entry_id, **fields)
+            else:  # refused when the entry changed since this screen read it: that edit is not overwritten
+                read = self.entry
+                entry = self.lens.update(self.entry_id, **fields, expected_updated_at=None if read is None
+                                         else read.updated_at or read.created_at)
         except MemlensError as exc:
             self.post_message(self.Refused(str(exc)))
             return
