@@ -39,6 +39,17 @@ def test_mandatory_invariants_always_returned(demo_mem):
     assert not any("mandatory" in r.flags and r.entry.wing == "lifecore_ros2" for r in b2.results)
 
 
+def test_a_query_that_filters_type_or_status_gets_no_invariants_it_did_not_ask_for(demo_mem):
+    """type=decision asks for decisions and status=deprecated for deprecated entries: the active wing's active
+    invariants came on top of them all the same (wing= and room= already held)."""
+    for query, kept in (("type=decision hook contract", lambda r: r.entry.type.value == "decision"),
+                        ("status=deprecated hook contract", lambda r: r.entry.status.value == "deprecated")):
+        b = demo_mem.search(query, active_wing="lifecore_ros2", k=10)
+        assert b.results and all(kept(r) for r in b.results), [(r.entry.id, r.flags) for r in b.results]
+    b = demo_mem.search("type=invariant hook contract", active_wing="lifecore_ros2", k=3)
+    assert {r.entry.id for r in b.results if "mandatory" in r.flags} == LC_ACTIVE_INVARIANTS  # asked for: still all
+
+
 # scope: the active wing and the global wing, nothing else unless asked
 def test_scope_defaults_and_explicit_cross_wing(demo_mem):
     b = demo_mem.search("QoS depth for state topics", active_wing="lifecore_ros2")

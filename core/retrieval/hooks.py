@@ -89,10 +89,14 @@ def session_centroids(run: Run) -> dict[str, np.ndarray]:
 
 
 def mandatory_invariants(run: Run) -> set[int]:
-    """The active wing's active invariants, when the active wing is searched and the query allows any kind."""
+    """The active wing's active invariants, when the active wing is searched and the query allows any kind, and its
+    own ``type=`` and ``status=`` terms, if any, allow active invariants (``type=decision`` asks for decisions)."""
     plan = run.plan
     active_in_scope = plan.active_wing and (plan.scope is None or plan.active_wing in plan.scope)
     if not active_in_scope or plan.kinds == [] or plan.active_wing is None:
+        return set()
+    asked = plan.parsed
+    if (asked.types and "invariant" not in asked.types) or (asked.statuses and "active" not in asked.statuses):
         return set()
     return run.store.mandatory_invariants(plan.active_wing, plan.rooms)
 
