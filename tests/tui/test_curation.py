@@ -366,3 +366,30 @@ def test_a_save_over_an_edit_made_elsewhere_meanwhile_is_refused_and_keeps_both(
     assert seen["draft"].endswith(" Draft.")
     with fresh(app, settings, real_embedder) as m:
         assert m.get("lc-arch-001").text == "Written by another process meanwhile."
+
+
+def test_a_preview_the_locked_store_stops_says_so_in_words(make_app, monkeypatch):
+    import sqlite3
+
+    from textual.widgets import Static
+
+    app = make_app(watch=False)
+    seen = {}
+
+    def locked(*args, **kwargs):
+        raise sqlite3.OperationalError("database is locked")
+
+    async def body(pilot):
+        screen = await open_entry(pilot, "lc-arch-001")
+        text = screen.query_one("#f-text")
+        text.focus()
+        text.move_cursor(text.document.end)
+        await pilot.press(*" Draft.")
+        monkeypatch.setattr(app.lens, "preview", locked)
+        await pilot.press("ctrl+s")
+        await settle(pilot)
+        seen["text"] = " ".join(str(w.render()) for w in pilot.app.screen.query(Static))  # the question asked
+
+    run(app, body)
+    assert "(no impact preview: the store is locked by another writer right now)" in seen["text"], seen["text"]
+    assert "OperationalError" not in seen["text"]

@@ -394,7 +394,10 @@ class EntryScreen(Screen[None]):
                 self.post_message(self.Refused(str(exc)))  # the write would be refused the same way
             return
         except Exception as exc:  # noqa: BLE001 - a preview that cannot run (a locked store) must not block the write
-            self.post_message(self.Previewed(action, fields, None, f"{type(exc).__name__}: {exc}"))
+            said = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+            if "locked" in said.lower() or "busy" in said.lower():
+                said = "the store is locked by another writer right now"
+            self.post_message(self.Previewed(action, fields, None, said))
             return
         self.post_message(self.Previewed(action, fields, p))
 
