@@ -220,8 +220,6 @@ class Memory:
         untrusted.carry_origin(before, record, promoted_by, format_ts(record["updated_at"]))
         # the cap applies to a new text or meta; an entry stored before it keeps its other fields editable
         after = self._prepare(record, capped=bool({"text", "meta"} & set(changes)))
-        if {**after.to_record(), "updated_at": None} == {**before.to_record(), "updated_at": None}:
-            return before  # nothing changes: no write, no audit row, no new updated_at to fail others' checks
         if "overrides" in changes:
             writes.check_overrides(self.store, [after])
             writes.refuse_override_cycle(after, writes.stored_overrides(self.store))
