@@ -244,13 +244,10 @@ def test_deadline_leaves_the_rest_for_the_next_run(mem, ws):
     assert full["added"] > 10 and full["complete"] is True
 
 
-def test_deadline_also_stops_the_embedding_of_what_was_read(tmp_path, ws, settings, monkeypatch):
-    """Files read before the deadline but not embedded by then are not written (the run stopped within one slice of
-    embedding), and the next run indexes them. Each embedding call here takes 10 s of a clock the run reads."""
+def _fake_clock(monkeypatch):
+    """A clock the indexing run reads (each slow embedding moves it on), and embedding slices of 4 texts."""
     import types
 
-    from memlens import Memory
-    from memlens.embed import HashEmbedder
     from memlens.ingest import pipeline, runs
 
     clock = types.SimpleNamespace(now=1000.0)
@@ -258,6 +255,16 @@ def test_deadline_also_stops_the_embedding_of_what_was_read(tmp_path, ws, settin
     monkeypatch.setattr(pipeline, "time", fake_time)
     monkeypatch.setattr(runs, "time", fake_time)
     monkeypatch.setattr(pipeline, "EMBED_SLICE", 4)
+    return clock
+
+
+def test_deadline_also_stops_the_embedding_of_what_was_read(tmp_path, ws, settings, monkeypatch):
+    """Files read before the deadline but not embedded by then are not written (the run stopped within one slice of
+    embedding), and the next run indexes them. Each embedding call here takes 10 s of a clock the run reads."""
+    from memlens import Memory
+    from memlens.embed import HashEmbedder
+
+    clock = _fake_clock(monkeypatch)
 
     class Slow(HashEmbedder):
         calls = 0
@@ -280,17 +287,12 @@ def test_deadline_also_stops_the_embedding_of_what_was_read(tmp_path, ws, settin
 def test_a_file_slower_to_embed_than_the_deadline_is_still_indexed(tmp_path, settings, monkeypatch):
     """Every run gets further: a file whose embedding alone outlasts the deadline was read and dropped by every
     run, none of which ever wrote it."""
-    import types
 
     from memlens import Memory
     from memlens.embed import HashEmbedder
-    from memlens.ingest import pipeline, runs
+    from memlens.ingest import pipeline
 
-    clock = types.SimpleNamespace(now=1000.0)
-    fake_time = types.SimpleNamespace(monotonic=lambda: clock.now, perf_counter=time.perf_counter)
-    monkeypatch.setattr(pipeline, "time", fake_time)
-    monkeypatch.setattr(runs, "time", fake_time)
-    monkeypatch.setattr(pipeline, "EMBED_SLICE", 4)
+    clock = _fake_clock(monkeypatch)
 
     class Slow(HashEmbedder):
         def embed(self, texts):

@@ -121,6 +121,14 @@ async def settle(pilot, rounds: int = 6) -> None:
     await pilot.pause()
 
 
+async def type_at_end(pilot, screen, keys: str = " Draft.") -> None:
+    """Type ``keys`` at the end of an open entry's text, as a user does (an unsaved edit)."""
+    text = screen.query_one("#f-text")
+    text.focus()
+    text.move_cursor(text.document.end)
+    await pilot.press(*keys)
+
+
 async def search(pilot, query: str) -> None:
     """Type a query the way a user does and wait for its results."""
     main = pilot.app.main

@@ -12,7 +12,7 @@ import asyncio
 import numpy as np
 
 from ..conftest import snapshot_store
-from .conftest import run, search, settle
+from .conftest import run, search, settle, type_at_end
 
 SIZE = (120, 40)
 
@@ -346,10 +346,7 @@ def test_a_save_over_an_edit_made_elsewhere_meanwhile_is_refused_and_keeps_both(
 
     async def body(pilot):
         screen = await open_entry(pilot, "lc-arch-001")
-        text = screen.query_one("#f-text")
-        text.focus()
-        text.move_cursor(text.document.end)
-        await pilot.press(*" Draft.")
+        await type_at_end(pilot, screen)
         with fresh(app, settings, real_embedder) as other:
             other.update("lc-arch-001", text="Written by another process meanwhile.")
         await pilot.press("ctrl+s")
@@ -381,10 +378,7 @@ def test_a_preview_the_locked_store_stops_says_so_in_words(make_app, monkeypatch
 
     async def body(pilot):
         screen = await open_entry(pilot, "lc-arch-001")
-        text = screen.query_one("#f-text")
-        text.focus()
-        text.move_cursor(text.document.end)
-        await pilot.press(*" Draft.")
+        await type_at_end(pilot, screen)
         monkeypatch.setattr(app.lens, "preview", locked)
         await pilot.press("ctrl+s")
         await settle(pilot)

@@ -10,7 +10,7 @@ import pytest
 
 from memlens.limits import MAX_QUERY_CHARS
 
-from .conftest import run, search, settle, until
+from .conftest import run, search, settle, type_at_end, until
 
 pytestmark = pytest.mark.model
 
@@ -95,10 +95,7 @@ def test_ctrl_q_with_unsaved_edits_asks_as_q_does(make_app):
     async def body(pilot):
         app.open_entry("lc-arch-001")
         await settle(pilot)
-        text = app.screen.query_one("#f-text")
-        text.focus()
-        text.move_cursor(text.document.end)
-        await pilot.press(*" Draft.")
+        await type_at_end(pilot, app.screen)
         await pilot.press("ctrl+q")  # from inside the text field, where the app's footer points for quitting
         await settle(pilot)
         assert app.is_running and isinstance(app.screen, ConfirmScreen)
