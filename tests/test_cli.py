@@ -108,6 +108,16 @@ def test_stats(demo_db):
     assert st["read_only"] is False
 
 
+@pytest.mark.model  # the demo search embeds its query
+def test_demo_on_a_store_that_holds_entries_says_it_loads_nothing(demo_db):
+    before = snapshot_store(demo_db)
+    out = run_cli("--store", str(demo_db), "demo")
+    assert out.returncode == 0, out.stderr
+    assert f"store {demo_db} already holds 167 entries" in out.stderr and "nothing was loaded" in out.stderr
+    assert "loading the demo memory" not in out.stderr and "lc-arch" in out.stdout  # the search ran on what it holds
+    assert snapshot_store(demo_db)[0] == before[0]  # its entries as they were
+
+
 # -- bad input: one line, exit 2, store unchanged ----------------------------------------
 
 

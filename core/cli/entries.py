@@ -147,7 +147,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from memlens import demo
 
     with open_store(args, create=True) as mem:
-        if mem.count() == 0:
+        held = mem.count()
+        if held:
+            print(f"store {mem.path} already holds {count(held, 'entry', 'entries')}: the demo memory loads only into an "
+                  "empty store, so nothing was loaded (the demo search below runs on what the store holds)", file=sys.stderr)
+        else:
             print(f"empty store {mem.path}: loading the demo memory…", file=sys.stderr)
             report = demo.load_entries(mem)
             print(f"loaded {count(report['imported'], 'entry', 'entries')}", file=sys.stderr)

@@ -212,7 +212,16 @@ def test_edit_then_accept_from_the_app(make_app, review_store, settings, real_em
             e, audit = await asyncio.to_thread(_entry, path, "agent-plain-05", settings, real_embedder)
             assert e.title == "Staging robot rover-7" and e.status.value == "active"
             assert [r["detail"]["review"]["action"] for r in audit[:2]] == ["accept", "accept"]
-            assert "agent-plain-05" not in [i["entry"] for i in pilot.app.screen.items]
+            screen = pilot.app.screen
+            assert "agent-plain-05" not in [i["entry"] for i in screen.items]
+            status = str(screen.query_one("#review-status").render())
+            assert status.startswith("✓ ") and "agent-plain-05" in status and "u undoes it" in status, status
+
+            await pilot.press("u")  # the edit and the accept undone, as any other action of this screen
+            await settle(pilot)
+            e, _ = await asyncio.to_thread(_entry, path, "agent-plain-05", settings, real_embedder)
+            assert e.status.value == "under_review" and e.title != "Staging robot rover-7"
+            assert "agent-plain-05" in [i["entry"] for i in screen.items]
 
     asyncio.run(run())
 

@@ -131,6 +131,7 @@ class EntryScreen(Screen[None]):
         action: str
         entry: Entry
         reembedded: bool = False
+        done: list[dict[str, Any]] | None = None  # an accept's review results: what the review screen can undo
 
     @dataclass
     class Refused(Message):
@@ -446,11 +447,12 @@ class EntryScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="entry-write", exit_on_error=False)
     def _write(self, action: str, fields: dict[str, Any]) -> None:
+        done: list[dict[str, Any]] | None = None
         try:
             if action == "add":
                 entry = self.lens.add(fields.pop("text"), **fields)
             elif action == "accept":
-                self.lens.review_accept([self.entry_id], edits=fields or None)
+                done = self.lens.review_accept([self.entry_id], edits=fields or None)
                 entry = self.lens.get(self.entry_id)
             elif action == "delete":
                 entry = self.lens.delete(self.entry_id)
@@ -463,7 +465,8 @@ class EntryScreen(Screen[None]):
         except MemlensError as exc:
             self.post_message(self.Refused(str(exc)))
             return
-        self.post_message(self.Written(action, entry, action == "add" or bool({"text", "title"} & set(fields))))
+        self.post_message(self.Written(action, entry, action == "add" or bool({"text", "title"} & set(fields)),
+                                       done))
 
     def on_entry_screen_refused(self, message: Refused) -> None:
         self._busy = False
@@ -480,7 +483,7 @@ class EntryScreen(Screen[None]):
         what = {"add": f"Created {e.id} in {e.wing}", "delete": f"Deleted {e.id} from {e.wing}", "accept": f"Accepted {e.id}",
                 "status": f"{e.id} is now {e.status.value}"}.get(message.action, f"Saved {e.id}")
         self.notify(what + (" (re-embedded)" if message.reembedded and message.action != "delete" else ""), title="Entry")
-        self.dismiss(None)
+        self.dismiss(message.done)  # the review screen's status line and undo (None for other writes)
         refresh_health = getattr(self.app, "refresh_health", None)
         if refresh_health is not None:
             refresh_health()  # the header's golden status after this write

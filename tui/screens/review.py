@@ -325,19 +325,30 @@ class ReviewScreen(Screen[None]):
 
     def on_review_screen_done(self, message: Done) -> None:
         self._busy = False
-        acted = [r for r in message.results if r.get("action") != "undo"]
+        self._acted(message.results)
+        main = getattr(self.app, "main", None)
+        if main is not None:
+            main.action_rerun()  # its results may hold what changed
+
+    def _acted(self, results: list[dict[str, Any]]) -> None:
+        """A keypress's review results (or an undo's): kept for ``u``, said in the status line, the list read again."""
+        acted = [r for r in results if r.get("action") != "undo"]
         if acted:
             self.done.append(acted)
         elif self.done:
             self.done.pop()  # that keypress's actions are undone
-        self._status(f"✓ {_summary(message.results)}" + (_undo_hint(len(acted)) if acted else ""), "green")
-        for r in message.results:
+        self._status(f"✓ {_summary(results)}" + (_undo_hint(len(acted)) if acted else ""), "green")
+        for r in results:
             for eid in r.get("entries", [r.get("entry")]):
                 self.evidence.pop(str(eid), None)
         self.refresh_items()
-        main = getattr(self.app, "main", None)
-        if main is not None:
-            main.action_rerun()  # its results may hold what changed
+
+    def _edited(self, done: list[dict[str, Any]] | None) -> None:
+        """Back from editing an item: what its accept did, as any other action's (else the list read again)."""
+        if done:
+            self._acted(done)
+        else:
+            self.refresh_items()
 
     def on_review_screen_failed(self, message: Failed) -> None:
         self._busy = False
@@ -383,7 +394,7 @@ class ReviewScreen(Screen[None]):
         if item is not None and item["change"]["action"] != "delete":
             from .entry import EntryScreen
 
-            self.app.push_screen(EntryScreen(item["entry"], accept=True), lambda _: self.refresh_items())
+            self.app.push_screen(EntryScreen(item["entry"], accept=True), self._edited)
 
     def action_impact(self) -> None:
         item = self.selected()
