@@ -220,3 +220,53 @@ def test_opening_an_entry_deleted_elsewhere_says_so_instead_of_a_blank_form(make
         assert app.screen is app.main
 
     run(app, body)
+
+
+BURST = [("a", "a"), ("b", "b"), ("c", "c"), ("backspace", None), ("backspace", None), ("d", "d"), ("e", "e"), ("f", "f"),
+         ("left", None), ("x", "x")]
+
+
+async def burst(pilot) -> None:
+    """The keys of ``BURST`` arriving in one read of the terminal (a fast typist, a macro, tmux send-keys): all queued
+    before the app handles the first, as pilot.press (which waits after each key) never does."""
+    from textual import events
+
+    for key, char in BURST:
+        pilot.app.post_message(events.Key(key, char))
+    await settle(pilot)
+
+
+def test_editing_keys_typed_in_one_burst_apply_in_order(make_app):
+    """A field's own editing keys (backspace, arrows) keep their place among the characters typed after them: the
+    query box, an entry's text and the shell's prompt."""
+    from memlens.tui.screens.entry import EntryScreen
+
+    app = make_app()
+
+    async def body(pilot):
+        query = app.main.query_one("#query")
+        query.focus()
+        await burst(pilot)
+        assert query.value == "adexf"  # not "abcd…": the backspaces applied after the letters typed after them
+
+        app.open_entry("lc-arch-001")
+        await settle(pilot)
+        assert isinstance(app.screen, EntryScreen)
+        text = app.screen.query_one("#f-text")
+        text.focus()
+        text.move_cursor(text.document.end)
+        before = text.text
+        await burst(pilot)
+        assert text.text == before + "adexf"
+        text.text = before  # nothing left unsaved: escape leaves without asking
+        await pilot.press("escape")
+        await settle(pilot)
+
+        app.open_shell()
+        await settle(pilot)
+        prompt = app.screen.query_one("#prompt")
+        prompt.focus()
+        await burst(pilot)
+        assert prompt.value == "adexf"
+
+    run(app, body)

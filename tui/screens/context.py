@@ -27,6 +27,7 @@ from memlens.errors import MemlensError
 from memlens.trace import Bundle
 
 from ..widgets.bars import TYPE_STYLE, bar
+from ..widgets.ordered import OrderedInput
 
 STEP = 100
 DEBOUNCE_S = 0.3
@@ -134,7 +135,7 @@ class ContextScreen(Screen[None]):
         yield Header()
         with Horizontal(id="ctx-top"):
             yield Label("Budget (tokens)")
-            yield Input("" if self.budget is None else str(self.budget), placeholder="none", restrict=r"[0-9]*",
+            yield OrderedInput("" if self.budget is None else str(self.budget), placeholder="none", restrict=r"[0-9]*",
                         max_length=7, id="ctx-budget", tooltip="Empty: no budget. + and - step by 100.")
             yield Static("+ / - step by 100 · empty: no budget · esc closes", id="ctx-hint")
         with Horizontal(id="ctx-body"):

@@ -38,6 +38,7 @@ from memlens.models import KINDS, STATUSES, TYPES, Entry
 
 from ..widgets.code import language, lines_of, location
 from ..widgets.entry_view import audit_history, metadata
+from ..widgets.ordered import OrderedInput, OrderedTextArea
 
 INPUTS = ("title", "wing", "room", "key", "overrides", "salience")
 SELECTS = {"kind": KINDS, "type": TYPES, "status": STATUSES}
@@ -158,20 +159,20 @@ class EntryScreen(Screen[None]):
                 if self.accept:
                     form.border_title += " · edit, then ctrl+s accepts it"
                 with Horizontal(classes="row"):
-                    yield field("Title (empty: first words of the text)", Input(id="f-title"), "field wide")
+                    yield field("Title (empty: first words of the text)", OrderedInput(id="f-title"), "field wide")
                 with Horizontal(classes="row"):
-                    yield field("Wing", Input(id="f-wing"))
-                    yield field("Room", Input(id="f-room"))
-                    yield field("Salience 0–1", Input(id="f-salience"), "field narrow")
+                    yield field("Wing", OrderedInput(id="f-wing"))
+                    yield field("Room", OrderedInput(id="f-room"))
+                    yield field("Salience 0–1", OrderedInput(id="f-salience"), "field narrow")
                 with Horizontal(classes="row"):
                     for name, values in SELECTS.items():
                         yield field(name.capitalize(), Select([(v, v) for v in values], allow_blank=False, id=f"f-{name}"))
                 with Horizontal(classes="row"):
                     key_tip = "Entries of different wings with the same key state the same rule"
-                    yield field("Key", Input(id="f-key", tooltip=key_tip))
-                    yield field("Overrides (entry id it hides)", Input(id="f-overrides"))
+                    yield field("Key", OrderedInput(id="f-key", tooltip=key_tip))
+                    yield field("Overrides (entry id it hides)", OrderedInput(id="f-overrides"))
                 yield Label("Text", classes="field-label", id="f-text-label")
-                yield TextArea(id="f-text", soft_wrap=True)
+                yield OrderedTextArea(id="f-text", soft_wrap=True)
                 yield Static(id="entry-error")
             with Vertical(id="entry-side"):
                 with VerticalScroll(id="entry-meta-box") as box:

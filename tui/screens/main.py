@@ -18,6 +18,7 @@ from memlens.errors import MemlensError
 
 from ..keys import KeysWhereTheCursorIs, types_text
 from ..messages import SearchDone, SearchFailed
+from ..widgets.ordered import OrderedInput
 from ..widgets.results import ResultsTable
 from ..widgets.search_bar import ScopeSuggester, caret_line, check
 from ..widgets.trace_view import TracePane
@@ -76,7 +77,7 @@ class MainScreen(KeysWhereTheCursorIs, Screen[None]):
                 yield WorkingMemoryPane(id="wm")
             with Vertical(id="search-box") as box:
                 box.border_title = "Scoped search"
-                yield Input(placeholder="wing=… room=… type=invariant|decision  free text   (F1 for help)",
+                yield OrderedInput(placeholder="wing=… room=… type=invariant|decision  free text   (F1 for help)",
                             id="query", suggester=self.suggester)
                 yield Static(id="status")
                 yield ResultsTable(id="results")

@@ -33,6 +33,7 @@ from memlens.models import parse_ts
 from ..messages import StoreChanged
 from ..widgets.bars import TYPE_STYLE, age
 from ..widgets.entry_view import changed_span
+from ..widgets.ordered import OrderedInput
 
 TITLE = "Review: what agents wrote, with the evidence to accept, reject or merge it"
 SHOWN = 200  # items the table holds (painting a thousand rows took seconds); accept --clean acts on them all
@@ -137,7 +138,7 @@ class ReasonScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static(f"Reject {self.entry_id}: why? (enter rejects, esc cancels)")
-            yield Input(placeholder="reason, kept in the audit", id="reason")
+            yield OrderedInput(placeholder="reason, kept in the audit", id="reason")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value.strip() or "rejected in the app")

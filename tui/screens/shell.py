@@ -39,6 +39,7 @@ from .. import shell_commands as sc
 from ..widgets.answer import AnswerView
 from ..widgets.exchange import Exchange, trace_line  # noqa: F401 - trace_line: re-exported
 from ..widgets.ingest_view import IngestView
+from ..widgets.ordered import OrderedInput
 
 WELCOME = (
     "Ask as the agent's user would: plain text uses the memory profile, /memory … the conversation "
@@ -61,7 +62,7 @@ class ShellSuggester(Suggester):
         return sc.suggest(value, self.known)
 
 
-class ShellInput(Input):
+class ShellInput(OrderedInput):
     """An Input with shell keys: ↑/↓ walk the history, Tab accepts a completion."""
 
     BINDINGS = [

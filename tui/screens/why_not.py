@@ -28,6 +28,7 @@ from memlens.errors import MemlensError
 from memlens.models import Entry
 
 from ..widgets.bars import FLAG_STYLE, TYPE_STYLE, bar
+from ..widgets.ordered import OrderedInput
 
 DEBOUNCE_S = 0.25
 PIPELINE = ("status", "scope", "profile", "candidates", "dedup", "override", "threshold", "relative", "rerank", "cap",
@@ -166,10 +167,10 @@ class WhyNotScreen(Screen[None]):
             top.border_title = "Why not? · the stage that dropped an entry for a query"
             with Horizontal():
                 yield Label("Query")
-                yield Input(self.query_text, placeholder="the query to test, in the scoped language", id="wn-query")
+                yield OrderedInput(self.query_text, placeholder="the query to test, in the scoped language", id="wn-query")
             with Horizontal():
                 yield Label("Entry")
-                yield Input(placeholder="an entry id, or words of its title (enter explains)", id="wn-pick")
+                yield OrderedInput(placeholder="an entry id, or words of its title (enter explains)", id="wn-pick")
         with Horizontal(id="wn-body"):
             yield OptionList(id="wn-list")
             with VerticalScroll(id="wn-verdict-box") as box:
