@@ -270,3 +270,40 @@ def test_editing_keys_typed_in_one_burst_apply_in_order(make_app):
         assert prompt.value == "adexf"
 
     run(app, body)
+
+
+def test_a_narrow_footer_keeps_review_help_and_quit(make_app):
+    """At 80 columns the footer leaves out the keys F1 lists anyway (Re-run, Dropped, …) rather than cutting off
+    Review, Wing, Help and Quit; at 120 every key is there. The keys left out still work."""
+    from textual.widgets._footer import FooterKey
+
+    from memlens.tui.screens.review import COLUMNS
+
+    app = make_app()
+
+    def shown() -> list[str]:
+        return [k.description for k in app.screen.query(FooterKey) if "-command-palette" not in k.classes]
+
+    async def body(pilot):
+        await pilot.press("escape")  # out of the search box: the results' keys
+        await settle(pilot)
+        assert {"Review", "Wing", "Help", "Quit", "Search"} <= set(shown()) and "Re-run" not in shown(), shown()
+        await pilot.resize_terminal(120, 40)
+        await settle(pilot)
+        assert {"Re-run", "Dropped", "New", "Context", "Review", "Help", "Quit"} <= set(shown()), shown()
+        await pilot.resize_terminal(80, 24)
+        await settle(pilot)
+        await pilot.press("d")  # a key the narrow footer leaves out still works
+        await settle(pilot)
+        assert app.main.show_dropped
+        await pilot.press("v")
+        await settle(pilot)
+        assert {"Accept", "Reject", "Undo", "Back", "Quit"} <= set(shown()), shown()
+        table = app.screen.query_one("#review-items")
+        cells = [c.width for c in table.columns.values()]  # (each column has a cell of padding each side)
+        assert sum(cells) + 2 * len(cells) <= table.scrollable_content_region.width, cells  # "against" on screen
+        await pilot.resize_terminal(120, 40)
+        await settle(pilot)
+        assert [c.width for c in table.columns.values()] == [w for _, w in COLUMNS]
+
+    run(app, body, size=(80, 24))

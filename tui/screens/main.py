@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from memlens.errors import MemlensError
 
+from ..footer import FooterFits
 from ..keys import KeysWhereTheCursorIs, types_text
 from ..messages import SearchDone, SearchFailed
 from ..widgets.ordered import OrderedInput
@@ -30,9 +31,12 @@ if TYPE_CHECKING:
 DEBOUNCE_S = 0.3
 
 
-class MainScreen(KeysWhereTheCursorIs, Screen[None]):
+class MainScreen(FooterFits, KeysWhereTheCursorIs, Screen[None]):
     """The letter keys act on the results and the trace; in the search box they type (``memlens.tui.keys``), and
     Escape leaves the box."""
+
+    # on a narrow terminal the footer keeps Search, Shell, Review, Wing, Help and Quit (F1 lists the others)
+    FOOTER_SPARE = ("main.rerun", "main.dropped", "main.new", "main.context", "main.why_not", "main.leave_search")
 
     BINDINGS = [
         Binding("escape", "leave_search", "Results", id="main.leave_search",

@@ -30,6 +30,7 @@ from textual.worker import get_current_worker
 from memlens.errors import MemlensError
 from memlens.models import parse_ts
 
+from ..footer import FooterFits
 from ..messages import StoreChanged
 from ..widgets.bars import TYPE_STYLE, age
 from ..widgets.entry_view import changed_span
@@ -38,6 +39,20 @@ from ..widgets.ordered import OrderedInput
 TITLE = "Review: what agents wrote, with the evidence to accept, reject or merge it"
 SHOWN = 200  # items the table holds (painting a thousand rows took seconds); accept --clean acts on them all
 COLUMNS = (("client", 22), ("when", 7), ("change", 7), ("type", 9), ("entry", 40), ("against", 18))
+
+
+def column_widths(screen_width: int) -> dict[str, int]:
+    """The list's column widths: ``COLUMNS`` when the screen has room, else the evidence column at its shortest, the
+    client's names shorter, and the entry column what is left (at least 10), so that the evidence stays on screen
+    (each column has a cell of padding each side; the box, a border each side and a scrollbar)."""
+    widths = dict(COLUMNS)
+    short = screen_width - 4 - 2 * len(widths) - sum(widths.values())
+    for name, least in (("against", 15), ("client", 12), ("entry", 10)):
+        if short < 0:
+            cut = min(-short, widths[name] - least)
+            widths[name] -= cut
+            short += cut
+    return widths
 KIND_MARK = {"duplicate": "dup", "conflict": "conflict", "overrides": "overrides", "authority": "authority"}
 
 
@@ -147,7 +162,9 @@ class ReasonScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-class ReviewScreen(Screen[None]):
+class ReviewScreen(FooterFits, Screen[None]):
+    # on a narrow terminal the footer keeps Accept, Reject, Edit, Undo and Back (F1 lists the others)
+    FOOTER_SPARE = ("review.accept_clean", "review.impact", "review.merge")
     BINDINGS = [
         Binding("a", "accept", "Accept", id="review.accept", tooltip="Accept the agent's writes: the entry becomes active"),
         Binding("r", "reject", "Reject", id="review.reject",
@@ -196,6 +213,7 @@ class ReviewScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__()
         self.items: list[dict[str, Any]] = []
+        self._widths = dict(COLUMNS)  # the list's column widths (``column_widths``)
         self.evidence: dict[str, list[dict[str, Any]]] = {}
         self.done: list[list[dict[str, Any]]] = []  # the keypresses' actions here, newest last (u undoes one keypress)
         self._busy = False
@@ -219,9 +237,22 @@ class ReviewScreen(Screen[None]):
     def on_mount(self) -> None:
         table = self.query_one("#review-items", DataTable)
         table.border_title = "Agents' writes waiting for review · by client, oldest first"
-        for label, width in COLUMNS:  # fixed widths: a thousand rows are not measured on the first paint
-            table.add_column(label, key=label, width=width)
+        self._columns(column_widths(self.app.size.width))
         self.refresh_items()
+
+    def _columns(self, widths: dict[str, int]) -> None:
+        """The list's columns at ``widths`` (fixed: a thousand rows are not measured on the first paint)."""
+        self._widths = widths
+        table = self.query_one("#review-items", DataTable)
+        table.clear(columns=True)
+        for label, width in widths.items():
+            table.add_column(label, key=label, width=width)
+
+    def on_resize(self) -> None:
+        widths = column_widths(self.app.size.width)
+        if widths != self._widths:
+            self._columns(widths)
+            self._rows()
 
     def refresh_items(self) -> None:
         self._list()
@@ -257,20 +288,24 @@ class ReviewScreen(Screen[None]):
 
     def on_review_screen_listed(self, message: Listed) -> None:
         self.items = message.items
-        now = self.lens.now()
         clients, n = message.clients, message.total
         more = f" (the first {SHOWN} listed; memlens review lists them all)" if n > SHOWN else ""
         self.query_one("#review-summary", Static).update(
             Text.assemble((f"{n} agent write{'s' if n != 1 else ''} waiting", "bold"),
                           f" from {len(clients)} client{'s' if len(clients) != 1 else ''}: ", ", ".join(clients), more)
             if n else Text("Nothing waits for review: every agent write has been answered.", style="green"))
+        self._rows()
+
+    def _rows(self) -> None:
         table = self.query_one("#review-items", DataTable)
         table.clear()
+        now, widths = self.lens.now(), self._widths
         for it in self.items:
             type_ = it.get("type") or ""
-            table.add_row(_clip(it["client"], 22), f"{age(parse_ts(it['at']), now)} ago", it["change"]["action"],
-                          Text(type_, style=TYPE_STYLE.get(type_, "")), _clip(it.get("title") or it["entry"], 40),
-                          marks(self.evidence.get(it["entry"])), key=it["entry"])
+            table.add_row(_clip(it["client"], widths["client"]), f"{age(parse_ts(it['at']), now)} ago",
+                          it["change"]["action"], Text(type_, style=TYPE_STYLE.get(type_, "")),
+                          _clip(it.get("title") or it["entry"], widths["entry"]), marks(self.evidence.get(it["entry"])),
+                          key=it["entry"])
         self._show()
 
     def on_review_screen_weighed(self, message: Weighed) -> None:
