@@ -44,7 +44,14 @@ def load_tasks(mem: Memory) -> dict[str, Any] | None:
 
 
 def load(mem: Memory) -> dict[str, Any]:
-    """Entries, then tasks; the entries' import report."""
+    """Entries, then tasks, into an empty store; the entries' import report. A store that holds entries now (the
+    app offered the demo when it was empty, and another process wrote since) is left as it is: an error says so."""
+    held = mem.count()
+    if held:
+        from memlens.errors import StoreError
+
+        raise StoreError(f"store {mem.path} holds {held} {'entry' if held == 1 else 'entries'} now (written since it was "
+                         "found empty): the demo memory loads only into an empty store; nothing was loaded")
     report = load_entries(mem)
     load_tasks(mem)
     return report

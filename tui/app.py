@@ -231,6 +231,7 @@ class MemlensApp(KeysWhereTheCursorIs, App[None]):
             report = self.lens.load_demo()
         except MemlensError as exc:
             self.call_from_thread(self.notify, str(exc), title="Demo memory", severity="error")
+            self.call_from_thread(self.refresh_store, first=False)  # what the store holds now (another's writes)
             return
         self.call_from_thread(self.notify, f"Loaded {report['imported']} entries and the task history.", title="Demo memory")
         self.call_from_thread(self._after_demo)

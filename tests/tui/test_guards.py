@@ -3,6 +3,7 @@ inline error, Enter on a result opens it, and q with an entry's edits unsaved as
 
 from __future__ import annotations
 
+import asyncio
 import html
 import re
 
@@ -307,3 +308,29 @@ def test_a_narrow_footer_keeps_review_help_and_quit(make_app):
         assert [c.width for c in table.columns.values()] == [w for _, w in COLUMNS]
 
     run(app, body, size=(80, 24))
+
+
+def test_the_demo_offer_loads_nothing_into_a_store_written_since(make_app, settings, real_embedder):
+    """The app offers the demo on an empty store; when another process writes before the offer is taken, taking it
+    loads nothing (the demo's entries would mix with real ones) and says why."""
+    from memlens import Memory
+    from memlens.tui.screens.first_run import FirstRunScreen
+
+    app = make_app(empty=True)
+    notes: list[str] = []
+    app.notify = lambda message, **kw: notes.append(str(message))  # type: ignore[method-assign]
+
+    def agent_writes():
+        with Memory.open(app.lens.store_path, settings=settings, embedder=real_embedder) as m:
+            m.add("The lidar driver needs firmware 2.4 or later.", wing="robots", id="real-1")
+
+    async def body(pilot):
+        assert isinstance(app.screen, FirstRunScreen)
+        await asyncio.to_thread(agent_writes)
+        await pilot.press("d")
+        await until(pilot, lambda: bool(notes))
+        assert any("loads only into an empty store; nothing was loaded" in n for n in notes), notes
+        with Memory.open(app.lens.store_path, settings=settings, embedder=real_embedder) as m:
+            assert m.count() == 1 and m.tasks.is_empty()
+
+    run(app, body)
