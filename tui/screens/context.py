@@ -136,7 +136,7 @@ class ContextScreen(Screen[None]):
         with Horizontal(id="ctx-top"):
             yield Label("Budget (tokens)")
             yield OrderedInput("" if self.budget is None else str(self.budget), placeholder="none", restrict=r"[0-9]*",
-                        max_length=7, id="ctx-budget", tooltip="Empty: no budget. + and - step by 100.")
+                               max_length=7, id="ctx-budget", tooltip="Empty: no budget. + and - step by 100.")
             yield Static("+ / - step by 100 · empty: no budget · esc closes", id="ctx-hint")
         with Horizontal(id="ctx-body"):
             with VerticalScroll(id="ctx-md-box") as box:

@@ -466,8 +466,8 @@ class EntryScreen(Screen[None]):
         except MemlensError as exc:
             self.post_message(self.Refused(str(exc)))
             return
-        self.post_message(self.Written(action, entry, action == "add" or bool({"text", "title"} & set(fields)),
-                                       done))
+        reembedded = action == "add" or bool({"text", "title"} & set(fields))
+        self.post_message(self.Written(action, entry, reembedded, done))
 
     def on_entry_screen_refused(self, message: Refused) -> None:
         self._busy = False

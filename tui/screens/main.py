@@ -82,7 +82,7 @@ class MainScreen(FooterFits, KeysWhereTheCursorIs, Screen[None]):
             with Vertical(id="search-box") as box:
                 box.border_title = "Scoped search"
                 yield OrderedInput(placeholder="wing=… room=… type=invariant|decision  free text   (F1 for help)",
-                            id="query", suggester=self.suggester)
+                                   id="query", suggester=self.suggester)
                 yield Static(id="status")
                 yield ResultsTable(id="results")
         with VerticalScroll(id="trace-box") as box:

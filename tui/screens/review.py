@@ -39,6 +39,7 @@ from ..widgets.ordered import OrderedInput
 TITLE = "Review: what agents wrote, with the evidence to accept, reject or merge it"
 SHOWN = 200  # items the table holds (painting a thousand rows took seconds); accept --clean acts on them all
 COLUMNS = (("client", 22), ("when", 7), ("change", 7), ("type", 9), ("entry", 40), ("against", 18))
+KIND_MARK = {"duplicate": "dup", "conflict": "conflict", "overrides": "overrides", "authority": "authority"}
 
 
 def column_widths(screen_width: int) -> dict[str, int]:
@@ -53,7 +54,6 @@ def column_widths(screen_width: int) -> dict[str, int]:
             widths[name] -= cut
             short += cut
     return widths
-KIND_MARK = {"duplicate": "dup", "conflict": "conflict", "overrides": "overrides", "authority": "authority"}
 
 
 def _clip(text: Any, width: int) -> str:
