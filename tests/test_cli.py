@@ -118,6 +118,13 @@ def test_demo_on_a_store_that_holds_entries_says_it_loads_nothing(demo_db):
     assert snapshot_store(demo_db)[0] == before[0]  # its entries as they were
 
 
+def test_empty_golden_list_says_so(demo_db):
+    out = run_cli("--store", str(demo_db), "golden", "list")
+    assert out.returncode == 0 and out.stdout == "" and "no golden queries yet" in out.stderr, out.stderr
+    as_json = run_cli("--store", str(demo_db), "golden", "list", "--json")
+    assert json.loads(as_json.stdout) == [] and as_json.stderr == ""
+
+
 # -- bad input: one line, exit 2, store unchanged ----------------------------------------
 
 

@@ -154,6 +154,8 @@ def cmd_golden(args: argparse.Namespace) -> int:
             rows = golden.listing(mem)
             if args.json:
                 print(json.dumps(rows, ensure_ascii=False))
+            elif not rows:
+                print("no golden queries yet (memlens golden add QUERY --expect ID)", file=sys.stderr)
             for g in [] if args.json else rows:
                 wing = f"  (active wing {g['active_wing']})" if g["active_wing"] else ""
                 print(f"{g['id']:>4}  {g['query']!r} expects {g['expect']} within {g['within']}{wing}")
