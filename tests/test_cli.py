@@ -136,6 +136,13 @@ def test_malformed_jsonl(demo_db, tmp_path):
     assert snapshot_store(demo_db) == before
 
 
+def test_an_unknown_option_points_at_the_subcommands_help(demo_db):
+    one_line_error(run_cli("--store", str(demo_db), "task", "complete", "t1", "--summary", "x"),
+                   "unrecognized arguments: --summary x (see memlens task complete --help)")
+    one_line_error(run_cli("--store", str(demo_db), "golden", "list", "extra"),
+                   "unrecognized arguments: extra (see memlens golden list --help)")
+
+
 def test_unknown_scope_key(demo_db):
     before = snapshot_store(demo_db)
     one_line_error(run_cli("--store", str(demo_db), "search", "wings=ros2 callbacks"), "unknown key 'wings'")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from memlens.errors import ValidationError
 from memlens.limits import MAX_BUDGET, MAX_K, check_int
@@ -23,6 +23,23 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(f"{PROG}: error: {message} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(2)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """As argparse's, noting in the namespace the innermost (sub)command's parser that parsed it (``parse``)."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if not hasattr(parsed, "_parser"):  # a subcommand's parser returns first: it is kept
+            parsed._parser = self
+        return parsed, extras
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parser.parse_args``, with arguments no parser knows reported against the subcommand they followed: its
+    help lists what it takes (argparse names the top-level command)."""
+    parsed, extras = parser.parse_known_args(argv)
+    innermost = vars(parsed).pop("_parser", parser)
+    if extras:
+        innermost.error(f"unrecognized arguments: {' '.join(extras)}")
+    return parsed
 
 
 def _bounded(lo: int, hi: int, unit: str = "") -> Callable[[str], int]:

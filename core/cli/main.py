@@ -24,7 +24,7 @@ from memlens.cli import review as cli_review
 from memlens.cli import serve as cli_serve
 from memlens.cli import tasks as cli_tasks
 from memlens.cli import web as cli_web
-from memlens.cli.args import PROG, Parser, check_text_args
+from memlens.cli.args import PROG, Parser, check_text_args, parse
 from memlens.cli.common import store_arg
 from memlens.cli.output import for_people
 from memlens.errors import MemlensError
@@ -81,7 +81,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), argv)
     handler = COMMANDS.get(args.command or "tui", cli_serve.cmd_tui)
     with for_people(args):  # what a person reads carries no terminal control sequence
         return _handle(args, handler)
