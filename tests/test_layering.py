@@ -39,6 +39,7 @@ FOUNDATION = {
     "limits",
     "files",
     "config",
+    "config_source",
     "profiles",
     "trace",
     "embed",

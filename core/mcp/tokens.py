@@ -29,7 +29,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from memlens.config import TOKEN_ENTRY, TOKEN_FORM, config_file
+from memlens.config import TOKEN_ENTRY, TOKEN_FORM
+from memlens.config_source import config_file
 from memlens.errors import MemlensError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
