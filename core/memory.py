@@ -199,7 +199,8 @@ class Memory:
 
     def update(self, entry_id: str, *, expected_updated_at: str | datetime | None = None, promoted_by: str | None = None,
                **changes: Any) -> Entry:
-        """Change fields of an entry; a new text or title is re-embedded.
+        """Change fields of an entry; a new text or title is re-embedded. A call that changes nothing writes nothing
+        (no audit row, no new ``updated_at``, no review item) and returns the entry as it is.
 
         ``expected_updated_at``: the ``updated_at`` (or ``created_at``) the caller read; when the entry
         changed since, the update is refused (StaleUpdateError) instead of overwriting that edit. The
@@ -220,6 +221,8 @@ class Memory:
         untrusted.carry_origin(before, record, promoted_by, format_ts(record["updated_at"]))
         # the cap applies to a new text or meta; an entry stored before it keeps its other fields editable
         after = self._prepare(record, capped=bool({"text", "meta"} & set(changes)))
+        if {**after.to_record(), "updated_at": None} == {**before.to_record(), "updated_at": None}:
+            return before  # nothing changes: no write, no audit row, no new updated_at to fail others' checks
         if "overrides" in changes:
             writes.check_overrides(self.store, [after])
             writes.refuse_override_cycle(after, writes.stored_overrides(self.store))

@@ -65,6 +65,16 @@ def test_add_unique_reports_near_duplicates(real_mem):
     assert not created and [s["id"] for s in similar] == [e.id]  # the stored entry itself is not its own duplicate
 
 
+def test_an_update_that_changes_nothing_writes_nothing(mem):
+    e = mem.add("Original text.", wing="w", salience=0.4)
+    before = snapshot_store(mem.path)
+    for same in ({}, {"text": "Original text."}, {"salience": 0.4}):
+        got = mem.update(e.id, **same)
+        assert got.to_record() == e.to_record()  # updated_at too: another editor's expected_updated_at still holds
+    assert snapshot_store(mem.path) == before and len(mem.audit(e.id)) == 1
+    assert mem.update(e.id, salience=0.5).salience == 0.5 and len(mem.audit(e.id)) == 2
+
+
 def test_update_checked_refuses_a_stale_update(mem):
     e = mem.add("Original text.", wing="w")
     read_at = e.to_record()["updated_at"]

@@ -50,7 +50,8 @@ def test_results_go_stale_after_an_mcp_write(make_app):
 
 @pytest.fixture
 def agent_edited_store(tui_demo_store, snap_dir):
-    """ros2-conv-005 edited by an MCP client (salience, then status), times pinned."""
+    """ros2-conv-005 edited twice by an MCP client (its salience; an agent's edit puts the entry under review), times
+    pinned."""
     path = snap_dir / "agent.db"
     shutil.copy(tui_demo_store, path)
     agent = mcp_agent(path)
@@ -58,7 +59,7 @@ def agent_edited_store(tui_demo_store, snap_dir):
         entry = agent.call("memory_get", id="ros2-conv-005")["structuredContent"]
         res = agent.call("memory_update", id="ros2-conv-005", salience=0.9, expected_updated_at=entry["updated_at"])
         assert res.get("isError") is not True, res
-        assert agent.call("memory_set_status", id="ros2-conv-005", status="under_review").get("isError") is not True
+        assert agent.call("memory_update", id="ros2-conv-005", salience=0.8).get("isError") is not True
     finally:
         assert agent.close() == 0
     pin_times(path, {"ros2-conv-005": ["2026-11-18T09:30:00Z", "2026-11-19T16:45:00Z"]})
