@@ -118,6 +118,16 @@ def test_demo_on_a_store_that_holds_entries_says_it_loads_nothing(demo_db):
     assert snapshot_store(demo_db)[0] == before[0]  # its entries as they were
 
 
+def test_an_edit_that_changes_nothing_says_so_and_writes_nothing(demo_db):
+    before = snapshot_store(demo_db)
+    out = run_cli("--store", str(demo_db), "deprecate", "lc-arch-001")
+    assert out.returncode == 0 and out.stdout == "deprecate: lc-arch-001\n", out.stderr
+    written = snapshot_store(demo_db)
+    again = run_cli("--store", str(demo_db), "deprecate", "lc-arch-001")
+    assert again.stdout == "deprecate: lc-arch-001 (nothing changed: it already had these values)\n", again.stderr
+    assert snapshot_store(demo_db) == written != before  # no audit row, no new updated_at
+
+
 def test_empty_golden_list_says_so(demo_db):
     out = run_cli("--store", str(demo_db), "golden", "list")
     assert out.returncode == 0 and out.stdout == "" and "no golden queries yet" in out.stderr, out.stderr

@@ -261,8 +261,10 @@ def cmd_write(args: argparse.Namespace) -> int:
     change = _change(args)  # bad FIELD=VALUE fails before the store opens
     if not args.dry_run:
         with _open(args) as mem:
+            before = mem.get(args.entry_id).to_record() if args.command != "delete" else None
             entry = change(mem)
-        print(json.dumps(entry.to_record(), ensure_ascii=False) if args.json else f"{args.command}: {entry.id}")
+        same = " (nothing changed: it already had these values)" if entry.to_record() == before else ""
+        print(json.dumps(entry.to_record(), ensure_ascii=False) if args.json else f"{args.command}: {entry.id}{same}")
         return 0
     from memlens.replay.impact import preview
 
