@@ -90,6 +90,20 @@ def test_saved_web_text_is_untrusted_and_under_review(site, mem):
     assert mem.count() == 1
 
 
+def test_saved_web_text_waits_in_the_review_inbox(site, mem):
+    """A saved page was written by the page, not by the person who saved it: it is in the review inbox until a
+    person answers it, and accepting it makes it active without changing its kind."""
+    ctx = bounded(lambda: gather_sync(WebConfig(allow_hosts=["127.0.0.1"]), urls=[site.url("/good")]), 60)
+    (saved,) = save_sources(mem, ctx, wing="research")
+    desk = mem.review
+    (item,) = desk.items()
+    assert (item.entry_id, item.action, item.client) == (saved["id"], "add", "web page (memlens web --save)")
+    desk.accept([saved["id"]])
+    e = mem.get(saved["id"])
+    assert (e.status.value, e.kind.value, e.meta["untrusted"]) == ("active", "web", True)
+    assert desk.items() == []
+
+
 def test_saved_web_text_is_labelled_untrusted_in_the_agent_context(site, mem):
     ctx = bounded(lambda: gather_sync(WebConfig(allow_hosts=["127.0.0.1"]), urls=[site.url("/good")]), 60)
     (saved,) = save_sources(mem, ctx, wing="research")

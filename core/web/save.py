@@ -5,6 +5,10 @@ status ``under_review``, with ``meta.untrusted = true`` and ``meta.source`` (the
 URL the text came from). A web entry is never an invariant or a decision
 (unless a person promotes it, see ``memlens.untrusted``). The same page text saved twice in a wing is
 stored once.
+
+The text was written by the page, not by whoever saved it: the writes are attributed to the client
+acting (an MCP client that asked for the save), else to ``SAVER``, so each saved page waits in the
+review inbox (``memlens.review.inbox``) like an agent's write until a person accepts or rejects it.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol
 
+from memlens import attribution
 from memlens.limits import MAX_NAME_CHARS
 from memlens.web.sanitize import cap_text
 
@@ -19,6 +24,8 @@ if TYPE_CHECKING:
     from memlens.config import Settings
     from memlens.models import Entry
     from memlens.web.context import WebContext
+
+SAVER = {"name": "web page", "via": "memlens web --save"}  # the audit's client of a save nobody else asked for
 
 
 class Saves(Protocol):
@@ -47,7 +54,8 @@ def save_sources(mem: Saves, ctx: WebContext, *, wing: str, room: str = "") -> l
         if ctx.query:
             meta["search_query"] = ctx.query
         title = (src.title or url)[: min(MAX_NAME_CHARS, 200)]
-        entry, created, _ = mem.add_unique(text, wing=wing, room=room, kind="web", type="note", status="under_review",
-                                           title=title, meta=meta)
+        with attribution.acting_as(attribution.current() or SAVER):
+            entry, created, _ = mem.add_unique(text, wing=wing, room=room, kind="web", type="note",
+                                               status="under_review", title=title, meta=meta)
         saved.append({"id": entry.id, "url": url, "created": created})
     return saved
