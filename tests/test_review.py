@@ -106,6 +106,23 @@ def test_merge_keeps_one_entry_with_the_attribution_and_the_overrides(store):
     assert "found_in" not in store.get("rule-1").meta and "dup-1" in ids(store)
 
 
+def test_a_merge_that_would_close_a_cycle_of_overrides_is_refused_and_writes_nothing(store):
+    """dup-1 overrides note-2 and note-2 overrides rule-1: rule-1 taking dup-1's override would hide itself."""
+    store.add("Keep incident notes for two years.", wing="proj", id="note-2", overrides="rule-1")
+    store.update("dup-1", overrides="note-2")
+    before = {i: store.get(i).to_record() for i in ("rule-1", "dup-1", "note-2")}
+    with pytest.raises(ValidationError, match=r"merge: rule-1 -> note-2 -> rule-1 would be a cycle of overrides"):
+        store.review.merge(["dup-1"], into="rule-1")
+    assert {i: store.get(i).to_record() for i in before} == before and "dup-1" in ids(store)
+    # an entry re-pointed from the merged one to the kept one can close a loop too
+    store.update("dup-1", overrides=None)
+    store.update("note-2", overrides="dup-1")
+    store.update("rule-1", overrides="note-2")
+    with pytest.raises(ValidationError, match=r"merge: rule-1 -> note-2 -> rule-1 would be a cycle"):
+        store.review.merge(["dup-1"], into="rule-1")
+    assert store.get("dup-1").overrides is None and store.get("note-2").overrides == "dup-1"
+
+
 def test_undo_reverses_the_newest_action_and_reopens_the_item(store):
     desk = store.review
     desk.accept(["new-1"])

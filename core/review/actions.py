@@ -7,7 +7,8 @@
 * ``merge``: the item's entry is folded into another entry: the kept entry records where the knowledge
   was also found (``meta.found_in``: the merged entry's id, wing, title, writer and its own ``found_in``),
   entries that overrode the merged one override the kept one, the merged entry's own override passes
-  to the kept one if that has none, and the merged entry is deleted.
+  to the kept one if that has none, and the merged entry is deleted. A merge after which some entries would
+  override each other in a loop (each hiding the next) is refused and writes nothing.
 * ``undo``: every write of one review action is reversed, newest first, after checking that nothing
   changed those entries since (``memlens.review.desk`` finds the action's rows in the entries' history).
 
@@ -148,15 +149,20 @@ def merge(store: Writes, item: Item, into: str, overriders: list[str]) -> str:
             changes["overrides"] = merged.overrides if merged.overrides != target.id else None
         elif not target.overrides and merged.overrides and merged.overrides != target.id:
             changes["overrides"] = merged.overrides
-        _replace(w, target_rowid, target, revise(target, **changes))
+        kept = revise(target, **changes)
+        _replace(w, target_rowid, target, kept)
+        repointed = []
         for other_id in overriders:
             if other_id in (into, merged.id):
                 continue
             got = w.find(other_id)
             if got is not None and got[1].overrides == merged.id:
-                _replace(w, got[0], got[1], revise(got[1], overrides=into))
+                repointed.append(revise(got[1], overrides=into))
+                _replace(w, got[0], got[1], repointed[-1])
         w.delete(rowid)
         w.bump({merged.wing}, w.audit("delete", merged.id, merged.wing, merged.to_record(), None))
+        for changed in (kept, *repointed):  # an override passed on may close a loop: refused, nothing written
+            writes.refuse_override_cycle(changed, lambda i: _overrides(w, i), "merge")
     return f"{item.entry_id}: merged into {into}"
 
 
