@@ -128,6 +128,24 @@ def test_an_edit_that_changes_nothing_says_so_and_writes_nothing(demo_db):
     assert snapshot_store(demo_db) == written != before  # no audit row, no new updated_at
 
 
+def test_delete_names_the_entries_that_overrode_it_and_the_store_stays_sound(demo_db):
+    dry = run_cli("--store", str(demo_db), "delete", "ros2-conv-005", "--dry-run")
+    assert dry.returncode == 0 and "  lc-conv-010 overrides it and would override nothing\n" in dry.stdout, dry.stderr
+    out = run_cli("--store", str(demo_db), "delete", "ros2-conv-005")
+    assert out.stdout == "delete: ros2-conv-005\n  lc-conv-010 overrode it and now overrides nothing\n", out.stderr
+    assert run_cli("--store", str(demo_db), "check").returncode == 0
+
+
+def test_restore_refuses_an_entry_that_is_not_deprecated(demo_db):
+    waiting = run_cli("--store", str(demo_db), "export")
+    entry = next(json.loads(line) for line in waiting.stdout.splitlines() if '"under_review"' in line)
+    before = snapshot_store(demo_db)
+    out = run_cli("--store", str(demo_db), "restore", entry["id"])
+    assert out.returncode == 2 and out.stdout == "", out.stdout
+    assert f"restore: {entry['id']} is under_review, not deprecated (memlens review accept {entry['id']}" in out.stderr
+    assert snapshot_store(demo_db) == before
+
+
 def test_empty_golden_list_says_so(demo_db):
     out = run_cli("--store", str(demo_db), "golden", "list")
     assert out.returncode == 0 and out.stdout == "" and "no golden queries yet" in out.stderr, out.stderr

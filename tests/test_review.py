@@ -204,7 +204,8 @@ def test_lint_finds_what_is_wrong_with_a_severity_and_exit_status(store):
     from memlens.review.lint import exit_status
 
     store.add("Entries of this wing use the old API.", wing="proj", id="orphan", overrides="rule-1")
-    store.delete("rule-1")  # orphan's override now points at nothing
+    store.delete("rule-1")  # the delete leaves orphan overriding nothing; older releases left the dangling override:
+    store.store.conn.execute("UPDATE entries SET overrides = 'rule-1' WHERE id = 'orphan'")  # written back by hand
     store.add("word " * 900, wing="proj", id="long-1", type="invariant", title="Long")
     report = store.review.lint(store.embedder.count_tokens)
     kinds = {(f["kind"], f["severity"], tuple(f["entries"])) for f in report["findings"]}

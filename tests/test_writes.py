@@ -75,6 +75,24 @@ def test_an_update_that_changes_nothing_writes_nothing(mem):
     assert mem.update(e.id, salience=0.5).salience == 0.5 and len(mem.audit(e.id)) == 2
 
 
+def test_deleting_an_overridden_entry_leaves_its_overriders_overriding_nothing(mem, tmp_path, settings, hash_embedder):
+    """An override that names no entry is damage (``check``) and refused by ``import``: a delete must not leave one."""
+    from memlens import Memory
+
+    mem.add("Use the v1 endpoint for uploads.", wing="w", id="old")
+    mem.add("Use the v2 endpoint for uploads.", wing="w", id="new", overrides="old")
+    mem.add("Keep upload chunks under 5 MB.", wing="w", id="other")
+    mem.delete("old")
+    assert mem.get("new").overrides is None
+    newest = mem.audit("new")[0]
+    assert (newest["action"], newest["before"]["overrides"], newest["after"]["overrides"]) == ("update", "old", None)
+    exported = tmp_path / "all.jsonl"
+    with exported.open("w") as out:
+        mem.export_jsonl(out)
+    with Memory.open(tmp_path / "again.db", settings=settings, embedder=hash_embedder) as again:
+        assert again.import_jsonl(exported)["imported"] == 2
+
+
 def test_update_checked_refuses_a_stale_update(mem):
     e = mem.add("Original text.", wing="w")
     read_at = e.to_record()["updated_at"]

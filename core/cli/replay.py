@@ -257,24 +257,50 @@ def _change(args: argparse.Namespace) -> Callable[[Any], Any]:
     return lambda m: m.update(eid, promoted_by=promoted_by, **changes)
 
 
+def _check_restorable(mem: Any, entry_id: str) -> None:
+    """``restore`` is for a deprecated entry: an agent's entry waiting for review is answered in the review inbox."""
+    status = mem.get(entry_id).status.value
+    if status not in ("deprecated", "active"):
+        raise ValidationError(f"restore: {entry_id} is {status}, not deprecated (memlens review accept {entry_id} "
+                              f"makes it active; memlens edit {entry_id} status=active sets it by hand)")
+
+
+def _released(mem: Any, entry_id: str) -> list[str]:
+    """The entries that override ``entry_id``: deleting it leaves them overriding nothing."""
+    from memlens.store.writes import overriders
+
+    return overriders(mem.reads, entry_id)
+
+
 def cmd_write(args: argparse.Namespace) -> int:
     change = _change(args)  # bad FIELD=VALUE fails before the store opens
+    eid = args.entry_id
     if not args.dry_run:
         with _open(args) as mem:
-            before = mem.get(args.entry_id).to_record() if args.command != "delete" else None
+            if args.command == "restore":
+                _check_restorable(mem, eid)
+            before = mem.get(eid).to_record() if args.command != "delete" else None
+            released = _released(mem, eid) if args.command == "delete" else []
             entry = change(mem)
         same = " (nothing changed: it already had these values)" if entry.to_record() == before else ""
         print(json.dumps(entry.to_record(), ensure_ascii=False) if args.json else f"{args.command}: {entry.id}{same}")
+        if released and not args.json:
+            print(f"  {', '.join(released)} overrode it and now override{'s' if len(released) == 1 else ''} nothing")
         return 0
     from memlens.replay.impact import preview
 
     with _open(args) as mem:
-        mem.get(args.entry_id)
+        mem.get(eid)
+        if args.command == "restore":
+            _check_restorable(mem, eid)
+        released = _released(mem, eid) if args.command == "delete" else []
         report = preview(mem, change)
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
         return 0
-    print(f"dry run: {args.command} {args.entry_id} (nothing written)")
+    print(f"dry run: {args.command} {eid} (nothing written)")
+    if released:
+        print(f"  {', '.join(released)} override{'s' if len(released) == 1 else ''} it and would override nothing")
     for c in report["golden"]:
         state = "would fail" if c["was_ok"] else "fails already"
         print(f"  golden {c['id']} {c['query']!r} {state}: {c['expect']} {c['why']}")

@@ -123,6 +123,7 @@ def reject(store: Writes, embed: Embed, item: Item, *, delete: bool = False) -> 
         if delete:
             w.delete(rowid)
             w.bump({current.wing}, w.audit("delete", current.id, current.wing, current.to_record(), None))
+            writes.release_overriders(w, store, current)
             return f"{current.id}: deleted"
         _replace(w, rowid, current, revise(current, status="deprecated"))
     return f"{item.entry_id}: deprecated"

@@ -19,7 +19,7 @@ from memlens.errors import NotFoundError, ValidationError
 from memlens.ids import new_id
 from memlens.review import actions, evidence, inbox
 from memlens.review.inbox import Item
-from memlens.store.scope import Scope
+from memlens.store import writes
 
 if TYPE_CHECKING:
     from memlens.config import ReviewConfig
@@ -185,8 +185,7 @@ class ReviewDesk:
         return lint(self.store, self.thresholds, self.config, now=(self.now or utcnow)(), count_tokens=count_tokens)
 
     def _overriders(self, entry_id: str) -> list[str]:
-        rows = self.store.rows(self.store.related([entry_id], [], Scope())).rows
-        return [r[2] for r in rows if r[12] == entry_id]
+        return writes.overriders(self.store, entry_id)
 
     def last_action(self, entry_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
         """The newest review action on ``entry_id`` not undone yet, and its audit rows (newest first)."""

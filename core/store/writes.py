@@ -26,18 +26,19 @@ import numpy as np
 
 from memlens import untrusted
 from memlens.errors import NotFoundError, StaleUpdateError, ValidationError  # StaleUpdateError: re-exported
-from memlens.models import Entry, content_hash, format_ts, parse_ts
+from memlens.models import Entry, content_hash, format_ts, parse_ts, utcnow
 from memlens.store.rows import row_to_entry, vec_blob
+from memlens.store.scope import Scope
 
 if TYPE_CHECKING:
-    from memlens.store.base import Writes
+    from memlens.store.base import Writer, Writes
 
 Embed = Callable[[list[str]], np.ndarray]
 NEAR_DUPLICATE = 0.80  # cosine similarity from which another entry of the wing is reported as similar
 SIMILAR_MAX = 3
 
 __all__ = ["NEAR_DUPLICATE", "SIMILAR_MAX", "StaleUpdateError", "add", "add_unique", "check_overrides", "delete",
-           "override_cycle", "refuse_override_cycle", "stored_overrides",
+           "override_cycle", "overriders", "refuse_override_cycle", "release_overriders", "stored_overrides",
            "describe_validation", "near_duplicates", "update", "validate_entry", "vectors_for"]
 
 
@@ -170,13 +171,39 @@ def update(store: Writes, entry_id: str, after: Entry, vec: np.ndarray | None, e
     return after
 
 
+def overriders(store: Any, entry_id: str) -> list[str]:
+    """The ids of the entries whose ``overrides`` names ``entry_id`` (read on this thread's connection: inside a
+    ``store.write()`` block, with the write lock held on SQLite)."""
+    rows = store.rows(store.related([entry_id], [], Scope())).rows
+    return [r[2] for r in rows if r[12] == entry_id]  # (rowid, content_hash, *ENTRY_COLUMNS)
+
+
+def release_overriders(w: Writer, store: Any, deleted: Entry) -> list[str]:
+    """The entries that overrode ``deleted`` override nothing once it is gone: each is an audited update in the
+    deleting transaction (an override that names no entry is damage to ``check`` and refused by ``import``)."""
+    released = []
+    for other_id in overriders(store, deleted.id):
+        found = w.find(other_id)
+        if found is None or found[1].overrides != deleted.id:
+            continue
+        rowid, before = found
+        after = before.model_copy(update={"overrides": None, "updated_at": utcnow()})
+        w.replace(rowid, after, None)
+        seq = w.audit("update", after.id, after.wing, before.to_record(), after.to_record(), {"reembedded": False})
+        w.bump({after.wing}, seq)
+        released.append(after.id)
+    return released
+
+
 def delete(store: Writes, before: Entry) -> Entry:
+    """Delete ``before``; the entries that overrode it no longer override anything (``release_overriders``)."""
     with store.write() as w:
         rowid = w.find_rowid(before.id)
         if rowid is None:
             raise NotFoundError(f"no entry with id {before.id!r} in {store.path}")
         w.delete(rowid)
         w.bump({before.wing}, w.audit("delete", before.id, before.wing, before.to_record(), None))
+        release_overriders(w, store, before)
     return before
 
 
