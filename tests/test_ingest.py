@@ -183,14 +183,52 @@ def test_files_read_before_a_large_one_are_written_even_if_the_large_one_fails(m
     assert [e.title for e in mem.entries("docs")] == ["a.md > Small"]
 
 
+def test_an_interrupt_stops_the_writer_at_once(mem, tmp_path, monkeypatch):
+    """Ctrl-C while batches wait for the writer: it stops after the slice it is embedding, the waiting batches are
+    dropped, and nothing is written (it took the 30 s of a join timeout, embedding on, when the queue was full)."""
+    import threading
+
+    from memlens.ingest import pipeline
+
+    monkeypatch.setattr(pipeline, "BATCH_FILES", 1)
+    monkeypatch.setattr(pipeline, "EMBED_SLICE", 2)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("".join(f"# Part {i}\n\nSection {i} of a manual about lighthouses.\n\n" for i in range(10)))
+    for name in "bcde":
+        (docs / f"{name}.md").write_text(f"# {name}\n\nA small file named {name}.\n")
+    calls: list[int] = []
+    embedding = threading.Event()
+    real = mem.embedder.embed
+
+    def slow(texts):
+        calls.append(len(texts))
+        embedding.set()
+        time.sleep(0.3)  # the interrupt arrives while the first slice is embedded
+        return real(texts)
+
+    def progress(event):
+        if event.get("stage") == "read" and event["files"] == 3:  # b and c wait in the queue
+            assert embedding.wait(30)  # and a.md's first slice is being embedded
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(mem.embedder, "embed", slow)
+    with pytest.raises(KeyboardInterrupt):
+        ingest(mem, [docs], wing="docs", progress=progress)
+    assert not any(t.name == "memlens-ingest-writer" and t.is_alive() for t in threading.enumerate())
+    assert calls == [2] and list(mem.entries("docs")) == []
+
+
 def test_unsupported_and_binary_files_are_skipped_with_reasons(mem, tmp_path):
     docs = tmp_path / "docs"
     readmes(docs, limit=8)
     (docs / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
     (docs / "notes.txt").write_bytes(b"caf\xe9 latin-1 text")
+    (docs / "big.db").write_bytes(b"\0" * (600 * 1024))  # its type is the reason, whatever its size
     out = ingest(mem, [docs], wing="docs")
     reasons = {os.path.basename(s["path"]): s["reason"] for s in out["skipped"]}
     assert reasons["logo.png"].startswith("unsupported file type")
+    assert reasons["big.db"] == "unsupported file type '.db'"
     assert reasons["notes.txt"].startswith("not UTF-8 text")
 
 

@@ -188,6 +188,8 @@ class _Writer(threading.Thread):
                 todo.setdefault(h, t)
         hashes, texts = list(todo), list(todo.values())
         for i in range(0, len(texts), EMBED_SLICE):
+            if self.error is not None:  # stopped (an interrupt): nothing more is embedded or written
+                return
             if self.wrote and self.past_deadline():  # nothing of this batch is written: its files are read again next run
                 self.run_.complete = False
                 return
@@ -303,12 +305,14 @@ def run_pipeline(mem: IngestContext, targets: list[Target], run: Run, *, progres
                 writer.put(batch)
         writer.join_checked()
     except BaseException:
-        if writer.is_alive():
+        if writer.is_alive():  # the writer stops after the slice it is embedding (or the batch it is writing)
             writer.error = writer.error or MemlensError("stopped")
-            try:
-                writer.q.put_nowait(None)
-            except queue.Full:
-                pass
+            while True:  # the batches waiting are dropped (their files are read again next run), so the stop fits in
+                try:
+                    writer.q.get_nowait()
+                except queue.Empty:
+                    break
+            writer.q.put_nowait(None)
             writer.join(timeout=30)
         raise
     for source_id, size, mtime_ns in touched:
@@ -334,11 +338,11 @@ def _plan_file(mem: IngestContext, run: Run, target: Target, f: Found, known: st
     suffix = os.path.splitext(f.path)[1].lower()
     is_doc = run.mode == "ingest" and parser_for(f.path) is not None
     cap = MAX_DOC_BYTES if is_doc else MAX_CODE_BYTES
+    if run.mode == "ingest" and not is_doc and suffix not in CODE_EXTENSIONS:  # the type first: no size makes it fit
+        skips.append(Skip(f.path, f"unsupported file type {suffix or '(no extension)'!r}"))
+        return None
     if f.size > cap:
         skips.append(Skip(f.path, f"larger than {cap // 1024} KB"))
-        return None
-    if run.mode == "ingest" and not is_doc and suffix not in CODE_EXTENSIONS:
-        skips.append(Skip(f.path, f"unsupported file type {suffix or '(no extension)'!r}"))
         return None
     if known is not None and known.size == f.size and known.mtime_ns == f.mtime_ns and _current(known, count, run.room):
         run.counts["unchanged"] += 1
