@@ -244,6 +244,18 @@ def test_cli_json_summary_is_exactly_the_contract(tmp_path):
     assert "\r" not in r.stderr  # no progress bar when stderr is not a terminal
 
 
+def test_ingest_of_nothing_but_skipped_files_exits_1(tmp_path):
+    (tmp_path / "blob.dat").write_bytes(open("/bin/ls", "rb").read(4000))  # a real binary
+    store = str(tmp_path / "s.db")
+    r = run_cli("--store", store, "ingest", str(tmp_path / "blob.dat"), "--wing", "docs", timeout=120)
+    assert r.returncode == 1 and "memlens: nothing ingested: every file was skipped" in r.stderr, r.stderr
+    assert "skipped" in r.stderr and "blob.dat" in r.stderr
+    readmes(tmp_path / "docs", limit=1)
+    ok = run_cli("--store", store, "ingest", str(tmp_path / "blob.dat"), str(tmp_path / "docs"), "--wing", "docs",
+                 timeout=120)
+    assert ok.returncode == 0, ok.stderr  # one file ingested: the skipped one is reported, not a failure
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["ingest", "/nonexistent/readme.md", "--wing", "docs"], "no such file or folder"),
     (["ingest", ".", "--wing", "bad wing"], "not a valid name"),

@@ -38,7 +38,8 @@ def register(sub: Any) -> None:
     s.add_argument("--wing", required=True)
     s.add_argument("--room", default="")
     s.add_argument("--json", action="store_true",
-                   help='print {"added", "updated", "unchanged", "removed", "chunks", "skipped", "seconds", "complete"}')
+                   help='print {"added", "updated", "unchanged", "removed", "chunks", "skipped", "seconds", "complete"} '
+                        "(exit status 1 when every file was skipped)")
 
     s = sub.add_parser("index", help="index a workspace's code (incremental; --watch keeps it fresh); 'index status'")
     _store_arg(s)
@@ -117,6 +118,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             if bar:
                 bar.done()
     _print_summary("ingest", out, args.json)
+    if out["skipped"] and not (out["added"] or out["updated"] or out["unchanged"]):
+        print("memlens: nothing ingested: every file was skipped", file=sys.stderr)
+        return 1
     return 0
 
 
