@@ -170,7 +170,7 @@ class Entry(BaseModel):
     title: str = ""
     text: str
     key: str | None = None
-    salience: float = Field(default=0.5, ge=0.0, le=1.0)
+    salience: float = Field(default=0.5, ge=0.0, le=1.0, allow_inf_nan=False)
     overrides: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime | None = None

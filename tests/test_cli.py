@@ -146,6 +146,15 @@ def test_restore_refuses_an_entry_that_is_not_deprecated(demo_db):
     assert snapshot_store(demo_db) == before
 
 
+def test_access_json_holds_the_lists_asked_for(demo_db):
+    got = {flags: json.loads(run_cli("--store", str(demo_db), "access", *flags, "--json").stdout)
+           for flags in (("--never",), ("--always",), ("--never", "--always"))}
+    assert set(got[("--never",)]) == {"never", "entries"} and set(got[("--always",)]) == {"always", "entries"}
+    assert got[("--never", "--always")] == {**got[("--never",)], **got[("--always",)]}
+    both = run_cli("--store", str(demo_db), "access", "lc-arch-001", "--never")
+    assert both.returncode == 2 and "access takes an entry ID or --never / --always, not both" in both.stderr
+
+
 def test_empty_golden_list_says_so(demo_db):
     out = run_cli("--store", str(demo_db), "golden", "list")
     assert out.returncode == 0 and out.stdout == "" and "no golden queries yet" in out.stderr, out.stderr

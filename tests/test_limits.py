@@ -148,6 +148,7 @@ def test_degenerate_vector_in_a_key_group_is_a_conflict_not_a_crash(mem, store_p
         (["explain", "x", "--id", "a", "--budget", "99999999999999999999999"], f"from 1 to {MAX_BUDGET}"),
         (["eval", "q.jsonl", "r.tsv", "-k", "5000"], f"from 1 to {MAX_K}"),
         (["add", "x", "--wing", "w", "--salience", "nan"], "from 0 to 1"),
+        (["edit", "e1", "salience=nan"], "field 'salience': must be a number from 0 to 1, not 'nan'"),
         (["tasks", "-n", "100000000000000000000"], "-n/--window must be a whole number from 0 to"),
         (["search"], "search needs a QUERY"),
     ],
@@ -279,6 +280,7 @@ BAD = "caf\udce9"  # what Python makes of the bytes b"caf\xe9" in argv
         (["explain", "x", "--id", BAD], "--id is not valid UTF-8"),
         (["task", "block", BAD, "--reason", "r"], "ID is not valid UTF-8"),
         (["task", "block", "t1", "--reason", BAD], "--reason is not valid UTF-8"),
+        (["edit", "e1", f"title={BAD}"], "FIELD=VALUE is not valid UTF-8"),
     ],
 )
 def test_non_utf8_text_arguments_are_one_line_errors(tmp_path, args, fragment):

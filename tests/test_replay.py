@@ -164,6 +164,10 @@ def test_golden_fails_after_deprecation_and_passes_after_restore(demo_mem):
     assert golden.check(demo_mem)["passed"] == 1
     with pytest.raises(ValidationError, match="already expects"):
         golden.add(demo_mem, q, top, within=3)
+    for empty in ("", "   \t"):
+        with pytest.raises(ValidationError, match="a golden query needs words to search for"):
+            golden.add(demo_mem, empty, top)
+    assert len(golden.listing(demo_mem)) == 1
 
 
 @pytest.mark.model

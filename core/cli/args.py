@@ -77,7 +77,7 @@ BUDGET_ARG = _bounded(1, MAX_BUDGET, "tokens")
 # Arguments that name files: any bytes the file system allows. Every other string is text
 # that is stored, matched or printed, so it must be valid UTF-8.
 PATH_ARGS = frozenset({"store", "file", "queries", "qrels", "workspace", "report", "paths"})
-_ARG_NAMES = {"text": "TEXT", "query": "QUERY", "task_id": "ID", "entry_id": "--id", "wings": "--wing"}
+_ARG_NAMES = {"text": "TEXT", "query": "QUERY", "task_id": "ID", "entry_id": "--id", "wings": "--wing", "changes": "FIELD=VALUE"}
 
 
 def check_text_args(args: argparse.Namespace) -> None:

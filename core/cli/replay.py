@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from memlens.cli.args import K_ARG, Parser, _bounded
+from memlens.cli.args import K_ARG, Parser, _bounded, unit_float
 from memlens.cli.common import open_store, store_arg
 from memlens.cli.output import progress_stream
 from memlens.errors import ValidationError
@@ -177,13 +177,17 @@ def cmd_golden(args: argparse.Namespace) -> int:
 def cmd_access(args: argparse.Namespace) -> int:
     from memlens.replay import access
 
-    if bool(args.entry_id) == bool(args.never or args.always):
+    if args.entry_id and (args.never or args.always):
+        raise ValidationError("access takes an entry ID or --never / --always, not both")
+    if not (args.entry_id or args.never or args.always):
         raise ValidationError("access needs an entry ID, or --never / --always")
+    keys = ("never", "always") if args.never and args.always else ("never",) if args.never else ("always",)
     with _open(args) as mem:
         if args.entry_id:
             out: Any = access.entry_access(mem, args.entry_id)
         else:
-            out = access.coverage(mem, wing=args.wing)
+            got = access.coverage(mem, wing=args.wing)
+            out = {**{k: got[k] for k in keys}, "entries": got["entries"]}  # the lists asked for
     if args.json:
         print(json.dumps(out, ensure_ascii=False))
         return 0
@@ -195,7 +199,7 @@ def cmd_access(args: argparse.Namespace) -> int:
             ctx = "  in context" if a["in_context"] else ""
             print(f"  {a['ts']}  {a['client']:<12} rank {a['rank']:>3}  {a['score']:.3f}  {a['query']!r}{ctx}")
         return 0
-    for key in ("never", "always") if args.never and args.always else ("never",) if args.never else ("always",):
+    for key in keys:
         print(f"{key} retrieved ({len(out[key])}):")
         for e in out[key]:
             print(f"  {e['id']}  {e['wing']}  {e['type']:<9} {e['title']}  (searched {e['searched']}x)")
@@ -240,7 +244,13 @@ def _parse_changes(items: list[str]) -> dict[str, Any]:
             if not isinstance(out[field], dict):
                 raise ValidationError("field 'meta': expected a JSON object, e.g. meta='{\"owner\": \"ops\"}'")
             continue
-        out[field] = float(value) if field == "salience" and value.replace(".", "", 1).isdigit() else value
+        if field == "salience":
+            try:
+                out[field] = unit_float(value)
+            except argparse.ArgumentTypeError as exc:
+                raise ValidationError(f"field 'salience': {exc}") from None
+            continue
+        out[field] = value
     return out
 
 

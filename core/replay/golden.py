@@ -23,6 +23,8 @@ DEFAULT_WITHIN = 10
 def add(mem: ReplayContext, query: str, expect: str, *, active_wing: str | None = None,
         within: int = DEFAULT_WITHIN) -> dict[str, Any]:
     check_query(query)
+    if not query.strip():  # a golden query that could never pass
+        raise ValidationError("a golden query needs words to search for; this one is empty")
     within = check_int("--within", within, 1, MAX_K)
     mem.get(expect)  # NotFoundError for an unknown id
     if active_wing is not None and active_wing not in mem.wings():
