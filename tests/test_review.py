@@ -123,6 +123,34 @@ def test_a_merge_that_would_close_a_cycle_of_overrides_is_refused_and_writes_not
     assert store.get("dup-1").overrides is None and store.get("note-2").overrides == "dup-1"
 
 
+def test_a_merge_of_several_entries_is_checked_whole_before_anything_is_written(store):
+    from tests.conftest import snapshot_store
+
+    before = snapshot_store(store.path)
+    with pytest.raises(ValidationError, match="new-1 is merged by this command and cannot be what the others merge into"):
+        store.review.merge(["dup-1", "new-1"], into="new-1")
+    with pytest.raises(ValidationError, match="note-1 was deleted: there is nothing to merge"):
+        store.review.merge(["dup-1", "note-1"], into="rule-1")
+    assert snapshot_store(store.path) == before
+
+
+def test_an_action_refused_midway_names_what_it_did_before(store, monkeypatch):
+    from memlens.review import actions
+
+    real = actions.accept
+
+    def accept(st, item, **kw):
+        if item.entry_id == "new-1":  # written meanwhile by someone else
+            raise StaleUpdateError("entry 'new-1' changed since the inbox was read; list it again")
+        return real(st, item, **kw)
+
+    monkeypatch.setattr(actions, "accept", accept)
+    with pytest.raises(StaleUpdateError, match=r"^entry 'new-1' changed since the inbox was read; list it again "
+                                               r"\(stopped at new-1; done before it: dup-1: accepted\)$"):
+        store.review.accept(["dup-1", "new-1"])
+    assert store.get("dup-1").status.value == "active" and sorted(ids(store)) == ["new-1", "note-1", "rule-2"]
+
+
 def test_undo_reverses_the_newest_action_and_reopens_the_item(store):
     desk = store.review
     desk.accept(["new-1"])

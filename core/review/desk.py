@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from memlens import attribution
-from memlens.errors import NotFoundError, ValidationError
+from memlens.errors import MemlensError, NotFoundError, ValidationError
 from memlens.ids import new_id
 from memlens.review import actions, evidence, inbox
 from memlens.review.inbox import Item
@@ -120,8 +120,8 @@ class ReviewDesk:
         items = self._items(ids)
         if (edits or supersedes) and len(items) > 1:
             raise ValidationError("edits and --supersedes apply to one entry at a time")
-        out = []
-        for item in items:
+
+        def one(item: Item) -> dict[str, Any]:
             with self._as_reviewer("accept", [item.entry_id], supersedes=supersedes) as info:
                 seen = None
                 if edits:
@@ -130,8 +130,9 @@ class ReviewDesk:
                     edited = self._update(item.entry_id, expected_updated_at=item.after.get("updated_at"), **edits)
                     seen = edited.to_record()["updated_at"]
                 detail = actions.accept(self.store, item, supersedes=supersedes, seen=seen)
-            out.append({"entry": item.entry_id, "action": "accept", "batch": info["batch"], "detail": detail})
-        return out
+            return {"entry": item.entry_id, "action": "accept", "batch": info["batch"], "detail": detail}
+
+        return _each(items, one)
 
     def accept_clean(self, *, client: str | None = None, since: str | None = None) -> dict[str, Any]:
         """Accept every item with no evidence against it; the others are listed with what argues against them."""
@@ -147,12 +148,12 @@ class ReviewDesk:
         return {"accepted": accepted, "skipped": skipped}
 
     def reject(self, ids: list[str], *, reason: str | None = None, delete: bool = False) -> list[dict[str, Any]]:
-        out = []
-        for item in self._items(ids):
+        def one(item: Item) -> dict[str, Any]:
             with self._as_reviewer("reject", [item.entry_id], reason=reason, delete=delete) as info:
                 detail = actions.reject(self.store, self.embed, item, delete=delete)
-            out.append({"entry": item.entry_id, "action": "reject", "batch": info["batch"], "detail": detail})
-        return out
+            return {"entry": item.entry_id, "action": "reject", "batch": info["batch"], "detail": detail}
+
+        return _each(self._items(ids), one)
 
     def merge_target(self, item: Item) -> str:
         """The entry the item's best near-duplicate says it would merge into."""
@@ -165,16 +166,27 @@ class ReviewDesk:
                               f"(memlens review merge {item.entry_id} --into ID)")
 
     def merge(self, ids: list[str], *, into: str | None = None) -> list[dict[str, Any]]:
-        out = []
-        for item in self._items(ids):
+        items = self._items(ids)
+        merged = [i.entry_id for i in items]
+        if into in merged:
+            raise ValidationError(f"{into} is merged by this command and cannot be what the others merge into")
+        targets = {}  # every item's target, found before anything is written
+        for item in items:
             if item.after is None:
                 raise ValidationError(f"{item.entry_id} was deleted: there is nothing to merge")
-            target = into or self.merge_target(item)
+            target = targets[item.entry_id] = into or self.merge_target(item)
+            if target in merged:
+                raise ValidationError(f"{item.entry_id} would merge into {target}, which this command merges too: "
+                                      "merge them one at a time")
+
+        def one(item: Item) -> dict[str, Any]:
+            target = targets[item.entry_id]
             overriders = self._overriders(item.entry_id)
             with self._as_reviewer("merge", list(dict.fromkeys([item.entry_id, target, *overriders])), into=target) as info:
                 detail = actions.merge(self.store, item, target, overriders)
-            out.append({"entry": item.entry_id, "action": "merge", "into": target, "batch": info["batch"], "detail": detail})
-        return out
+            return {"entry": item.entry_id, "action": "merge", "into": target, "batch": info["batch"], "detail": detail}
+
+        return _each(items, one)
 
     # -- the whole store -------------------------------------------------------------------------
 
@@ -218,6 +230,21 @@ class ReviewDesk:
             actions.undo(self.store, self.embed, rows)
         return {"entry": entry_id, "action": "undo", "undid": review.get("action"), "batch": info["batch"],
                 "undoes": review["batch"], "entries": entries}
+
+
+def _each(items: list[Item], act: Callable[[Item], dict[str, Any]]) -> list[dict[str, Any]]:
+    """``act`` on each item, each its own transaction (and review batch, undone alone). An item refused after others
+    were answered names them in its error: what was done is never left unsaid."""
+    out: list[dict[str, Any]] = []
+    for item in items:
+        try:
+            out.append(act(item))
+        except MemlensError as exc:
+            if not out:
+                raise
+            done = "; ".join(str(o["detail"]) for o in out)
+            raise type(exc)(f"{exc} (stopped at {item.entry_id}; done before it: {done})") from None
+    return out
 
 
 def _impact(p: dict[str, Any]) -> dict[str, Any]:
