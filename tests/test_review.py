@@ -151,6 +151,22 @@ def test_an_action_refused_midway_names_what_it_did_before(store, monkeypatch):
     assert store.get("dup-1").status.value == "active" and sorted(ids(store)) == ["new-1", "note-1", "rule-2"]
 
 
+def test_a_rule_with_the_key_of_another_in_its_own_wing_is_evidence_against_it(store):
+    """One key names one rule: an agent's rule with another text for a key its wing already has is for a person."""
+    store.add("The health service answers from the cached component status.", wing="proj", type="decision",
+              id="health-1", key="health.service")
+    with attribution.acting_as(AGENT):
+        store.add("The health service must probe the hardware live on every request.", wing="proj", type="decision",
+                  id="health-2", key="health.service", status="under_review")
+    desk = store.review
+    ev = desk.evidence(desk.item("health-2"))
+    (conflict,) = [e for e in ev if e["kind"] == "conflict"]
+    assert (conflict["rule"], conflict["key"], conflict["id"], conflict["against"]) == ("same key", "health.service",
+                                                                                       "health-1", True)
+    assert "accept with --supersedes health-1" in conflict["detail"]
+    assert "health-2" in {s["entry"] for s in desk.accept_clean()["skipped"]}
+
+
 def test_undo_reverses_the_newest_action_and_reopens_the_item(store):
     desk = store.review
     desk.accept(["new-1"])

@@ -3,7 +3,7 @@
 * ``duplicate``: an entry of any wing whose stored vector is at least ``Thresholds.duplicate`` similar
   (cosine) and that shares at least ``Thresholds.containment`` of the shorter text's words
   (``shared_text``), with the entry the pair would merge into;
-* ``conflict``: by key (another wing's entry with the same key, different text, no override), and by
+* ``conflict``: by key (another entry with the same key, different text, no override), and by
   subject without keys: an invariant or decision of another wing at least ``Thresholds.conflict``
   similar and not linked by ``overrides`` (the rule search flags), and, in the entry's own wing, one of
   equal or higher authority on the same subject: the new rule contradicts it or supersedes it, which
@@ -144,11 +144,12 @@ def similar(entry: Entry, vec: np.ndarray, src: EvidenceSource, th: Thresholds, 
 
 
 def key_conflicts(entry: Entry, vec: np.ndarray | None, src: EvidenceSource, th: Thresholds) -> list[dict[str, Any]]:
-    """Entries of other wings with the same key and other text, no override between them (the search's rule)."""
+    """Entries with the same key and other text, no override between them: in other wings (the search's rule), and
+    in the entry's own wing (one key names one fact or rule: two texts for it are for a person to settle)."""
     if not entry.key:
         return []
     rows = src.rows(src.related([], [entry.key], Scope())).rows
-    others = [r for r in rows if r[_KEY] == entry.key and r[_ID] != entry.id and r[_WING] != entry.wing
+    others = [r for r in rows if r[_KEY] == entry.key and r[_ID] != entry.id
               and r[_STATUS] != "deprecated" and not _linked(entry, r) and r[1] != content_hash(entry.embed_text)]
     out = []
     for row in others:
@@ -156,8 +157,11 @@ def key_conflicts(entry: Entry, vec: np.ndarray | None, src: EvidenceSource, th:
         sim = float(np.frombuffer(blob, "<f4") @ vec) if blob is not None and vec is not None else 0.0
         if sim >= th.same_key and row[5] == entry.kind.value:
             continue  # the same fact stored twice: the duplicate evidence covers it
+        detail = ("the same key in two wings with different text and no override" if row[_WING] != entry.wing else
+                  f"the same key as {row[_ID]} in this wing with different text: accept with --supersedes {row[_ID]} "
+                  "to set overrides, or reject")
         out.append({"kind": "conflict", "rule": SAME_KEY, "key": entry.key, **_other(row, sim), "against": True,
-                    "detail": "the same key in two wings with different text and no override"})
+                    "detail": detail})
     return out
 
 
