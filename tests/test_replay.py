@@ -207,6 +207,8 @@ def test_impact_preview_writes_nothing_and_names_what_would_change(demo_mem):
     assert [c["expect"] for c in report["golden"]] == [target] and report["golden"][0]["was_ok"]
     changed = {q["query"]: q for q in report["queries"]}
     assert QUERIES[0][0] in changed and target in changed[QUERIES[0][0]]["left"]
+    logged = {e["seq"]: e["ts"] for e in storage.logged(demo_mem, last=50)}
+    assert all(logged[q["seq"]] == q["ts"] for q in report["queries"])  # each named by its logged time, not now
     # the same write, done for real, changes the store: the preview's rollback is what kept it unchanged
     report2 = impact.preview(demo_mem, lambda m: m.delete(target))
     assert snapshot_store(demo_mem.path) == before and report2["golden"][0]["stage"] == "deleted"

@@ -40,10 +40,11 @@ def recent_requests(mem: ReplayContext, n: int = RECENT) -> list[dict[str, Any]]
 
 
 def _as_logged(entry: dict[str, Any], bundle: Any) -> dict[str, Any]:
-    """A baseline run in the shape of a logged retrieval, so ``diff`` compares before/after the change."""
+    """A baseline run in the shape of a logged retrieval, so ``diff`` compares before/after the change; it keeps the
+    logged retrieval's ``seq`` and ``ts`` (what names it) and its own time as ``baseline_ts``."""
     hits = [{"id": r.entry.id, "rank": r.rank, "score": r.score,
              **{c: getattr(r.components, c, None) for c in storage.HIT_COMPONENTS}} for r in bundle.results]
-    return {**entry, "ts": format_ts(utcnow()), "hits": hits}
+    return {**entry, "baseline_ts": format_ts(utcnow()), "hits": hits}
 
 
 def preview(mem: R, change: Callable[[R], Any], *, recent: int = RECENT) -> dict[str, Any]:

@@ -163,11 +163,13 @@ def diff(entry: dict[str, Any], bundle: Any, mem: ReplayContext) -> dict[str, An
     old_w = entry["request"].get("weights_used") or bundle.trace.weights
     for m in moved:
         why[m["id"]] = _component_change(by_id[m["id"]], results[m["id"]].components, old_w, bundle.trace.weights)
+    since = entry.get("baseline_ts") or entry["ts"]  # an impact preview's baseline ran just before the change
+    after_what = "by the change" if entry.get("baseline_ts") else "after the logged retrieval"
     for i in entered:
         r = results[i]
         stamp = r.entry.updated_at or r.entry.created_at
-        later = stamp is not None and format_ts(stamp) > entry["ts"]
-        why[i] = (f"added or edited after the logged retrieval ({format_ts(stamp)}); " if later else "") + \
+        later = stamp is not None and format_ts(stamp) > since
+        why[i] = (f"added or edited {after_what} ({format_ts(stamp)}); " if later else "") + \
             f"now rank {r.rank} with score {r.score:.3f}"
     return {"seq": entry["seq"], "ts": entry["ts"], "query": entry["request"].get("query", ""),
             "changed": bool(entered or left or moved), "entered": entered, "left": left, "moved": moved,
