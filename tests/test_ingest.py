@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -42,6 +43,29 @@ def test_markdown_split_at_headings_keeps_the_heading_path(mem, tmp_path):
         assert any(e.meta["heading_path"][-1] in line for line in src[: a - 1])
         assert 1 <= a <= b <= len(src)
         assert e.meta["source_sha256"] == storage.get_source(mem, "docs", e.meta["source"]).sha256
+
+
+SYSTEMD_DOCS = Path("/usr/share/doc/systemd")
+
+
+@pytest.mark.skipif(not SYSTEMD_DOCS.is_dir(), reason="systemd's documentation is not installed")
+def test_front_matter_of_markdown_files_is_not_text_to_search(mem, tmp_path):
+    """systemd's Markdown documents open with a front matter block (title, category, layout, licence)."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    with_fm = [p for p in sorted(SYSTEMD_DOCS.glob("*.md")) if p.read_text(encoding="utf-8").startswith("---\n")][:5]
+    assert with_fm, "no Markdown file with front matter found"
+    for p in with_fm:
+        shutil.copy(p, docs / p.name)
+    (docs / "only-front-matter.md").write_text("---\ntitle: Nothing else\n---\n")
+    out = ingest(mem, [docs], wing="docs")
+    assert out["added"] == len(with_fm)
+    assert out["skipped"] == [{"path": str(docs / "only-front-matter.md"), "reason": "no text to index"}]
+    for e in mem.entries("docs"):
+        assert "layout: default" not in e.text and not e.text.startswith("---"), (e.title, e.text[:80])
+        a, _ = e.meta["lines"]
+        src = open(e.meta["source"], encoding="utf-8").read().split("\n")
+        assert src[a - 1].strip() and src[a - 1].strip() != "---"  # its first line is still where the text starts
 
 
 def test_chunks_fit_the_models_window(mem, tmp_path, real_embedder):

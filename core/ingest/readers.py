@@ -16,7 +16,8 @@ from typing import Any
 
 from memlens.ingest.chunking import Chunk, TokenCounter, blocks_of, pack_blocks, text_budget
 
-PARSER_VERSIONS = {"markdown": 1, "html": 2, "text": 1, "pdf": 1, "code": 2}  # code 2: long lines cut into pieces
+PARSER_VERSIONS = {"markdown": 2, "html": 2, "text": 1, "pdf": 1, "code": 2}  # code 2: long lines cut into pieces;
+# markdown 2: front matter left out
 MARKDOWN = frozenset({".md", ".markdown", ".mdown", ".mkd"})
 HTML = frozenset({".html", ".htm", ".xhtml"})
 PDF = frozenset({".pdf"})
@@ -101,6 +102,20 @@ def _heading_sections(lines: list[str]) -> list[tuple[list[str], int, list[str]]
         i += 1
     close()
     return sections
+
+
+FRONT_MATTER_LINES = 200  # a front matter block closes within this many lines, or the file has none
+
+
+def front_matter_blanked(lines: list[str]) -> list[str]:
+    """``lines`` with a leading front matter block (``---`` … ``---`` or ``...``, as static site generators write
+    it) blanked: it is metadata, not text to search. Blank lines keep the chunks' line numbers true."""
+    if not lines or lines[0].rstrip() != "---":
+        return lines
+    for end in range(1, min(len(lines), FRONT_MATTER_LINES)):
+        if lines[end].rstrip() in ("---", "..."):
+            return [""] * (end + 1) + lines[end + 1 :]
+    return lines
 
 
 def read_markdown(text: str, doc_title: str, count: TokenCounter) -> list[Chunk]:
@@ -188,6 +203,6 @@ def read_document(path: Path, data: bytes, parser: str, count: TokenCounter) -> 
     text = decode(data)
     if parser == "html":
         return read_html(text, doc_title, count)
-    if parser == "markdown":
-        return read_markdown(text, doc_title, count), {}
+    if parser == "markdown":  # a Markdown file's own front matter (not what an HTML page is converted to)
+        return read_markdown("\n".join(front_matter_blanked(text.split("\n"))), doc_title, count), {}
     return read_text(text, doc_title, count), {}
