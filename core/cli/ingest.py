@@ -52,7 +52,10 @@ def register(sub: Any) -> None:
                         "file that needs indexing is always finished, so every run gets further); "
                         "default: none, 60 with --watch")
     s.add_argument("--rescan", type=float, default=300.0, metavar="SECONDS", help="--watch: full rescan period (300)")
-    s.add_argument("--json", action="store_true", help="print the summary (or the status) as JSON")
+    s.add_argument("--json", action="store_true",
+                   help="print the summary (or the status) as JSON; with --watch a line per run, each after the "
+                        'first with "run": "changes" or "rescan" and the files that run looked at (its "skipped" '
+                        "lists only those)")
 
 
 class _Bar:
