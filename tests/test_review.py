@@ -167,6 +167,18 @@ def test_a_rule_with_the_key_of_another_in_its_own_wing_is_evidence_against_it(s
     assert "health-2" in {s["entry"] for s in desk.accept_clean()["skipped"]}
 
 
+def test_supersedes_is_refused_for_a_deletion_or_a_deprecation(store):
+    from tests.conftest import snapshot_store
+
+    with attribution.acting_as(AGENT):
+        store.set_status("rule-1", "deprecated")
+    before = snapshot_store(store.path)
+    for entry_id, state in (("note-1", "deleted"), ("rule-1", "deprecated")):
+        with pytest.raises(ValidationError, match=f"--supersedes: {entry_id} is {state} and cannot override anything"):
+            store.review.accept([entry_id], supersedes="rule-2")
+    assert snapshot_store(store.path) == before
+
+
 def test_undo_reverses_the_newest_action_and_reopens_the_item(store):
     desk = store.review
     desk.accept(["new-1"])

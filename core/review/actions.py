@@ -77,6 +77,9 @@ def mark(w: Writer, entry_id: str, wing: str | None) -> int:
 def accept(store: Writes, item: Item, *, supersedes: str | None = None, seen: str | None = None) -> str:
     if supersedes == item.entry_id:
         raise ValidationError("an entry cannot supersede itself")
+    if supersedes is not None and (item.after is None or item.after.get("status") == "deprecated"):
+        raise ValidationError(f"--supersedes: {item.entry_id} is {'deleted' if item.after is None else 'deprecated'} "
+                              "and cannot override anything; accept it without --supersedes")
     with store.write() as w:
         if item.after is None:  # a deletion: accepting it changes nothing
             if w.find(item.entry_id) is not None:
