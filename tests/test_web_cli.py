@@ -104,6 +104,20 @@ def test_saved_web_text_waits_in_the_review_inbox(site, mem):
     assert desk.items() == []
 
 
+def test_a_changed_page_saved_again_is_linked_to_its_earlier_save(site, mem):
+    ctx = bounded(lambda: gather_sync(WebConfig(allow_hosts=["127.0.0.1"]), urls=[site.url("/good")]), 60)
+    (first,) = save_sources(mem, ctx, wing="research")
+    ctx.texts[0].text = "The lighthouse log moved to a new format in November: one line per watch."  # changed since
+    (second,) = save_sources(mem, ctx, wing="research")
+    assert second["created"] and second["id"] != first["id"]
+    assert mem.get(second["id"]).key == mem.get(first["id"]).key == "web:" + site.url("/good")
+    desk = mem.review
+    (conflict,) = [e for e in desk.evidence(desk.item(second["id"])) if e["kind"] == "conflict"]
+    assert (conflict["id"], conflict["rule"]) == (first["id"], "same key")
+    desk.accept([second["id"]], supersedes=first["id"])
+    assert mem.get(second["id"]).overrides == first["id"]
+
+
 def test_saved_web_text_is_labelled_untrusted_in_the_agent_context(site, mem):
     ctx = bounded(lambda: gather_sync(WebConfig(allow_hosts=["127.0.0.1"]), urls=[site.url("/good")]), 60)
     (saved,) = save_sources(mem, ctx, wing="research")

@@ -4,7 +4,8 @@ Each source that gave text becomes one entry of kind ``web``, type ``note``,
 status ``under_review``, with ``meta.untrusted = true`` and ``meta.source`` (the
 URL the text came from). A web entry is never an invariant or a decision
 (unless a person promotes it, see ``memlens.untrusted``). The same page text saved twice in a wing is
-stored once.
+stored once; its key is ``web:URL``, so a page saved again after it changed is linked to the earlier save
+(the review evidence names it: accept the new one with ``--supersedes``, or reject it).
 
 The text was written by the page, not by whoever saved it: the writes are attributed to the client
 acting (an MCP client that asked for the save), else to ``SAVER``, so each saved page waits in the
@@ -54,8 +55,10 @@ def save_sources(mem: Saves, ctx: WebContext, *, wing: str, room: str = "") -> l
         if ctx.query:
             meta["search_query"] = ctx.query
         title = (src.title or url)[: min(MAX_NAME_CHARS, 200)]
+        key = f"web:{url}"  # one page, one key: a later save of a changed page is a same-key conflict in review
         with attribution.acting_as(attribution.current() or SAVER):
             entry, created, _ = mem.add_unique(text, wing=wing, room=room, kind="web", type="note",
-                                               status="under_review", title=title, meta=meta)
+                                               status="under_review", title=title, meta=meta,
+                                               key=key if len(key) <= MAX_NAME_CHARS else None)
         saved.append({"id": entry.id, "url": url, "created": created})
     return saved
