@@ -198,9 +198,11 @@ class Memory:
         return writes.add(self.store, entry, self._vectors_for([entry])[0])
 
     def update(self, entry_id: str, *, expected_updated_at: str | datetime | None = None, promoted_by: str | None = None,
-               **changes: Any) -> Entry:
+               landing: str | None = None, **changes: Any) -> Entry:
         """Change fields of an entry; a new text or title is re-embedded. A call that changes nothing writes nothing
-        (no audit row, no new ``updated_at``, no review item) and returns the entry as it is.
+        (no audit row, no new ``updated_at``, no review item) and returns the entry as it is. ``landing``: the status
+        the entry takes when the call changes something (an agent's edit waits for review; a deprecated entry stays
+        deprecated unless the call names a status).
 
         ``expected_updated_at``: the ``updated_at`` (or ``created_at``) the caller read; when the entry
         changed since, the update is refused (StaleUpdateError) instead of overwriting that edit. The
@@ -223,6 +225,8 @@ class Memory:
         after = self._prepare(record, capped=bool({"text", "meta"} & set(changes)))
         if {**after.to_record(), "updated_at": None} == {**before.to_record(), "updated_at": None}:
             return before  # nothing changes: no write, no audit row, no new updated_at to fail others' checks
+        if landing is not None and landing != after.status.value and ("status" in changes or before.status.value != "deprecated"):
+            after = self._prepare({**record, "status": landing}, capped=bool({"text", "meta"} & set(changes)))
         if "overrides" in changes:
             writes.check_overrides(self.store, [after])
             writes.refuse_override_cycle(after, writes.stored_overrides(self.store))

@@ -50,6 +50,10 @@ async def every_tool(client):
     out["stale"] = error_text(await call("memory_update", {"id": new_id, "salience": 0.1,
                                                             "expected_updated_at": out["get"]["updated_at"]}))
     out["status"] = result_data(await call("memory_set_status", {"id": new_id, "status": "under_review"}))
+    held = result_data(await call("memory_get", {"id": "lc-arch-002"}))  # a person's entry, re-saved as it is
+    out["same"] = result_data(await call("memory_update", {"id": "lc-arch-002", "salience": held["salience"],
+                                                            "room": held["room"]}))
+    out["same_status"] = result_data(await call("memory_set_status", {"id": "lc-arch-003", "status": "active"}))
     out["explain"] = result_data(await call("memory_explain", {"query": "callbacks blocking", "id": "lc-arch-001",
                                                                 "active_wing": "lifecore_ros2"}))
     out["wings"] = result_data(await call("memory_wings", {}))
@@ -95,6 +99,7 @@ def check_every_tool(out, path, settings, embedder, client_name):
     assert out["update"]["salience"] == 0.9
     assert "changed" in out["stale"] and out["stale"].startswith("memory_update: ")
     assert out["status"]["status"] == "under_review"
+    assert out["same"]["status"] == out["same_status"]["status"] == "active"  # values it has: nothing written
     assert out["explain"]["verdict"] == "returned" and out["explain"]["id"] == "lc-arch-001"
     wings = {w["wing"]: w for w in out["wings"]["wings"]}
     assert wings["agents"]["entries"] == 1 and wings["agents"]["rooms"] == {"mcp": 1}

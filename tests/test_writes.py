@@ -93,6 +93,17 @@ def test_deleting_an_overridden_entry_leaves_its_overriders_overriding_nothing(m
         assert again.import_jsonl(exported)["imported"] == 2
 
 
+def test_an_agents_edit_lands_under_review_only_when_it_changes_something(mem):
+    e = mem.add("A person's rule.", wing="w", salience=0.4)
+    old = mem.add("An old rule.", wing="w", status="deprecated")
+    assert mem.update(e.id, salience=0.4, landing="under_review").to_record() == e.to_record()
+    assert mem.update(e.id, status="active", landing="under_review").status.value == "active"  # it was active
+    assert len(mem.audit(e.id)) == 1
+    assert mem.update(e.id, salience=0.6, landing="under_review").status.value == "under_review"
+    assert mem.update(old.id, salience=0.6, landing="under_review").status.value == "deprecated"  # no status asked
+    assert mem.update(old.id, status="active", landing="under_review").status.value == "under_review"
+
+
 def test_update_checked_refuses_a_stale_update(mem):
     e = mem.add("Original text.", wing="w")
     read_at = e.to_record()["updated_at"]

@@ -333,9 +333,8 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         if not changes:
             raise ToolError("nothing to change: give at least one field (text, title, wing, room, type, ...)")
 
-        def edit(m: Any) -> Any:
-            st = landed(m, status)  # an agent's edit waits for review too
-            return m.update_checked(id, expected_updated_at, **{**changes, **({"status": st} if st else {})})
+        def edit(m: Any) -> Any:  # an agent's edit waits for review too, when it changes anything
+            return m.update_checked(id, expected_updated_at, landing=landed(m, status), **changes)
 
         if dry_run:  # the update runs (and is checked) as it would, in a transaction that is rolled back
             return record(ctx, preview(edit), need_model=True)
@@ -345,9 +344,12 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
     def memory_set_status(id: Id, status: Annotated[StatusName, Field(
             description="active, under_review (still retrieved, flagged) or deprecated (no longer retrieved)")],
             dry_run: DryRun = False, ctx: Context | None = None) -> dict[str, Any]:
+        def change(m: Any) -> Any:  # a status the entry already has changes nothing
+            return m.update(id, status=status, landing=landed(m, status))
+
         if dry_run:
-            return record(ctx, preview(lambda m: m.set_status(id, landed(m, status))), need_model=True)
-        return record(ctx, lambda mem, _w: mem.set_status(id, landed(mem, status)).to_record())
+            return record(ctx, preview(change), need_model=True)
+        return record(ctx, lambda mem, _w: change(mem).to_record())
 
     @tool("memory_delete", "Delete an entry", read=False, destructive=True, idempotent=True)
     def memory_delete(id: Id, dry_run: DryRun = False, ctx: Context | None = None) -> dict[str, Any]:
