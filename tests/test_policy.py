@@ -40,10 +40,11 @@ def test_mandatory_invariants_always_returned(demo_mem):
 
 
 def test_a_query_that_filters_type_or_status_gets_no_invariants_it_did_not_ask_for(demo_mem):
-    """type=decision asks for decisions and status=deprecated for deprecated entries: the active wing's active
-    invariants came on top of them all the same (wing= and room= already held)."""
+    """type=decision asks for decisions, status=deprecated for deprecated entries and kind=turn for conversation
+    turns: the active wing's active invariants came on top of them all the same (wing= and room= already held)."""
     for query, kept in (("type=decision hook contract", lambda r: r.entry.type.value == "decision"),
-                        ("status=deprecated hook contract", lambda r: r.entry.status.value == "deprecated")):
+                        ("status=deprecated hook contract", lambda r: r.entry.status.value == "deprecated"),
+                        ("kind=turn executor", lambda r: r.entry.kind.value == "turn")):
         b = demo_mem.search(query, active_wing="lifecore_ros2", k=10)
         assert b.results and all(kept(r) for r in b.results), [(r.entry.id, r.flags) for r in b.results]
     b = demo_mem.search("type=invariant hook contract", active_wing="lifecore_ros2", k=3)

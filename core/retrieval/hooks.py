@@ -90,7 +90,8 @@ def session_centroids(run: Run) -> dict[str, np.ndarray]:
 
 def mandatory_invariants(run: Run) -> set[int]:
     """The active wing's active invariants, when the active wing is searched and the query allows any kind, and its
-    own ``type=`` and ``status=`` terms, if any, allow active invariants (``type=decision`` asks for decisions)."""
+    own ``type=``, ``status=`` and ``kind=`` terms, if any, allow them (``type=decision`` asks for decisions,
+    ``kind=turn`` for conversation turns)."""
     plan = run.plan
     active_in_scope = plan.active_wing and (plan.scope is None or plan.active_wing in plan.scope)
     if not active_in_scope or plan.kinds == [] or plan.active_wing is None:
@@ -98,7 +99,10 @@ def mandatory_invariants(run: Run) -> set[int]:
     asked = plan.parsed
     if (asked.types and "invariant" not in asked.types) or (asked.statuses and "active" not in asked.statuses):
         return set()
-    return run.store.mandatory_invariants(plan.active_wing, plan.rooms)
+    found = run.store.mandatory_invariants(plan.active_wing, plan.rooms)
+    if asked.kinds and found:  # (rowid, content_hash, id, wing, room, kind, ...)
+        found = {r[0] for r in run.store.rows(sorted(found)).rows if r[5] in asked.kinds}
+    return found
 
 
 def merge_recent_turns(run: Run, pool: list[Candidate]) -> list[Candidate]:
