@@ -158,3 +158,12 @@ def test_eval_metrics(demo_mem, tmp_path):
     bad.write_text("q1\tlc-arch-001\n")
     err = run_cli("--store", str(demo_mem.path), "eval", str(queries), str(bad))
     assert err.returncode == 2 and "line 1: expected query-id" in err.stderr
+    for grade in ("inf", "nan", "1e400", "5000"):
+        bad.write_text(f"query-id\tcorpus-id\tscore\nq1\tlc-arch-001\t{grade}\n")
+        err = run_cli("--store", str(demo_mem.path), "eval", str(queries), str(bad), "--json")
+        assert err.returncode == 2 and "line 2: score" in err.stderr and "is not a relevance grade" in err.stderr
+    # a question's text is searched as it is: a=b is not a filter, a lone double quote is no syntax error
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text(json.dumps({"_id": "q1", "text": 'set CALLBACKS=blocking "executor'}) + "\n")
+    rep = evaluate(demo_mem, load_queries(odd), load_qrels(qrels))
+    assert rep["queries"] == 1

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from memlens.errors import MemlensError
+from memlens.retrieval.query import literal
 
 if TYPE_CHECKING:
     from memlens.trace import Bundle
@@ -82,6 +83,9 @@ def load_queries(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+MAX_GRADE = 100  # BEIR grades are 0, 1, 2…; far above, nDCG's gain overflows
+
+
 def load_qrels(path: Path) -> dict[str, dict[str, float]]:
     qrels: dict[str, dict[str, float]] = {}
     lines = _read_lines(path, "qrels")
@@ -97,6 +101,9 @@ def load_qrels(path: Path) -> dict[str, dict[str, float]]:
             if n == 1:
                 continue  # header
             raise MemlensError(f"{path}: line {n}: score {parts[2]!r} is not a number") from None
+        if not (math.isfinite(score) and score <= MAX_GRADE):  # nDCG's gain is 2**score - 1
+            raise MemlensError(f"{path}: line {n}: score {parts[2][:40]!r} is not a relevance grade (a finite number "
+                               f"up to {MAX_GRADE})")
         qrels.setdefault(parts[0], {})[parts[1]] = score
     return qrels
 
@@ -129,7 +136,7 @@ def evaluate(mem: Searches, queries: list[dict[str, Any]], qrels: dict[str, dict
         if not rel:
             continue
         try:
-            b = mem.search(q["text"], profile=profile, active_wing=q.get("active_wing", active_wing),
+            b = mem.search(literal(q["text"]), profile=profile, active_wing=q.get("active_wing", active_wing),
                            wings=q.get("wings", wings), k=k, use_cache=False)
         except MemlensError as exc:
             raise MemlensError(f"query {str(q['_id'])[:40]!r}: {exc}") from None

@@ -112,6 +112,13 @@ def parse(query: str) -> ParsedQuery:
     return parsed
 
 
+def literal(text: str) -> str:
+    """``text`` as a query that searches for exactly its words, no token read as a filter: what a question set's
+    question is (its text may hold ``a=b`` or one double quote). Double quotes, which cannot be escaped, become
+    spaces, as a pair of them already does."""
+    return " ".join(f'"{w}"' if "=" in w else w for w in text.replace('"', " ").split())
+
+
 def check_known(parsed: ParsedQuery, key: str, known: list[str]) -> None:
     """Refuse a wing or room the store has never seen (a typo would match nothing)."""
     values = getattr(parsed, _attr(key)) or []
