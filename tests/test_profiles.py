@@ -153,7 +153,12 @@ def test_eval_metrics(demo_mem, tmp_path):
         assert 0 <= rep[m] <= 1
     assert rep["recall@1"] <= rep["recall@5"] <= rep["recall@10"]
     out = run_cli("--store", str(demo_mem.path), "eval", str(queries), str(qrels))
-    assert out.returncode == 0 and "mrr@10" in out.stdout
+    assert out.returncode == 0 and "mrr@10" in out.stdout and "warning" not in out.stderr
+    other = tmp_path / "other.tsv"
+    other.write_text("q1\tlc-arch-001\t1\nq2\taddons:hello-world\t1\n")  # ids of another store
+    out = run_cli("--store", str(demo_mem.path), "eval", str(queries), str(other))
+    assert out.returncode == 0 and ("memlens: warning: 1 of the 2 relevant ids are not in the store "
+                                    "(e.g. 'addons:hello-world')") in out.stderr, out.stderr
     bad = tmp_path / "bad.tsv"
     bad.write_text("q1\tlc-arch-001\n")
     err = run_cli("--store", str(demo_mem.path), "eval", str(queries), str(bad))

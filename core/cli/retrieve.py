@@ -167,6 +167,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if len(queries) >= 20:  # as `search --queries`: the in-process index ranks them (same results, faster)
             mem.warm_index(text=True)
         report = evaluate(mem, queries, qrels, profile=args.profile, active_wing=args.active_wing, wings=args.wings, k=args.k)
+        asked = {str(q["id"]) for q in report["per_query"]}
+        relevant = sorted({d for q, docs in qrels.items() if q in asked for d, s in docs.items() if s > 0})
+        missing = mem.store.missing_ids(relevant)
+    if missing:  # every metric of such a question is 0 whatever the ranking: say why
+        print(f"memlens: warning: {len(missing)} of the {len(relevant)} relevant ids are not in the store "
+              f"(e.g. {', '.join(repr(m[:60]) for m in missing[:3])}): the qrels name other ids than the store's",
+              file=sys.stderr)
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
         return 0
