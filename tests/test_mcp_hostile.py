@@ -101,6 +101,34 @@ def test_arguments_of_another_type_are_refused_not_converted(store):
         assert mem.get("lc-arch-001").status.value == "active" and "w" not in mem.wings()
 
 
+def test_wing_arguments_are_wing_names_and_errors_never_echo_a_huge_argument(store):
+    """An active wing or a wings list is checked as the store checks wing names, and bounded, before a search runs
+    and its request is logged; an error quoting an argument back is cut to a line a person can read."""
+    from memlens import Memory
+
+    with Memory.open(store) as mem:
+        logged = len(mem.retrievals())
+    c = raw(store)
+    try:
+        c.initialize()
+        for arguments, start in (({"active_wing": "W" * 100_000}, "memory_search: active wing: 'WWW"),
+                                 ({"active_wing": "../etc"}, "memory_search: active wing: '../etc' is not a wing name"),
+                                 ({"wings": ["python"] * 200_000}, "memory_search: wings: at most 1,000 wings"),
+                                 ({"wings": ["w" * 100_000]}, "memory_search: wings: 'www")):
+            res = c.call("memory_search", query="callbacks", **arguments)
+            assert res["isError"] is True and res["content"][0]["text"].startswith(start), res["content"][0]["text"][:200]
+            assert len(res["content"][0]["text"]) <= 600
+        res = c.call("memory_get", id="x" * 100_000)
+        text = res["content"][0]["text"]
+        assert res["isError"] is True and text.startswith("memory_get: ") and len(text) <= 520 and text.endswith("…")
+        ok = c.call("memory_search", query="callbacks", wings=["python", "python"], active_wing="lifecore_ros2")
+        assert ok.get("isError") is not True
+    finally:
+        assert c.close() == 0
+    with Memory.open(store) as mem:
+        assert len(mem.retrievals()) == logged + 1  # the refused searches logged nothing
+
+
 def test_a_line_that_is_not_json_gets_a_parse_error(store):
     c = raw(store)
     try:

@@ -77,6 +77,9 @@ def _plain_logging(level: str = "WARNING") -> None:
     logging.basicConfig(level=level, stream=sys.stderr, format="memlens mcp: %(levelname)s %(name)s: %(message)s")
 
 
+MAX_ERROR_CHARS = 500
+
+
 def one_line_error(tool: str, exc: Exception) -> str:
     """A tool error in one line; argument errors name the argument and the first problem."""
     from pydantic import ValidationError
@@ -91,8 +94,10 @@ def one_line_error(tool: str, exc: Exception) -> str:
             msg = "is required" if err["type"] == "missing" else f"is not an argument of {tool}"
             return f"{tool}: argument {loc!r} {msg}{more}"
         return f"{tool}: argument {loc!r}: {err['msg']}{more}"
-    text = str(exc).removeprefix(f"Error executing tool {tool}: ")
-    return f"{tool}: " + " ".join(text.split())
+    text = " ".join(str(exc).removeprefix(f"Error executing tool {tool}: ").split())
+    if len(text) > MAX_ERROR_CHARS:  # a message quoting a huge argument back: its start says what was wrong
+        text = text[: MAX_ERROR_CHARS - 1] + "…"
+    return f"{tool}: {text}"
 
 
 def serve(store: str | None, *, transport: str = "stdio", host: str = "127.0.0.1", port: int = DEFAULT_PORT,

@@ -6,12 +6,13 @@ from typing import Any, Protocol
 
 from memlens.config import Settings
 from memlens.errors import QueryError, ValidationError
-from memlens.limits import check_budget, check_k, check_text
+from memlens.limits import MAX_NAME_CHARS, check_budget, check_k, check_text
 from memlens.models import GLOBAL_WING
 from memlens.profiles import Profile, route
 from memlens.retrieval.query import ParsedQuery, check_known, parse
 from memlens.retrieval.scoring import RetrievalWeights
 from memlens.store.reads import Reads, Scope, entry_filters, sql_filters
+from memlens.vocab import NAME_RE
 
 
 class Planning(Protocol):
@@ -36,13 +37,17 @@ def resolve_scope(store: Reads, parsed: ParsedQuery, active_wing: str | None, wi
         check_known(parsed, "wing", known)
         return parsed.wings
     if wings:
+        wings = list(dict.fromkeys(wings))
         for w in wings:
             if w not in known:
                 raise QueryError(f"unknown wing {w!r} (known wings: {', '.join(known) or 'none yet'})")
-        return list(dict.fromkeys(wings))
+        return wings
     if active_wing:
         return list(dict.fromkeys([active_wing, GLOBAL_WING]))
     return None
+
+
+MAX_WINGS = 1_000  # wings one search may name
 
 
 def _check_types(active_wing: Any, wings: Any, user: Any, profile: Any) -> None:
@@ -53,6 +58,13 @@ def _check_types(active_wing: Any, wings: Any, user: Any, profile: Any) -> None:
         raise ValidationError("wings must be a list of strings")
     for name, value in (("active wing", active_wing), ("wings", wings), ("user", user), ("profile", profile)):
         check_text(name, value)
+    if wings is not None and len(wings) > MAX_WINGS:
+        raise ValidationError(f"wings: at most {MAX_WINGS:,} wings, got {len(wings):,}")
+    for w in ([active_wing] if active_wing else []) + list(dict.fromkeys(wings or [])):
+        if len(w) > MAX_NAME_CHARS or not NAME_RE.match(w):  # a wing name, as the store takes them
+            shown = w if len(w) <= 60 else w[:59] + "…"
+            raise ValidationError(f"{'active wing' if w == active_wing else 'wings'}: {shown!r} is not a wing name "
+                                  "(letters, digits, _ . - and at most 1,000 characters)")
 
 
 class Plan:
