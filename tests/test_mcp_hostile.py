@@ -146,6 +146,18 @@ def test_a_line_that_is_not_json_gets_a_parse_error(store):
         c.proc.stdin.flush()
         reply = c.recv()
         assert reply["id"] is None and reply["error"]["code"] == -32700, reply
+        # JSON that is no request is answered too (a client waiting on it would wait for ever), with a null id
+        for line, says in ((b'[{"jsonrpc": "2.0", "id": 2, "method": "ping"}]', "a batch (a JSON list) is not part of MCP"),
+                           (b"5", "a message is a JSON object with a method"), (b"{}", "a JSON object with a method"),
+                           (b'{"jsonrpc": "2.0", "id": {"x": 1}, "method": "ping"}', "an id is a string or a number")):
+            c.proc.stdin.write(line + b"\n")
+            c.proc.stdin.flush()
+            reply = c.recv()
+            assert reply["id"] is None and reply["error"]["code"] == -32600 and says in reply["error"]["message"], reply
+        c.proc.stdin.write(b'{"jsonrpc": "2.0", "id": 7, "method": "ping", "params": {"note": "\\ud800"}}\n')
+        c.proc.stdin.flush()
+        reply = c.recv()
+        assert reply["id"] == 7 and reply["error"]["code"] == -32700 and "surrogate" in reply["error"]["message"], reply
         assert c.request("ping")["result"] == {}  # the session goes on
     finally:
         assert c.close() == 0

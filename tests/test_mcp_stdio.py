@@ -135,10 +135,11 @@ def test_stdout_stays_pure_json_rpc(store):
     """Prints, fd-1 writes, warnings and logs at start-up and model load, and a crash: all on stderr."""
     c = RawClient([sys.executable, "-c", NOISY, "--store", str(store), "mcp"])
     try:
-        c.send({"jsonrpc": "2.0", "id": "junk"})  # not a request, and no id to answer: reported on stderr, not fatal
+        c.send({"jsonrpc": "2.0", "id": "junk"})  # not a request: an invalid-request error, not fatal
         c.send({"this is": "not json-rpc"})
         c.proc.stdin.write(b"{not json at all\n")
         c.proc.stdin.flush()
+        assert [(r["id"], r["error"]["code"]) for r in (c.recv(), c.recv())] == [("junk", -32600), (None, -32600)]
         assert c.recv()["error"]["code"] == -32700  # not JSON: a parse error (id null)
         c.initialize()
         # a search waits for the (noisy) model load
@@ -187,13 +188,13 @@ def test_lines_the_sdk_cannot_parse_are_answered_or_reported(store):
         assert reply["id"] == 0 and reply["error"]["code"] == -32700 and "recursion limit" in reply["error"]["message"]
         init = c.initialize()
         assert init["result"]["serverInfo"]["name"] == "memlens"
-        # a lone surrogate: Python's json reads it, the SDK's parser refuses it; the client still gets its answer
+        # a lone surrogate: Python's json reads it, the SDK's parser refuses it (a parse error, as over HTTP)
         c.proc.stdin.write(b'{"jsonrpc": "2.0", "id": 77, "method": "tools/call", "params": {"name": "memory_search", '
                            b'"arguments": {"query": "caf\\udce9"}}}\n')
         c.proc.stdin.write(deep)
         c.proc.stdin.flush()
         reply = c.recv()
-        assert reply["id"] == 77 and reply["error"]["code"] == -32600 and "surrogate" in reply["error"]["message"]
+        assert reply["id"] == 77 and reply["error"]["code"] == -32700 and "surrogate" in reply["error"]["message"]
         assert c.recv()["error"]["code"] == -32700  # the deep line again
         assert c.request("ping")["result"] == {}  # and the session goes on
         c.err.wait_for(b"invalid message: Invalid JSON: recursion limit")
