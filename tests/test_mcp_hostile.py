@@ -123,6 +123,14 @@ def test_wing_arguments_are_wing_names_and_errors_never_echo_a_huge_argument(sto
         assert res["isError"] is True and text.startswith("memory_get: ") and len(text) <= 520 and text.endswith("…")
         ok = c.call("memory_search", query="callbacks", wings=["python", "python"], active_wing="lifecore_ros2")
         assert ok.get("isError") is not True
+        # adding what is stored already says what the agent would not guess: deprecated, or other fields kept
+        old = c.call("memory_get", id="lc-arch-011")["structuredContent"]
+        assert old["status"] == "deprecated"
+        again = c.call("memory_add", text=old["text"], title=old["title"], wing=old["wing"], room=old["room"],
+                       type="invariant", key="made-up-key")["structuredContent"]
+        assert again["status"] == "already_exists" and again["id"] == "lc-arch-011"
+        assert again["note"] == ("the stored entry is deprecated: search does not return it (memory_set_status makes "
+                                 "it active); it keeps its own type, key (memory_update changes them)"), again["note"]
     finally:
         assert c.close() == 0
     with Memory.open(store) as mem:

@@ -138,6 +138,19 @@ def landed(mem: "Memory", status: str | None) -> str | None:
     return agent_status(status, mem.settings.review.agent_writes)
 
 
+def stored_differs(entry: Any, asked: dict[str, Any]) -> str | None:
+    """What an agent adding content already stored should know: the stored entry is deprecated (search does not
+    return it), or its fields are not those asked for (an add never edits: memory_update does)."""
+    said = []
+    if entry.status.value == "deprecated":
+        said.append("the stored entry is deprecated: search does not return it (memory_set_status makes it active)")
+    record = entry.to_record()
+    other = [f for f, v in asked.items() if v not in (None, "") and record.get(f) != v]
+    if other:
+        said.append(f"it keeps its own {', '.join(other)} (memory_update changes them)")
+    return "; ".join(said) or None
+
+
 def client_of(ctx: Context | None) -> dict[str, str] | None:
     """The client: the bearer token's name when the call came with one (what the client says about itself is
     kept as ``agent``), else the client as named in its ``initialize`` (or request envelope)."""
@@ -293,8 +306,14 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
             entry, created, similar = mem.add_unique(
                 text, wing=wing, room=room, type=type, kind=kind, title=title, key=key, salience=salience,
                 status=landed(mem, status), overrides=overrides)
-            return {"id": entry.id, "status": "created" if created else "already_exists", "wing": entry.wing,
-                    "updated_at": entry.to_record()["updated_at"], "similar": similar}
+            out = {"id": entry.id, "status": "created" if created else "already_exists", "wing": entry.wing,
+                   "updated_at": entry.to_record()["updated_at"], "similar": similar}
+            if not created:
+                note = stored_differs(entry, {"type": type, "kind": kind, "room": room, "key": key,
+                                              "overrides": overrides})
+                if note:
+                    out["note"] = note
+            return out
         return record(ctx, run, need_model=True)
 
     @tool("memory_get", "Read one entry", read=True)
