@@ -33,6 +33,8 @@ def test_mandatory_invariants_always_returned(demo_mem):
     mandatory = {r.entry.id for r in b.results if "mandatory" in r.flags}
     assert mandatory == LC_ACTIVE_INVARIANTS
     assert len([r for r in b.results if "mandatory" not in r.flags]) <= 3
+    assert f"{len(b.results)} results for k=3: mandatory invariants and conflict partners always stay on top of the " \
+           "k best" in b.trace.notes  # more than k: the trace says why
     # not for an under_review or deprecated invariant, and not for another wing's
     assert "lc-ctr-005" not in mandatory and "lc-anti-012" not in mandatory
     b2 = demo_mem.search("colcon build", active_wing="ros2", k=3)

@@ -283,7 +283,11 @@ def cap(pool: list[Candidate], trace: Trace, limit: int) -> list[Candidate]:
             chosen.add(c.id)
         else:
             trace.drop(c, "cap", beyond, c.score)
-    return [c for c in pool if c.keep or c.id in chosen]
+    out = [c for c in pool if c.keep or c.id in chosen]
+    if len(out) > limit:  # k is the number ranked by score: what always stays comes on top of it
+        trace.notes.append(f"{len(out)} results for k={limit}: mandatory invariants and conflict partners always stay "
+                           "on top of the k best")
+    return out
 
 
 def flags_for(c: Candidate, active_wing: str | None) -> list[str]:
