@@ -137,6 +137,15 @@ def test_wing_arguments_are_wing_names_and_errors_never_echo_a_huge_argument(sto
         assert len(mem.retrievals()) == logged + 1  # the refused searches logged nothing
 
 
+def test_the_server_names_the_store_it_serves_when_the_environment_picks_it(store):
+    c = RawClient([MEMLENS, "mcp"], env=server_env(MEMLENS_STORE=str(store)))
+    try:
+        c.initialize()
+        c.err.wait_for(f"memlens mcp: serving {store} over stdio".encode())  # not "the default store"
+    finally:
+        assert c.close() == 0
+
+
 def test_a_line_that_is_not_json_gets_a_parse_error(store):
     c = raw(store)
     try:

@@ -108,10 +108,19 @@ def serve(store: str | None, *, transport: str = "stdio", host: str = "127.0.0.1
 
 
 def _shown(store: str | None) -> str:
-    """The store as messages name it: a ``postgresql://`` URI without its password."""
+    """The store as messages name it (``--store``, else the one the settings name: ``MEMLENS_STORE``, the
+    configuration file, the user data folder); a ``postgresql://`` URI without its password."""
     from memlens.store.postgres.connect import is_uri, label
 
-    return label(store) if is_uri(store) else store or "the default store"
+    if store is None:
+        from memlens.config import load_settings
+        from memlens.errors import MemlensError
+
+        try:
+            store = str(load_settings().store_path())
+        except MemlensError:  # a bad setting: the engine says so in its own words
+            return "the default store"
+    return label(store) if is_uri(store) else store
 
 
 def _serve_stdio(store: str | None, read_only: bool) -> int:
