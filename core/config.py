@@ -367,6 +367,9 @@ class Settings(BaseSettings):
         return self.store or default_store_path()
 
 
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "none", "list", "dict"})  # pydantic names a union's members so
+
+
 def load_settings(**overrides: Any) -> Settings:
     """The settings, every value checked against its allowed range; a bad one is a one-line MemlensError."""
     from pydantic import ValidationError as PydanticError
@@ -381,6 +384,8 @@ def load_settings(**overrides: Any) -> Settings:
     except PydanticError as exc:
         err = exc.errors()[0]
         loc = tuple(err["loc"])
+        while len(loc) > 1 and (str(loc[-1]) in _TYPE_TAGS or "[" in str(loc[-1])):  # a union's member, not a setting
+            loc = loc[:-1]
         raise MemlensError(describe_error(dict(err), Settings, loc, origin_of(loc, overrides, file, data))) from None
     except SettingsError as exc:  # a MEMLENS_* variable holding a table or a list that is not JSON
         m = re.search(r'field "([^"]+)"', str(exc))

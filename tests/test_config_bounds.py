@@ -65,6 +65,7 @@ def config(tmp_path, monkeypatch):
         ('cache_dir = "/dev/null"\n', ["cache_dir", "/dev/null"]),
         ('cache_dir = "/proc/1"\n', ["cache_dir", "/proc/1", "pseudo-filesystem"]),
         ('cache_dir = ""\n', ["cache_dir", "empty"]),
+        ("store = 5\n", ["configuration: store: input should be a valid string, got 5"]),  # not "store.str"
         ("[profiles.academic]\ncap = 0\n", ["profiles.academic.cap = 0", "allowed from 1 to"]),
         ("[profiles.mine]\nrelative = 2\n", ["profiles.mine.relative", "allowed from 0 to 1"]),
         ("[profiles.mine]\nkinds = ['facts']\n", ["profiles.mine.kinds", "unknown kind 'facts'"]),
