@@ -82,8 +82,13 @@ def test_bad_server_options_are_one_line_errors(tmp_path):
 
     from .conftest import run_cli
 
-    out = run_cli("--store", str(tmp_path / "s.db"), "mcp", "--port", "70000", timeout=60)
+    out = run_cli("--store", str(tmp_path / "s.db"), "mcp", "--transport", "http", "--port", "70000", timeout=60)
     assert out.returncode == 2 and out.stderr.strip() == "memlens: error: --port must be 0..65535, got 70000"
+    out = run_cli("mcp", "token", "list", "--file", str(tmp_path / "none"), timeout=60)
+    assert out.returncode == 0 and out.stdout == "" and f"no token file at {tmp_path / 'none'}" in out.stderr
+    out = run_cli("--store", str(tmp_path / "s.db"), "mcp", "--port", "5000", timeout=60)  # stdio: not silently ignored
+    assert out.returncode == 2 and out.stderr.strip() == ("memlens: error: --host and --port are for --transport http; "
+                                                          "over stdio the client starts the server")
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)

@@ -22,10 +22,10 @@ def register_mcp(sub: Any) -> None:
     s = sub.add_parser("mcp", help="serve this store to agents over the Model Context Protocol")
     store_arg(s)
     s.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="stdio (default) or streamable HTTP")
-    s.add_argument("--host", default="127.0.0.1", help="HTTP: address to listen on (default 127.0.0.1)")
-    s.add_argument("--port", type=int, default=8765, help="HTTP: port (default 8765; 0 picks a free one)")
+    s.add_argument("--host", default=None, help="HTTP: address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=None, help="HTTP: port (default 8765; 0 picks a free one)")
     s.add_argument("--read-only", action="store_true", help="serve only the tools that read")
-    tokens = s.add_subparsers(dest="mcp_command", metavar="token")
+    tokens = s.add_subparsers(dest="mcp_command", metavar="[token]")
     t = tokens.add_parser("token", help="the HTTP server's bearer tokens: add, list, remove")
     actions = t.add_subparsers(dest="token_action", metavar="add|list|remove", required=True)
     add = actions.add_parser("add", help="make a token for NAME, print it once and add its digest to the token file")
@@ -56,6 +56,9 @@ def cmd_token(args: argparse.Namespace) -> int:
         print(f"memlens: removed token {args.name!r} from {path}; a running server refuses it from its next request",
               file=sys.stderr)
     else:
+        if not path.exists():
+            print(f"memlens: no token file at {path}: no tokens yet (memlens mcp token add NAME makes one)",
+                  file=sys.stderr)
         for entry in tokens.read_file(path) if path.exists() else []:
             print(f"{entry.name}\t{'read-only' if entry.read_only else 'read-write'}")
     return 0
@@ -64,11 +67,15 @@ def cmd_token(args: argparse.Namespace) -> int:
 def cmd_mcp(args: argparse.Namespace) -> int:
     if getattr(args, "mcp_command", None) == "token":
         return cmd_token(args)
-    if not 0 <= args.port <= 65535:
-        raise MemlensError(f"--port must be 0..65535, got {args.port}")
+    if args.transport == "stdio" and (args.host is not None or args.port is not None):
+        raise MemlensError("--host and --port are for --transport http; over stdio the client starts the server")
+    host = "127.0.0.1" if args.host is None else args.host
+    port = 8765 if args.port is None else args.port
+    if not 0 <= port <= 65535:
+        raise MemlensError(f"--port must be 0..65535, got {port}")
     from memlens.mcp.server import serve  # imports no SDK yet: the stdio wire is protected first
 
-    return serve(args.store, transport=args.transport, host=args.host, port=args.port, read_only=args.read_only)
+    return serve(args.store, transport=args.transport, host=host, port=port, read_only=args.read_only)
 
 
 def cmd_tui(args: argparse.Namespace) -> int:
