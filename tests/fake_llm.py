@@ -140,6 +140,14 @@ class FakeLLM:
         if self.mode == "status":
             data = json.dumps({"error": {"message": f"fake failure {self.status}", "type": "fake"}}).encode()
             return _send_json(h, self.status, data)
+        if self.mode == "html":  # a base URL that points at a web page, not at the API
+            page = b"<!doctype html><html><body><h1>Welcome</h1></body></html>"
+            h.send_response(200)
+            h.send_header("Content-Type", "text/html; charset=utf-8")
+            h.send_header("Content-Length", str(len(page)))
+            h.end_headers()
+            h.wfile.write(page)
+            return None
         if self.mode == "json":
             data = json.dumps({"object": "chat.completion", "model": "fake", "choices": [
                 {"index": 0, "message": {"role": "assistant", "content": "".join(tokens)}, "finish_reason": "stop"}]}).encode()

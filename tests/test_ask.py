@@ -106,6 +106,14 @@ def test_a_stream_that_ends_without_done_is_incomplete(use_async):
     assert got == ["cut ", "short"] and "ended before the answer was finished" in err
 
 
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_a_web_page_instead_of_a_stream_is_named(use_async):
+    with FakeLLM("html") as fake:
+        ep = endpoint(fake)
+        got, err = asyncio.run(acollect(ep)) if use_async else collect(ep)
+    assert got == [] and "answered with text/html, not an event stream" in err and "llm.base_url" in err, err
+
+
 @pytest.mark.parametrize("status, hint", [(401, "llm.api_key"), (404, "llm.model"), (500, "fake failure 500")])
 def test_http_errors_are_one_line(status, hint):
     with FakeLLM("status", status=status) as fake:

@@ -179,6 +179,14 @@ class SseParser:
         return text
 
 
+def _refuse_a_page(endpoint: Endpoint, response: Any) -> None:
+    """A web page where the API was expected (a base URL without its /v1, a proxy's login page): said as such."""
+    content_type = str(response.headers.get("content-type", "")).split(";")[0].strip().lower()
+    if content_type in ("text/html", "application/xhtml+xml"):
+        raise LlmError(f"{endpoint.shown} answered with {content_type}, not an event stream: check llm.base_url "
+                       "(an OpenAI-compatible API, usually ending in /v1)")
+
+
 def _is_json(response: Any) -> bool:
     """A server that ignored ``"stream": true`` and sent the whole completion as one JSON object."""
     content_type = str(response.headers.get("content-type", ""))
@@ -340,6 +348,7 @@ def _stream_chat(endpoint: Endpoint, messages: list[dict[str, str]]) -> Iterator
         ) as response:
             if response.status_code != 200:
                 raise _status_error(endpoint, response.status_code, b"".join(_capped(response.iter_bytes(), ERROR_BODY_BYTES)))
+            _refuse_a_page(endpoint, response)
             if _is_json(response):
                 body = b"".join(_capped(response.iter_bytes()))
                 text = _whole(parser, body)
@@ -372,6 +381,7 @@ async def _astream_chat(endpoint: Endpoint, messages: list[dict[str, str]]) -> A
                     if len(head) > ERROR_BODY_BYTES:
                         break
                 raise _status_error(endpoint, response.status_code, head)
+            _refuse_a_page(endpoint, response)
             if _is_json(response):
                 chunks = []
                 async for chunk in response.aiter_bytes():
