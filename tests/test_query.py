@@ -37,6 +37,8 @@ def test_quotes_keep_text_literal():
     q = parse('wing=python "a=b" assignment')
     assert q.text == "a=b assignment"
     assert q.wings == ["python"]
+    q = parse('wing="python" type="invariant|decision" assignment')  # a quoted value is the value
+    assert (q.wings, q.types, q.text) == (["python"], ["invariant", "decision"], "assignment")
 
 
 @pytest.mark.parametrize(

@@ -81,6 +81,8 @@ def parse(query: str) -> ParsedQuery:
             words.append(token)
             continue
         key, value = fm.group(1).lower(), fm.group(2)
+        if len(value) >= 2 and value[0] == value[-1] == '"':  # wing="name": the quotes are not part of the name
+            value = value[1:-1]
         shown = _short(token)
         if key not in KEYS:
             raise ScopeError(
