@@ -23,7 +23,7 @@ from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSett
 
 from memlens.config_source import APP, ENV_PREFIX, env_variable, not_json, origin_of, read_config_file
 from memlens.limits import MAX_ENTRY_CHARS_SETTING, MAX_K, SQLITE_VEC_MAX_KNN
-from memlens.setting_checks import FLOAT_MAX, check_weights, describe_error
+from memlens.setting_checks import FLOAT_MAX, check_weights, describe_error, wrong_file_type
 
 BUNDLED_MODEL = "all-MiniLM-L6-v2"
 BUNDLED_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
@@ -367,6 +367,17 @@ class Settings(BaseSettings):
         return self.store or default_store_path()
 
 
+def _wrong_file_type(data: dict[str, Any]) -> tuple[str, str, Any] | None:
+    """A value of the configuration file whose TOML type is not its setting's, the profiles' included."""
+    from memlens.profiles import Profile
+
+    found = wrong_file_type(Settings, data)
+    profiles = data.get("profiles")
+    for name, table in (profiles.items() if isinstance(profiles, dict) and not found else ()):
+        found = found or (wrong_file_type(Profile, table, f"profiles.{name}.") if isinstance(table, dict) else None)
+    return found
+
+
 _TYPE_TAGS = frozenset({"str", "int", "float", "bool", "none", "list", "dict"})  # pydantic names a union's members so
 
 
@@ -378,6 +389,10 @@ def load_settings(**overrides: Any) -> Settings:
     from memlens.errors import MemlensError
 
     file, data = read_config_file()
+    if data and (wrong := _wrong_file_type(data)):
+        name, expected, value = wrong
+        shown = repr(value) if not isinstance(value, bool) else str(value).lower()
+        raise MemlensError(f"configuration: {name}: expected {expected}, got {shown[:60]} (in {file})")
     token = _FILE_DATA.set(data)
     try:
         settings = Settings(**overrides)

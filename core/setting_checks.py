@@ -83,3 +83,62 @@ def describe_error(err: dict[str, Any], model: type[BaseModel], loc: tuple[Any, 
         return f"configuration: {where}: {msg} ({origin})"
     extra = f"; allowed {rng}" if rng else ""
     return f"configuration: {where}: {msg}{extra}, got {shown} ({origin})"
+
+
+_KINDS = {int: "a whole number", float: "a number", bool: "true or false"}
+
+
+def _scalar(annotation: Any) -> type | None:
+    """``int``, ``float`` or ``bool`` when ``annotation`` is one (or one or None), else None."""
+    import types
+    import typing
+
+    if annotation in _KINDS:
+        return annotation  # type: ignore[no-any-return]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1 and args[0] in _KINDS:
+            return args[0]  # type: ignore[no-any-return]
+    return None
+
+
+def _fits(kind: type, value: Any) -> bool:
+    if value is None or kind is bool:
+        return value is None or isinstance(value, bool)
+    return isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
+
+
+def wrong_file_type(model: type[BaseModel], data: dict[str, Any], where: str = "") -> tuple[str, str, Any] | None:
+    """The first value of a configuration file's ``data`` whose TOML type is not its setting's (``k = true`` or
+    ``k = "5"`` for a number, ``enabled = "yes"`` for a switch): ``(setting, expected, value)``. The environment's
+    values are text by nature and go through pydantic's conversions; a file's have types of their own."""
+    import typing
+
+    for key, value in data.items():
+        field = model.model_fields.get(str(key))
+        if field is None:
+            continue  # an unknown setting: pydantic says so
+        name = f"{where}{key}"
+        ann = field.annotation
+        kind = _scalar(ann)
+        if kind is not None:
+            if not _fits(kind, value):
+                return name, _KINDS[kind], value
+        elif isinstance(ann, type) and issubclass(ann, BaseModel) and isinstance(value, dict):
+            found = wrong_file_type(ann, value, f"{name}.")
+            if found:
+                return found
+        elif typing.get_origin(ann) is dict and isinstance(value, dict):
+            inner = typing.get_args(ann)[1] if len(typing.get_args(ann)) == 2 else None
+            inner_kind = _scalar(inner)
+            if inner_kind is not None:  # named numbers: the weights
+                for sub, sub_value in value.items():
+                    if not _fits(inner_kind, sub_value):
+                        return f"{name}.{sub}", _KINDS[inner_kind], sub_value
+            elif isinstance(inner, type) and issubclass(inner, BaseModel):
+                for sub, sub_value in value.items():
+                    found = wrong_file_type(inner, sub_value, f"{name}.{sub}.") if isinstance(sub_value, dict) else None
+                    if found:
+                        return found
+    return None
+

@@ -66,6 +66,12 @@ def config(tmp_path, monkeypatch):
         ('cache_dir = "/proc/1"\n', ["cache_dir", "/proc/1", "pseudo-filesystem"]),
         ('cache_dir = ""\n', ["cache_dir", "empty"]),
         ("store = 5\n", ["configuration: store: input should be a valid string, got 5"]),  # not "store.str"
+        # a file's values have TOML types: a switch or a string where a number goes is refused, never converted
+        ("[search]\nk = true\n", ["configuration: search.k: expected a whole number, got true (in "]),
+        ('[search]\nk = "5"\n', ["search.k: expected a whole number, got '5'"]),
+        ('[cache]\nenabled = "yes"\n', ["cache.enabled: expected true or false, got 'yes'"]),
+        ("[retrieval.weights]\nrelevance = true\n", ["retrieval.weights.relevance: expected a number, got true"]),
+        ("[profiles.mine]\ncap = true\n", ["profiles.mine.cap: expected a whole number, got true"]),
         ("[profiles.academic]\ncap = 0\n", ["profiles.academic.cap = 0", "allowed from 1 to"]),
         ("[profiles.mine]\nrelative = 2\n", ["profiles.mine.relative", "allowed from 0 to 1"]),
         ("[profiles.mine]\nkinds = ['facts']\n", ["profiles.mine.kinds", "unknown kind 'facts'"]),
