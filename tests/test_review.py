@@ -179,6 +179,14 @@ def test_supersedes_is_refused_for_a_deletion_or_a_deprecation(store):
     assert snapshot_store(store.path) == before
 
 
+def test_rejecting_with_delete_clears_the_overrides_naming_the_entry_and_undo_restores_them(store):
+    store.add("Agents record what they learn elsewhere now.", wing="agents", id="over-x", overrides="new-1")
+    store.review.reject(["new-1"], delete=True)
+    assert store.get("over-x").overrides is None  # no override left naming nothing
+    store.review.undo("new-1")
+    assert store.get("new-1").status.value == "under_review" and store.get("over-x").overrides == "new-1"
+
+
 def test_undo_reverses_the_newest_action_and_reopens_the_item(store):
     desk = store.review
     desk.accept(["new-1"])

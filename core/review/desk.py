@@ -149,7 +149,9 @@ class ReviewDesk:
 
     def reject(self, ids: list[str], *, reason: str | None = None, delete: bool = False) -> list[dict[str, Any]]:
         def one(item: Item) -> dict[str, Any]:
-            with self._as_reviewer("reject", [item.entry_id], reason=reason, delete=delete) as info:
+            # a deletion clears the overrides naming the entry (``writes.release_overriders``): undo restores them too
+            touched = [item.entry_id, *(self._overriders(item.entry_id) if delete else [])]
+            with self._as_reviewer("reject", touched, reason=reason, delete=delete) as info:
                 detail = actions.reject(self.store, self.embed, item, delete=delete)
             return {"entry": item.entry_id, "action": "reject", "batch": info["batch"], "detail": detail}
 
