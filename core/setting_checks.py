@@ -141,4 +141,3 @@ def wrong_file_type(model: type[BaseModel], data: dict[str, Any], where: str = "
                     if found:
                         return found
     return None
-

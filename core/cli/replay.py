@@ -267,9 +267,9 @@ def _change(args: argparse.Namespace) -> Callable[[Any], Any]:
     return lambda m: m.update(eid, promoted_by=promoted_by, **changes)
 
 
-def _check_restorable(mem: Any, entry_id: str) -> None:
+def _check_restorable(entry: Any) -> None:
     """``restore`` is for a deprecated entry: an agent's entry waiting for review is answered in the review inbox."""
-    status = mem.get(entry_id).status.value
+    status, entry_id = entry.status.value, entry.id
     if status not in ("deprecated", "active"):
         raise ValidationError(f"restore: {entry_id} is {status}, not deprecated (memlens review accept {entry_id} "
                               f"makes it active; memlens edit {entry_id} status=active sets it by hand)")
@@ -287,9 +287,10 @@ def cmd_write(args: argparse.Namespace) -> int:
     eid = args.entry_id
     if not args.dry_run:
         with _open(args) as mem:
+            current = mem.get(eid)
             if args.command == "restore":
-                _check_restorable(mem, eid)
-            before = mem.get(eid).to_record() if args.command != "delete" else None
+                _check_restorable(current)
+            before = current.to_record() if args.command != "delete" else None
             released = _released(mem, eid) if args.command == "delete" else []
             entry = change(mem)
         same = " (nothing changed: it already had these values)" if entry.to_record() == before else ""
@@ -300,9 +301,9 @@ def cmd_write(args: argparse.Namespace) -> int:
     from memlens.replay.impact import preview
 
     with _open(args) as mem:
-        mem.get(eid)
+        current = mem.get(eid)
         if args.command == "restore":
-            _check_restorable(mem, eid)
+            _check_restorable(current)
         released = _released(mem, eid) if args.command == "delete" else []
         report = preview(mem, change)
     if args.json:
