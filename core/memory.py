@@ -106,10 +106,12 @@ class Memory:
     @property
     def conn(self) -> Any:
         """This thread's SQLite connection, for tools and tests that read SQLite's tables directly (the engine itself
-        goes through ``self.store``)."""
+        goes through ``self.store``). What they read holds this process's searches: their rows still waiting in
+        the log spool are written first."""
         conn = getattr(self.store, "conn", None)
         if conn is None:
             raise StoreError(f"store {self.path}: this needs a SQLite store; a {self.store.backend} store does not offer it")
+        self.store.settle_log()
         return conn
 
     @property

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -218,9 +219,11 @@ def run_cli(*args: str, input: str | None = None, env: dict[str, str] | None = N
 
 
 def snapshot_store(path: Path) -> tuple:
-    """Everything observable about a store: entries, vectors, audit and generations."""
-    from memlens.store import db
+    """Everything observable about a store: entries, vectors, audit and generations, once this process's
+    retrieval-log rows still waiting in a log spool are written (as its next read or write would write them)."""
+    from memlens.store import db, logspool
 
+    logspool.drain_all()
     conn = db.connect(path, create=False)
     try:
         return (
@@ -231,6 +234,24 @@ def snapshot_store(path: Path) -> tuple:
         )
     finally:
         conn.close()
+
+
+def logged_retrievals(path: Path, at_least: int, timeout: float = 30) -> int:
+    """The retrieval rows in the file once there are ``at_least`` (another process's log spool writes its
+    searches' rows within a moment of them); fails the test after ``timeout`` seconds."""
+    from memlens.store import db
+
+    deadline = time.monotonic() + timeout
+    while True:
+        conn = db.connect(path, create=False)
+        try:
+            n = int(conn.execute("SELECT count(*) FROM audit WHERE action = 'retrieval'").fetchone()[0])
+        finally:
+            conn.close()
+        if n >= at_least:
+            return n
+        assert time.monotonic() < deadline, f"{n} retrieval rows in {path} after {timeout} s, expected {at_least}"
+        time.sleep(0.02)
 
 
 def bounded(fn, timeout: float = 30):

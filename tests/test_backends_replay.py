@@ -53,7 +53,11 @@ def _target(mem) -> str:
 
 def _written(mem) -> tuple:
     """Everything a write could change, read through the engine: entries with vectors, the audit (its size and
-    newest rows), generations, golden queries, the retrieval log."""
+    newest rows), generations, golden queries, the retrieval log; the rows this process's stores still hold in
+    their log spools written first."""
+    from memlens.store import logspool
+
+    logspool.drain_all()
     out = io.StringIO()
     mem.export_jsonl(out, with_vectors=True)
     audit = mem.audit(limit=100_000)
@@ -184,6 +188,7 @@ def test_replay_rows_are_pruned_with_their_audit_rows(backend_mem):
         with mem.store.connection() as conn:
             retention.prune_retrievals(_Qmark(conn), 2, 90)
     else:
+        mem.store.settle_log()  # the searches' rows, handed to the log spool, written before pruning
         retention.prune_retrievals(mem.conn, 2, 90)
     kept = sorted(r["seq"] for r in mem.retrievals(10))
     assert len(kept) == 2 and [r["seq"] for r in storage.logged(mem)] == kept
@@ -309,6 +314,7 @@ def test_the_app_shows_golden_status_access_freshness_and_previews(backend_mem, 
     _seed(mem, "alpha gamma")
     mem.search("alpha", active_wing="w", k=2)
     golden.add(mem, "alpha", a.id, within=2)
+    mem.store.settle_log()  # the app below opens a store of its own: this one's waiting log row written first
     lens = Lens(_target(mem), lambda: Memory.open(_target(mem), settings=settings, embedder=hash_embedder))
     try:
         health = lens.health()

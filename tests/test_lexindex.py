@@ -513,26 +513,48 @@ def test_a_snapshot_built_by_another_search_during_the_warm_up_gets_the_postings
         assert served(mem) == 1
 
 
-def test_a_search_reads_the_text_index_state_once(copy_mem):
+def test_a_search_reads_the_text_index_state_once(copy_mem, monkeypatch):
     """The term counts and the in-process ranking both check FTS5's state records: at most one read per search,
-    and none while nothing changed (the previous search's own retrieval-log row does not count)."""
+    and none while nothing changed (the retrieval-log rows written on this connection do not count; a batch the
+    log spool's writer thread commits on its own connection does, once)."""
+    from memlens.store import logspool
+
+    monkeypatch.setattr(logspool, "DELAY", 60.0)  # the rows wait until the test writes them
     mem, q = copy_mem, questions()[0]
     mem.warm_index(text=True)  # every word's postings held: what a search reads of FTS5 is its state records
+    conn = mem.conn
 
     def reads_of_state() -> int:
         seen: list[str] = []
-        mem.conn.set_trace_callback(seen.append)
+        conn.set_trace_callback(seen.append)
         try:
             mem.search(q, use_cache=False)
         finally:
-            mem.conn.set_trace_callback(None)
-        assert any("INSERT INTO retrieval_log" in s for s in seen)  # the search logged itself
+            conn.set_trace_callback(None)
         return sum("entries_fts_data WHERE id IN (1, 10)" in s for s in seen)
 
+    def settle_here() -> None:
+        seen: list[str] = []
+        conn.set_trace_callback(seen.append)
+        try:
+            mem.store.settle_log()  # the searches' rows written on this thread's connection
+        finally:
+            conn.set_trace_callback(None)
+        assert any("INSERT INTO retrieval_log" in s for s in seen)
+
     mem.search(q, use_cache=False)
+    settle_here()
     assert reads_of_state() == 0
-    mem.conn.execute("UPDATE entries SET salience = salience WHERE rowid = (SELECT min(rowid) FROM entries)")
+    settle_here()
+    assert reads_of_state() == 0
+    conn.execute("UPDATE entries SET salience = salience WHERE rowid = (SELECT min(rowid) FROM entries)")
     assert reads_of_state() == 1  # this connection changed an entry: read again, once
+    logged = mem.store._spool.last()
+    writer = threading.Thread(target=lambda: (mem.store._spool.drain(patient=True), mem.store.close_thread()))
+    writer.start()  # as the spool's writer thread does: on a connection of its own
+    writer.join()
+    assert logged.seq is not None
+    assert reads_of_state() == 1
 
 
 def test_the_state_records_kept_for_a_search_end_with_a_write(copy_mem):

@@ -13,7 +13,7 @@ from memlens.attribution import acting_as, client_record
 from memlens.errors import ValidationError
 from memlens.replay import access, freshness, golden, impact, otel, storage
 from memlens.replay.replay import apply_sets, kendall_tau, replay
-from tests.conftest import run_cli, snapshot_store
+from tests.conftest import logged_retrievals, run_cli, snapshot_store
 
 QUERIES = [
     ("callbacks blocking executor", None),
@@ -413,12 +413,14 @@ def test_mcp_dry_run_writes_nothing_and_searches_name_their_client(demo_store, t
     path = tmp_path / "mcp.db"
     shutil.copy(demo_store, path)
     q = "callbacks blocking executor"
+    logged_before = logged_retrievals(path, 0)
 
     async def body(client):
         found = result_data(await client.call_tool("memory_search", {"query": q, "k": 5}))
         target = next(r["id"] for r in found["results"] if "mandatory" not in r.get("flags", []))
         why = result_data(await client.call_tool("memory_explain", {"query": q, "id": target}))
         assert why["verdict"] == "returned"
+        logged_retrievals(path, logged_before + 2)  # the server's log rows of the search and of explain's search have landed
         before = snapshot_store(path)
         dry = result_data(await client.call_tool("memory_set_status", {"id": target, "status": "deprecated",
                                                                         "dry_run": True}))

@@ -226,22 +226,30 @@ def test_a_search_asks_once_whether_another_process_wrote(demo_mem):
     assert reads.generations()["lifecore_ros2"] == before["lifecore_ros2"] + 1
 
 
-def test_a_search_logging_itself_keeps_what_the_next_search_reads(demo_mem):
+def test_a_search_logging_itself_keeps_what_the_next_search_reads(demo_mem, monkeypatch):
     """The wings' generations and whether any entry overrides another are kept between searches: a search's own
-    retrieval-log row does not make the next search read them again; a write to an entry does."""
+    retrieval-log row (written on this thread's connection here) does not make the next search read them again;
+    a write to an entry does."""
+    from memlens.store import logspool
+
+    monkeypatch.setattr(logspool, "DELAY", 60.0)  # the rows wait until the test writes them
+    conn = demo_mem.conn
+
     def statements(query: str) -> tuple[list[str], list[str]]:
         seen: list[str] = []
-        demo_mem.conn.set_trace_callback(seen.append)
+        conn.set_trace_callback(seen.append)
         try:
             ids = [r.entry.id for r in demo_mem.search(query, active_wing="lifecore_ros2", use_cache=False).results]
+            demo_mem.store.settle_log()
         finally:
-            demo_mem.conn.set_trace_callback(None)
+            conn.set_trace_callback(None)
         assert any("INSERT INTO retrieval_log" in s for s in seen)
         return [s for s in seen if s in KEPT], ids
 
     KEPT = ("SELECT wing, generation FROM wings", "SELECT 1 FROM entries WHERE overrides IS NOT NULL LIMIT 1")
     demo_mem.warm_index(text=True)
     demo_mem.search("executor choice", use_cache=False)
+    demo_mem.store.settle_log()
     assert statements("executor choice")[0] == []
     new_id = demo_mem.add("Zebra crossings need a lollipop man.", wing="lifecore_ros2").id
     read, ids = statements("zebra crossing lollipop")

@@ -7,9 +7,12 @@ PostgreSQL store has the same methods (``memlens.store.postgres.answers``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memlens.store.staging import visible
+
+if TYPE_CHECKING:
+    from memlens.store.logspool import LogSpool
 
 ANSWER_COLUMNS = "id, ts, question, model, complete, error, retrieval_seq, retrieval"
 
@@ -17,9 +20,16 @@ ANSWER_COLUMNS = "id, ts, question, model, complete, error, retrieval_seq, retri
 class SqliteAnswers:
     conn: Any
     path: Path
+    _spool: LogSpool | None
 
     def last_retrieval(self) -> tuple[int, Any] | None:
-        """(seq, detail) of the retrieval row this thread's connection logged last, if that was its last insert."""
+        """(seq, detail) of the retrieval row this thread logged last (through the store's log spool, written first
+        if it waits); without a spool, of this thread's connection's last insert, if that was a retrieval row."""
+        spool = self._spool
+        logged = spool.last() if spool is not None else None
+        if spool is not None and logged is not None:
+            spool.drain()
+            return None if logged.seq is None else (logged.seq, logged.detail)
         row = self.conn.execute(
             "SELECT seq, detail FROM audit WHERE seq = last_insert_rowid() AND action = 'retrieval'").fetchone()
         return None if row is None else (int(row[0]), row[1])

@@ -1,7 +1,7 @@
 """The audit and the retrieval log on SQLite: history per entry, the write a cache saw, one row per retrieval.
 
 ``SqliteAuditLog`` is a mixin of ``SqliteStore`` (``conn``: this thread's connection, ``path``,
-``_busy_timeout_ms``, ``_pruned``); the PostgreSQL store has the same methods.
+``_busy_timeout_ms``, ``_pruned``, ``_spool``; ``close_thread``); the PostgreSQL store has the same methods.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from memlens.compact_json import dumps
 from memlens.models import format_ts, utcnow
 from memlens.store import corruption, retention
+from memlens.store.logspool import Logged, LogSpool
 from memlens.store.replay_sql import LOG_INSERT
 from memlens.store.rows import json_object
 from memlens.store.staging import visible
@@ -36,12 +37,17 @@ class SqliteAuditLog:
     path: Path
     _busy_timeout_ms: int
     _pruned: bool
+    _spool: LogSpool | None
+
+    if TYPE_CHECKING:
+        def close_thread(self) -> None: ...  # the host's: this thread's connection closed (the spool's writer ends)
 
     if TYPE_CHECKING:  # the host's speed layer: its stamps count the retrieval log's changes apart (``log_write``)
         @property
         def speed(self) -> SpeedLayer | None: ...
 
     def audit(self, entry_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        self.settle_log()
         sql = f"SELECT seq, ts, action, entry_id, wing, before, after, detail FROM audit WHERE {visible()}"
         args: tuple[Any, ...] = ()
         if entry_id:
@@ -78,42 +84,85 @@ class SqliteAuditLog:
         """One ``retrieval`` audit row; never fails a retrieval (a read-only or busy store skips the row).
 
         ``record()``: the ``retrieval_log`` row (request, client, context, hits) of what replay needs, written in the
-        same transaction as the audit row.
+        same transaction as the audit row. Both rows are made here, from the bundle as the search returns it; they
+        are written by the store's log spool (``memlens.store.logspool``) off the search's path, or at once inside
+        a transaction already open on this thread's connection (the row joins it) or on a store without a spool.
         """
         if corruption.seen(self.path):
             return
-        conn = self.conn
-        own = False
+        try:
+            row = Logged(format_ts(utcnow()), active_wing, dumps(metrics), record() if record is not None else None,
+                         (max_rows, max_age_days))
+        except Exception:
+            return
+        spool = self._log_spool()
+        if spool is not None and not self.conn.in_transaction:
+            spool.put(row)
+            return
+        if spool is not None:
+            spool.drain()  # the rows before it first
+            spool.mark(row)
+        self.write_logged([row])
+
+    def _log_spool(self) -> LogSpool | None:
+        """The store's spool, made on its first search (none without the speed layer: a preview's copy on one
+        connection writes its rows inside the preview's transaction, which is never committed)."""
+        spool = self._spool
+        if spool is None and self.speed is not None:
+            spool = self._spool = LogSpool(self)
+        return spool
+
+    def settle_log(self) -> None:
+        """Write the rows of this process's searches still waiting in the spool: before a read of the log or of the
+        audit, and before a write, so that order and this process's view hold."""
+        if self._spool is not None:
+            self._spool.drain()
+
+    def write_logged(self, rows: list[Logged], *, patient: bool = False) -> None:
+        """Rows of the retrieval log, in one transaction (or in the one open on this connection). ``patient`` (the
+        spool's writer thread, which no search waits for): wait for a busy store as long as any write does; else
+        give up after 50 ms, as a search must never wait for a writer. A batch that fails is skipped whole."""
+        if corruption.seen(self.path):
+            return
+        try:
+            conn = self.conn
+        except Exception:  # closed meanwhile, or the file is gone: the rows are skipped
+            return
+        own = not conn.in_transaction
         speed = self.speed
         with nullcontext() if speed is None else speed.stamps.log_write(conn):  # no search reads these rows
             try:
-                replay_row = record() if record is not None else None
-                # a search must never wait for a writer: give up on the log row after 50 ms
-                conn.execute("PRAGMA busy_timeout = 50")
-                own = replay_row is not None and not conn.in_transaction  # one transaction: the audit row and the record
+                if not patient:
+                    conn.execute("PRAGMA busy_timeout = 50")
                 if own:
                     conn.execute("BEGIN")
-                cur = conn.execute(
-                    "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail)"
-                    " VALUES (?, 'retrieval', NULL, ?, NULL, NULL, ?)",
-                    (format_ts(utcnow()), active_wing, dumps(metrics)),
-                )
-                seq = int(cur.lastrowid)
-                if replay_row is not None:
-                    conn.execute(LOG_INSERT, (seq, *replay_row))
+                seqs = []
+                for row in rows:
+                    cur = conn.execute(
+                        "INSERT INTO audit(ts, action, entry_id, wing, before, after, detail)"
+                        " VALUES (?, 'retrieval', NULL, ?, NULL, NULL, ?)",
+                        (row.ts, row.wing, row.detail),
+                    )
+                    seqs.append(int(cur.lastrowid))
+                    if row.replay is not None:
+                        conn.execute(LOG_INSERT, (seqs[-1], *row.replay))
                 if own:
                     conn.execute("COMMIT")
-                if retention.due(seq, not self._pruned):
+                for row, seq in zip(rows, seqs):
+                    row.seq = seq
+                if any(retention.due(seq, not self._pruned) for seq in seqs):
                     self._pruned = True
-                    retention.prune_retrievals(conn, max_rows, max_age_days)
+                    retention.prune_retrievals(conn, *rows[-1].keep)
             except Exception:
                 if own and conn.in_transaction:
                     conn.execute("ROLLBACK")
             finally:
-                conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+                if not patient:
+                    conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
 
     def retrievals(self, limit: int) -> list[dict[str, Any]]:
         """The newest logged retrievals; a row whose metrics do not decode (a hand edit) is left out."""
+        self.settle_log()
         rows = self.conn.execute(
             "SELECT seq, ts, detail FROM audit WHERE action = 'retrieval' ORDER BY seq DESC LIMIT ?", (limit,)
         ).fetchall()

@@ -223,6 +223,10 @@ class Writes(Protocol):
         ...
 
     def retrievals(self, limit: int) -> list[AuditRecord]: ...
+    def settle_log(self) -> None:
+        """Write this process's retrieval-log rows that still wait to be written (none on a store whose searches
+        write their own), so that what is read next holds them."""
+        ...
 
     # -- rows -----------------------------------------------------------------------------------
     def get_row(self, entry_id: str) -> Row | None:

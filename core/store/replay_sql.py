@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memlens.store.staging import visible
 
@@ -50,10 +50,14 @@ class SqliteReplay:
     conn: Any
     path: Path
 
+    if TYPE_CHECKING:
+        def settle_log(self) -> None: ...  # the host's: this process's waiting log rows written first (``SqliteAuditLog``)
+
     # -- the retrieval log ------------------------------------------------------------------------
 
     def logged_rows(self, limit: int, since: str | None = None, query: str | None = None) -> list[tuple[Any, ...]]:
         """The newest ``limit`` logged retrievals, newest first: (seq, ts, request, client, context, hits)."""
+        self.settle_log()
         sql = ("SELECT a.seq, a.ts, l.request, l.client, l.context, l.hits FROM audit a JOIN retrieval_log l"
                " ON l.seq = a.seq WHERE a.action = 'retrieval'")
         args: list[Any] = []
@@ -69,6 +73,7 @@ class SqliteReplay:
     def access_rows(self, entry_id: str, needle: str, limit: int) -> list[tuple[Any, ...]]:
         """Retrievals that returned ``entry_id`` (``needle``: its JSON text), newest first:
         (seq, ts, query, client, rank, score, context)."""
+        self.settle_log()
         rows: list[tuple[Any, ...]] = self.conn.execute(
             "SELECT l.seq, a.ts, CASE WHEN json_valid(l.request) THEN json_extract(l.request, '$.query') END, l.client,"
             " CAST(h.key AS INTEGER) + 1, json_extract(h.value, '$[1]'), l.context"
@@ -82,6 +87,7 @@ class SqliteReplay:
     def retrieval_count_rows(self, wing: str | None = None, since: str | None = None) -> list[tuple[Any, ...]]:
         """Each active entry (of ``wing``): (id, wing, type, title, retrievals that searched its wing, that returned it),
         counting the retrievals logged at or after ``since`` only, when given."""
+        self.settle_log()
         when = " AND a.ts >= ?" if since else ""
         sql = (
             "WITH searched AS (SELECT j.value AS wing, count(*) AS n FROM audit a, json_each(a.detail, '$.wings_searched') j"

@@ -38,6 +38,7 @@ from memlens.store.writer import SqliteWriter
 
 if TYPE_CHECKING:
     from memlens.models import Entry
+    from memlens.store.logspool import LogSpool
 
 class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, SqliteReplay, SqliteIngest):
     """One SQLite store file: the read half (``SqliteReads``) and the write half.
@@ -66,6 +67,7 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
         self._conns_lock = threading.Lock()
         self._closed = False
         self._pruned = False  # retrieval records pruned by this store yet (see memlens.store.retention)
+        self._spool: LogSpool | None = None  # the retrieval log's rows waiting to be written (``SqliteAuditLog``)
         conn = self.conn  # opens, checks and migrates
         self._meta: dict[str, str] = (
             dict(conn.execute("SELECT key, value FROM store_meta").fetchall()) if db.schema_version(conn) else {}
@@ -110,6 +112,7 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
         clone._conns = []
         clone._conns_lock = threading.Lock()
         clone._speed = None  # one connection, on this thread: nothing kept for other threads or later
+        clone._spool = None  # its searches' rows go into its transaction
         clone._staged_vectors = None
         return clone
 
@@ -135,6 +138,11 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
             pass
 
     def close(self) -> None:
+        if self._spool is not None and not self._closed:
+            try:
+                self._spool.stop()  # the waiting rows written, the spool's writer thread ended
+            except Exception:  # a store closing never fails on its log
+                pass
         self._closed = True
         with self._conns_lock:
             for c in self._conns:
@@ -199,6 +207,7 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
 
     @contextmanager
     def write(self) -> Iterator[SqliteWriter]:
+        self.settle_log()  # this process's searches come before its write in the audit
         with db.transaction(self.conn, self.path) as conn:
             yield SqliteWriter(conn, self.model_id)
 
@@ -286,6 +295,7 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
         return list(wings.values())
 
     def audit_count(self) -> int:
+        self.settle_log()
         return int(self.conn.execute(
             "SELECT (SELECT count(*) FROM audit) - (SELECT count(*) FROM audit WHERE import_id IN (SELECT id FROM imports))"
         ).fetchone()[0])

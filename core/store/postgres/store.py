@@ -341,6 +341,9 @@ class PgStore(PgTransactions, PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
         seq, ts, action, entry_id, wing = row
         return {"seq": int(seq), "ts": ts, "action": action, "entry_id": entry_id, "wing": wing}
 
+    def settle_log(self) -> None:
+        """Nothing waits: a search on PostgreSQL writes its own log rows (``log_retrieval``)."""
+
     def log_retrieval(self, active_wing: str | None, metrics: dict[str, Any], *, max_rows: int, max_age_days: float,
                       record: Callable[[], tuple[Any, ...] | None] | None = None) -> None:
         """One ``retrieval`` audit row and, in the same transaction, its ``retrieval_log`` row (``record()``: what replay

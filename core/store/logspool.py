@@ -1,0 +1,147 @@
+"""The retrieval log written beside the searches instead of inside them (SQLite).
+
+At audit level "reads" every search leaves one row in the audit table and one in
+``retrieval_log``. Written by the search itself that cost ~0.3 ms of SQL a search
+(a transaction of its own: the busy-timeout switch, two inserts, the commit), a
+tenth of a search over a few thousand entries. The search now only hands its
+finished rows (their JSON made on its own thread, from the bundle as returned)
+to this spool; a writer thread of the store writes what is waiting, every row
+that came within ``DELAY`` in one transaction, on its own connection.
+
+What this keeps of the log's rules:
+
+* Order: rows are written in the order they were logged, every drain taking all
+  that is waiting under one lock. Whatever in this process reads or writes the
+  log's tables (the store's log reads, a write transaction, ``close``) drains
+  first, on its own thread, so a process always sees its own searches and a
+  write it makes after a search comes after that search's row.
+* Never fails a search: a row that cannot be written (a read-only, busy or
+  damaged store) is skipped, as the search's own write skipped it.
+* Loss: a process killed outright loses the rows of its last ``DELAY`` seconds;
+  a process that exits normally writes them (``close``, and at exit for a store
+  never closed).
+
+The writer thread ends after ``IDLE`` seconds with nothing to write (closing its
+connection) and starts again with the next row, so an idle process holds no
+thread; it holds the store weakly, so a store dropped unclosed is not kept alive.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+DELAY = 0.05  # seconds a row may wait for others to share its transaction
+IDLE = 1.0  # seconds with nothing to write before the writer thread ends
+
+
+@dataclass
+class Logged:
+    """One search's rows: the audit row's values, the ``retrieval_log`` row's (None: none), and once written its seq."""
+
+    ts: str
+    wing: str | None
+    detail: str
+    replay: tuple[Any, ...] | None
+    keep: tuple[int, float]  # the retention settings in force (max rows, max age in days)
+    seq: int | None = None
+
+
+class Host(Protocol):
+    """What the spool writes through (``SqliteAuditLog``): a batch of rows on this thread's connection, and the end of
+    a writer thread (its connection closed)."""
+
+    def write_logged(self, rows: list[Logged], *, patient: bool = False) -> None: ...
+    def close_thread(self) -> None: ...
+
+
+_live: weakref.WeakSet[LogSpool] = weakref.WeakSet()
+
+
+class LogSpool:
+    def __init__(self, host: Host) -> None:
+        self._host: Callable[[], Host | None] = weakref.ref(host)
+        self._pending: list[Logged] = []
+        self._cond = threading.Condition()
+        self._writing = threading.Lock()  # one drain at a time: rows go out in the order they came
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+        self._local = threading.local()  # the row this thread logged last (``last``)
+        _live.add(self)
+
+    def mark(self, row: Logged) -> None:
+        """``row`` is the one this thread logged last (written at once, not through the spool)."""
+        self._local.last = row
+
+    def put(self, row: Logged) -> None:
+        self._local.last = row
+        with self._cond:
+            self._pending.append(row)
+            if self._thread is None and not self._stopped:
+                self._thread = threading.Thread(target=self._run, name="memlens-retrieval-log", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def last(self) -> Logged | None:
+        """The row this thread logged last (its ``seq`` is set once it was written)."""
+        row: Logged | None = getattr(self._local, "last", None)
+        return row
+
+    def drain(self, *, patient: bool = False) -> None:
+        """Write every row waiting, on the calling thread, after the drain under way if there is one (its rows are
+        then written when this returns)."""
+        if not self._pending and not self._writing.locked():
+            return
+        host = self._host()
+        with self._writing:
+            with self._cond:
+                rows, self._pending = self._pending, []
+            if rows and host is not None:
+                host.write_logged(rows, patient=patient)
+
+    def stop(self) -> None:
+        """Write what is waiting here and end the writer thread (the store closes)."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        self.drain()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    if not self._pending and not self._stopped:
+                        self._cond.wait(IDLE)
+                    if not self._pending:  # idle, or stopped with nothing left
+                        self._thread = None
+                        return
+                    deadline = time.monotonic() + DELAY  # the rows that come meanwhile share the transaction
+                    while not self._stopped and (left := deadline - time.monotonic()) > 0:
+                        self._cond.wait(left)
+                try:
+                    self.drain(patient=True)
+                except Exception:  # the log never fails anything; a row it could not write is skipped
+                    pass
+        finally:
+            host = self._host()
+            if host is not None:
+                host.close_thread()
+
+
+@atexit.register
+def drain_all() -> None:
+    """Write the waiting rows of every store of this process: at exit (a process that never closed its stores
+    still writes them), and for tools that look at the files themselves."""
+    for spool in list(_live):
+        try:
+            spool.drain()
+        except Exception:
+            pass

@@ -1,0 +1,107 @@
+"""The retrieval log written off the search's path (``memlens.store.logspool``): rows reach the file without anyone
+reading them, in the order the process made them, before its next write, at close and at exit, and a busy store
+delays them rather than loses them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from memlens.store import db, logspool
+
+
+def _on_disk(path: Path) -> tuple[int, int]:
+    """(retrieval audit rows, retrieval_log rows) as another connection (another process) sees them."""
+    conn = db.connect(path, create=False)
+    try:
+        audit = conn.execute("SELECT count(*) FROM audit WHERE action = 'retrieval'").fetchone()[0]
+        return int(audit), int(conn.execute("SELECT count(*) FROM retrieval_log").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def _until(check, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_rows_reach_the_file_without_a_read_and_the_writer_thread_ends(mem, store_path):
+    mem.add("Streams emit data in chunks.", wing="docs")
+    for q in ("streams", "chunks", "data"):
+        mem.search(q, use_cache=False)
+    assert _until(lambda: _on_disk(store_path) == (3, 3))  # no read, no close: the spool's thread wrote them
+    assert _until(lambda: mem.store._spool._thread is None, timeout=logspool.IDLE + 10)  # idle: it ended
+    mem.search("streams again", use_cache=False)  # and starts again with the next row
+    assert _until(lambda: _on_disk(store_path) == (4, 4))
+
+
+def test_a_search_comes_before_the_same_process_s_next_write(mem, monkeypatch):
+    monkeypatch.setattr(logspool, "DELAY", 60.0)  # the row waits: only the write can put it first
+    mem.add("Buffers hold bytes.", wing="docs")
+    mem.search("buffers", use_cache=False)
+    mem.add("Sockets carry bytes.", wing="docs")
+    actions = [r["action"] for r in reversed(mem.audit(limit=10))]
+    assert actions[-3:] == ["add", "retrieval", "add"]
+
+
+def test_the_process_reads_its_own_rows_at_once(mem, monkeypatch):
+    monkeypatch.setattr(logspool, "DELAY", 60.0)
+    mem.add("Timers run callbacks later.", wing="docs")
+    b = mem.search("timers", use_cache=False)
+    rows = mem.retrievals(10)
+    assert [r["result_ids"] for r in rows] == [[r.entry.id for r in b.results]]
+    seq, _detail = mem.store.last_retrieval()  # what `ask` links its answer to
+    assert seq == rows[0]["seq"]
+
+
+def test_close_writes_the_waiting_rows(store_path, settings, hash_embedder, monkeypatch):
+    from memlens import Memory
+
+    monkeypatch.setattr(logspool, "DELAY", 60.0)
+    mem = Memory.open(store_path, settings=settings, embedder=hash_embedder)
+    mem.add("Paths join segments.", wing="docs")
+    mem.search("paths", use_cache=False)
+    mem.search("segments", use_cache=False)
+    assert _on_disk(store_path) == (0, 0)  # still waiting
+    mem.close()
+    assert _on_disk(store_path) == (2, 2)
+    assert mem.store._spool._thread is None  # its writer thread ended with it
+
+
+def test_a_process_that_exits_without_closing_writes_its_rows(store_path):
+    script = textwrap.dedent(f"""
+        from memlens import Memory
+        from memlens.embed import HashEmbedder
+        from memlens.store import logspool
+        logspool.DELAY = 600.0  # nothing written by the thread: only the exit can write it
+        mem = Memory.open({str(store_path)!r}, embedder=HashEmbedder())
+        mem.add("Workers share memory.", wing="docs")
+        mem.search("workers", use_cache=False)
+        mem.search("memory", use_cache=False)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert _on_disk(store_path) == (2, 2)
+
+
+def test_a_busy_store_delays_the_rows_and_loses_none(mem, store_path):
+    mem.add("Clusters fork workers.", wing="docs")
+    mem.store.settle_log()
+    other = db.connect(store_path, create=False)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock for a moment
+        t = time.perf_counter()
+        b = mem.search("clusters", use_cache=False)
+        assert b.results and time.perf_counter() - t < 1.0  # the search does not wait for the lock
+        time.sleep(0.3)  # longer than a search would ever wait (50 ms): the spool's thread waits on
+        other.execute("COMMIT")
+    finally:
+        other.close()
+    assert _until(lambda: _on_disk(store_path) == (1, 1))
