@@ -12,6 +12,7 @@ alike; ``context`` adds ``code``, ``code_index``, ``code_threshold`` and ``code_
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -28,6 +29,13 @@ class Droppable(Protocol):
 
     @property
     def wing(self) -> str: ...
+
+
+class Scored(Droppable, Protocol):
+    """A drop record's subject that carries its own score (a pipeline candidate)."""
+
+    @property
+    def score(self) -> float: ...
 
 
 STAGES = ("parse", "embed", "vector", "lexical", "score", "rerank", "policy", "budget", "total")
@@ -155,6 +163,11 @@ class Trace(BaseModel):
 
     def drop(self, entry: Droppable, stage: str, detail: str = "", score: float | None = None) -> None:
         self.dropped.append(Dropped(entry.id, stage, stage, detail, score, entry.wing))  # positional: ~70 a search
+
+    def drop_each(self, entries: Iterable[Scored], stage: str, detail: str) -> None:
+        """``drop`` of each of ``entries`` with its own score and one detail: the ~70 candidates a cap drops in one
+        call (a call per candidate was a tenth of the policy stages)."""
+        self.dropped.extend([Dropped(e.id, stage, stage, detail, e.score, e.wing) for e in entries])
 
 
 class Bundle(BaseModel):

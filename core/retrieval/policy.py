@@ -230,6 +230,8 @@ def _override_pair(a: Candidate, b: Candidate) -> bool:
 
 def apply_overrides(pool: list[Candidate], trace: Trace) -> list[Candidate]:
     """An explicit ``overrides`` hides the overridden entry; the trace says by which."""
+    if not any(c.overrides for c in pool):
+        return list(pool)  # most pools override nothing: no index of the pool to build
     by_id = {c.id: c for c in pool}
     hidden: set[str] = set()
     for c in pool:
@@ -244,6 +246,8 @@ def apply_overrides(pool: list[Candidate], trace: Trace) -> list[Candidate]:
 
 def thresholds(pool: list[Candidate], trace: Trace, min_score: float | None, relative: float | None) -> list[Candidate]:
     """Absolute floor, then the relative cut against the top hit (a profile sets either or both)."""
+    if min_score is None and relative is None:
+        return list(pool)
     out = []
     for c in pool:
         if min_score is not None and not c.keep and c.profile_score < min_score:
@@ -274,15 +278,9 @@ def authority_order(pool: list[Candidate]) -> list[Candidate]:
 
 def cap(pool: list[Candidate], trace: Trace, limit: int) -> list[Candidate]:
     """Keep ``limit`` results by score; mandatory invariants and conflict partners always stay."""
-    chosen: set[str] = set()
-    beyond = f"score rank beyond the cap of {limit}"
-    for c in by_score(pool):
-        if c.keep:
-            continue
-        if len(chosen) < limit:
-            chosen.add(c.id)
-        else:
-            trace.drop(c, "cap", beyond, c.score)
+    ranked = [c for c in by_score(pool) if not c.keep]  # ids are unique in a pool: the first ``limit`` are chosen
+    chosen = {c.id for c in ranked[:limit]}
+    trace.drop_each(ranked[limit:], "cap", f"score rank beyond the cap of {limit}")
     out = [c for c in pool if c.keep or c.id in chosen]
     if len(out) > limit:  # k is the number ranked by score: what always stays comes on top of it
         trace.notes.append(f"{len(out)} results for k={limit}: mandatory invariants and conflict partners always stay "

@@ -16,22 +16,33 @@ from memlens.trace import Bundle, Components, Result
 
 def _normalise(run: Run) -> None:
     """Min-max normalise similarity and bm25 per kind (or over the pool), bounds into the trace."""
-    groups: dict[str, list[Components]] = {}
-    per_kind = run.settings.retrieval.normalise == "per_kind"
-    for c in run.pool:
-        groups.setdefault(c.kind if per_kind else "pool", []).append(c.comps)
-    for group, members in groups.items():
-        sims = [(x, x.similarity) for x in members if x.similarity is not None]
-        bm25s = [(x, x.bm25) for x in members if x.bm25 is not None]
-        sim_n, sim_b = minmax_list([v for _, v in sims])
-        bm_n, bm_b = minmax_list([v for _, v in bm25s])
+    for group, members in _groups(run).items():
+        sims = [x for x in members if x.similarity is not None]
+        bm25s = [x for x in members if x.bm25 is not None]
+        sim_n, sim_b = minmax_list([x.similarity for x in sims])  # type: ignore[misc]  # (not None: filtered above)
+        bm_n, bm_b = minmax_list([x.bm25 for x in bm25s])  # type: ignore[misc]
         run.trace.normalisation[group] = {"similarity": sim_b, "bm25": bm_b}
         for x in members:
             x.similarity_norm = x.bm25_norm = 0.0
-        for (x, _), v in zip(sims, sim_n):
+        for x, v in zip(sims, sim_n):
             x.similarity_norm = v
-        for (x, _), v in zip(bm25s, bm_n):
+        for x, v in zip(bm25s, bm_n):
             x.bm25_norm = v
+
+
+def _groups(run: Run) -> dict[str, list[Components]]:
+    """The pool's components by the group they are normalised in: per kind (in the order kinds first appear), or
+    one group "pool"."""
+    pool = run.pool
+    if run.settings.retrieval.normalise != "per_kind":
+        return {"pool": [c.comps for c in pool]} if pool else {}
+    kinds = [c.kind for c in pool]
+    if len(set(kinds)) == 1:  # the common case, one kind: no grouping per candidate
+        return {kinds[0]: [c.comps for c in pool]}
+    groups: dict[str, list[Components]] = {}
+    for kind, c in zip(kinds, pool):
+        groups.setdefault(kind, []).append(c.comps)
+    return groups
 
 
 def score(run: Run) -> None:
@@ -39,36 +50,35 @@ def score(run: Run) -> None:
     _normalise(run)
     s, plan, pool = run.settings, run.plan, run.pool
     relevance = run.hooks.relevance(run) if run.found.qvec is not None else None
-    w = plan.weights
-    boost_active = s.retrieval.active_wing_boost
+    w_rel, w_rec, w_sal = plan.weights.relevance, plan.weights.recency, plan.weights.salience
+    active, boost_active = plan.active_wing, s.retrieval.active_wing_boost
     assert run.now is not None
     decay = recency_many([c.changed_at for c in pool], run.now, s.retrieval.half_life_days)
     for c, (rec, age) in zip(pool, decay):
         comps = c.comps
         comps.recency, comps.age_days = rec, age
         comps.salience = c.salience
-        comps.boost = boost_active if plan.active_wing and c.wing == plan.active_wing else 1.0
+        comps.boost = boost_active if active and c.wing == active else 1.0
         if relevance is None:
             # no free text: nothing to be relevant to, so the entry's own salience orders the listing
             comps.relevance = comps.salience
             c.profile_score = 0.0
         else:
             relevance(c, comps, comps.similarity if comps.similarity is not None else 0.0)
-        comps.final = (w.relevance * comps.relevance + w.recency * comps.recency + w.salience * comps.salience) * comps.boost
+        comps.final = (w_rel * comps.relevance + w_rec * comps.recency + w_sal * comps.salience) * comps.boost
 
 
 def apply_policy(run: Run) -> None:
     """Dedup across wings, overrides, thresholds, then the profile's merge and fallback."""
     s, plan, trace = run.settings, run.plan, run.trace
     pool = policy.dedup_and_conflicts(run.pool, run.vectors, trace, s.retrieval.dedup_similarity)
-    pool = policy.apply_overrides(pool, trace)
-    scored = {c.id: c for c in pool}
+    pool = scored = policy.apply_overrides(pool, trace)
     if run.text:
         pool = policy.thresholds(pool, trace, plan.profile.min_score, plan.profile.relative)
     if run.hooks.merge is not None:
         pool = run.hooks.merge(run, pool)
-    if not pool and run.hooks.fallback is not None and run.text:
-        pool = run.hooks.fallback(run, scored)
+    if not pool and run.hooks.fallback is not None and run.text:  # (the fallback alone reads the scored pool by id)
+        pool = run.hooks.fallback(run, {c.id: c for c in scored})
     run.pool = pool
 
 
