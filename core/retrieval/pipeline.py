@@ -60,7 +60,7 @@ def plan(run: Run) -> None:
 def cache(run: Run) -> None:
     """A valid cached bundle for the same question ends the search here (checked against the wing generations)."""
     s, plan, store, ctx = run.settings, run.plan, run.store, run.ctx
-    run.wings_searched = plan.scope if plan.scope is not None else store.wings()
+    run.wings_searched = plan.scope if plan.scope is not None else list(plan.known_wings)  # (read by the plan)
     if not (run.use_cache and s.cache.enabled):
         return
     params = {**plan.cache_params(), "workspace": run.workspace}

@@ -83,7 +83,7 @@ class Plan:
             raise QueryError("the query is empty: give words to look for, or filters such as wing=W to list entries")
         if self.parsed.rooms:
             check_known(self.parsed, "room", store.rooms())
-        known = store.wings()
+        known = self.known_wings = store.wings()  # every wing of the store now (an unscoped search searches these)
         self.scope = resolve_scope(store, self.parsed, active_wing, wings, known)
         self.active_wing = active_wing
         self.notes: list[str] = []  # for the trace

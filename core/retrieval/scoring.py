@@ -108,6 +108,19 @@ def minmax(values: dict[Any, float], *, floor_single: bool = True) -> tuple[dict
     return dict(zip(values, norm)), bounds
 
 
+def minmax_missing(values: list[float | None]) -> tuple[list[float], list[float] | None]:
+    """``minmax_list`` of the values that are not None, in one list with 0.0 where a value is missing (a candidate
+    one generator did not find): the pipeline's normalisation, without splitting the pool and merging it back."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return [0.0] * len(values), None
+    lo, hi = min(present), max(present)
+    if hi - lo < 1e-9:  # as minmax_list's floor_single: clipped, not inflated
+        return [0.0 if v is None else min(1.0, max(0.0, v)) for v in values], [lo, hi]
+    span = hi - lo
+    return [0.0 if v is None else (v - lo) / span for v in values], [lo, hi]
+
+
 def minmax_list(values: list[float], *, floor_single: bool = True) -> tuple[list[float], list[float] | None]:
     """``minmax`` of a list: the normalised values in the same order, and the bounds (None for no values)."""
     if not values:

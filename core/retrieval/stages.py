@@ -10,24 +10,18 @@ from __future__ import annotations
 
 from memlens.retrieval import policy
 from memlens.retrieval.run import Run
-from memlens.retrieval.scoring import minmax_list, recency_many
+from memlens.retrieval.scoring import minmax_missing, recency_many
 from memlens.trace import Bundle, Components, Result
 
 
 def _normalise(run: Run) -> None:
     """Min-max normalise similarity and bm25 per kind (or over the pool), bounds into the trace."""
     for group, members in _groups(run).items():
-        sims = [x for x in members if x.similarity is not None]
-        bm25s = [x for x in members if x.bm25 is not None]
-        sim_n, sim_b = minmax_list([x.similarity for x in sims])  # type: ignore[misc]  # (not None: filtered above)
-        bm_n, bm_b = minmax_list([x.bm25 for x in bm25s])  # type: ignore[misc]
+        sim_n, sim_b = minmax_missing([x.similarity for x in members])  # 0.0 where the generator did not find it
+        bm_n, bm_b = minmax_missing([x.bm25 for x in members])
         run.trace.normalisation[group] = {"similarity": sim_b, "bm25": bm_b}
-        for x in members:
-            x.similarity_norm = x.bm25_norm = 0.0
-        for x, v in zip(sims, sim_n):
-            x.similarity_norm = v
-        for x, v in zip(bm25s, bm_n):
-            x.bm25_norm = v
+        for x, sim, bm in zip(members, sim_n, bm_n):
+            x.similarity_norm, x.bm25_norm = sim, bm
 
 
 def _groups(run: Run) -> dict[str, list[Components]]:
@@ -138,7 +132,9 @@ def budget(run: Run) -> None:
 
 def count(run: Run) -> None:
     assert run.bundle is not None
-    trace = run.trace
+    per_wing, per_kind = run.trace.results_per_wing, run.trace.counts
     for r in run.bundle.results:
-        trace.results_per_wing[r.entry.wing] = trace.results_per_wing.get(r.entry.wing, 0) + 1
-        trace.counts[r.entry.kind.value] = trace.counts.get(r.entry.kind.value, 0) + 1
+        e = r.entry
+        per_wing[e.wing] = per_wing.get(e.wing, 0) + 1
+        kind = e.kind.value
+        per_kind[kind] = per_kind.get(kind, 0) + 1
