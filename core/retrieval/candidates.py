@@ -114,14 +114,14 @@ def _load(run: Run, rowids: list[int], pool: dict[int, Candidate]) -> tuple[list
     return unscored, keyed
 
 
-def _pull_in(run: Run, pool: dict[int, Candidate]) -> tuple[set[int], list[int]]:
+def _pull_in(run: Run, pool: dict[int, Candidate], keyed: list[Candidate]) -> tuple[set[int], list[int]]:
     """What policy must see even if the generators missed it: the profile's pull-ins (mandatory invariants),
-    and the entries that override a candidate or share its key."""
+    and the entries that override a candidate or share its key (``keyed``: the pool's candidates with a key)."""
     plan = run.plan
     mandatory = run.hooks.pull_in(run) if run.hooks.pull_in is not None else set()
     extra = [r for r in mandatory if r not in pool]
     ids = [c.id for c in pool.values()]
-    keys = {c.key for c in pool.values() if c.key}
+    keys = {c.key for c in keyed if c.key}
     if ids and run.text:
         extra += [r for r in run.store.related(ids, keys, plan.search_scope) if r not in pool]
     return mandatory, extra
@@ -165,7 +165,7 @@ def load(run: Run) -> None:
     trace.candidates = {"vector": len(run.found.sims), "lexical": len(run.found.bm25), "over_fetch": run.found.n_cand}
     pool: dict[int, Candidate] = {}
     unscored, keyed = _load(run, run.found.ordered, pool)
-    mandatory, extra = _pull_in(run, pool)
+    mandatory, extra = _pull_in(run, pool, keyed)
     more, more_keyed = _load(run, list(dict.fromkeys(extra)), pool)
     unscored += more
     keyed += more_keyed
