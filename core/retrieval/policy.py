@@ -230,13 +230,14 @@ def _override_pair(a: Candidate, b: Candidate) -> bool:
 
 def apply_overrides(pool: list[Candidate], trace: Trace) -> list[Candidate]:
     """An explicit ``overrides`` hides the overridden entry; the trace says by which."""
-    if not any(c.overrides for c in pool):
+    overriding = [c for c in pool if c.overrides]
+    if not overriding:
         return list(pool)  # most pools override nothing: no index of the pool to build
     by_id = {c.id: c for c in pool}
     hidden: set[str] = set()
-    for c in pool:
+    for c in overriding:
         target = c.overrides
-        if target and target in by_id and target != c.id:
+        if target in by_id and target != c.id:
             hidden.add(target)
             c.hides.append(target)
             t = by_id[target]
