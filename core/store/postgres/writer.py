@@ -20,6 +20,7 @@ import numpy as np
 
 from memlens.limits import printable
 from memlens.models import Entry, format_ts, utcnow
+from memlens.store.postgres import oneshot
 from memlens.store.postgres.compat import BLOCKER_COLUMNS, COLUMNS, TASK_COLUMNS, as_vector, entry_values, row_to_entry, stamp
 from memlens.store.postgres.lexical import LEX_COLUMNS, LEX_VALUES, fold_parts, packed
 from memlens.store.postgres.reads import visible
@@ -70,6 +71,13 @@ _ADD = (  # PgWriter.add, one statement that is its own transaction when sent al
     f"{fold_parts('(SELECT rowid FROM e)')} "
     "SELECT pg_notify(%s, %s), (SELECT count(*) FROM v), (SELECT count(*) FROM b)"
 )
+
+
+# every parameter of ``_ADD`` typed, in order, for its prepared form (``oneshot``): the lock's key and commit setting,
+# the entry's values and postings, the vector's row, the audit row, the bump, the notification
+_ADD_TYPES = (["bigint", "text", *_ENTRY_TYPES, "text", "text", "integer", "vector", "boolean", *["text"] * 5, *_AUDIT_TYPES,
+               "text", "text", "text"])
+ADD_STATEMENT = oneshot.Statement(_ADD, _ADD_TYPES)
 
 
 def _audit_values(action: str, entry_id: str | None, wing: str | None, before: dict[str, Any] | None,
@@ -205,13 +213,18 @@ class PgWriter:
         round trip (a failed statement skips both, and its error is raised)."""
         if self.pipeline is None and self._held is not None and (not self._held or (self._alone and len(self._held) == 1)):
             if self._held:
-                with self._raw.pipeline():
-                    self._raw.execute(*self._held[0])
-                    self.sent = True
-                    if then:
-                        self._raw.execute("COMMIT")  # the statement commits (the lock goes) before the flush runs
-                        self._raw.execute(then)
-                        self.flushed = True
+                sql, args = self._held[0]
+                # the statement commits (the lock goes) before the flush runs
+                after = ["COMMIT", then] if then else []
+                self.sent = True
+                if sql is _ADD:  # in one message (``oneshot``)
+                    oneshot.run(self._raw, ADD_STATEMENT, args, after)
+                else:
+                    with self._raw.pipeline():
+                        self._raw.execute(sql, args)
+                        for stmt in after:
+                            self._raw.execute(stmt)
+                self.flushed = bool(then)
             self._held = []
             return False
         self.send()

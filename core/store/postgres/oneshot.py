@@ -1,0 +1,117 @@
+"""An add's whole transaction in ONE message: prepared statements sent through libpq's pipeline mode, then a Sync.
+
+psycopg's ``Connection.pipeline()`` sends each statement as soon as it is executed (one ``send`` per statement, a
+``poll`` before and after each) and dumps every parameter through its adapters: for the add (the statement, a
+COMMIT, the flush of the WAL) that was five writes to the socket and about half of the writing process's CPU
+besides its own Python, on a machine where the writers and their server share the cores. Here the three go out
+together: the add is a statement prepared once per connection under a name of its own (its parameters typed in
+the SQL, so the server infers none), its values are encoded here as text (the vector in pgvector's binary form),
+and the results are read through psycopg's own wait functions; the first error is raised as psycopg raises it
+(the same class and diagnostics), and a connection lost on the way as psycopg's ``OperationalError``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import struct
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+_PLACEHOLDER = re.compile(r"%([sb])(::[a-z0-9]+)?")
+_PREPARED: weakref.WeakKeyDictionary[Any, set[bytes]] = weakref.WeakKeyDictionary()  # connection -> names prepared
+
+
+class Statement:
+    """A statement of psycopg placeholders (``%s``, ``%b``, each cast or typed by ``types``) as a prepared one:
+    ``$n::type`` in order, under a name made of its text."""
+
+    def __init__(self, sql: str, types: Sequence[str]) -> None:
+        it = iter(types)
+        count = 0
+
+        def number(m: re.Match[str]) -> str:
+            nonlocal count
+            count += 1
+            given = next(it)
+            if m.group(2) and m.group(2) != f"::{given}":
+                raise AssertionError(f"parameter {count}: cast {m.group(2)}, typed {given}")
+            return f"${count}::{given}"
+
+        self.sql = _PLACEHOLDER.sub(number, sql)
+        if next(it, None) is not None:
+            raise AssertionError("more types than parameters")
+        self.binary = [m.group(1) == "b" for m in _PLACEHOLDER.finditer(sql)]
+        self.name = b"memlens_" + hashlib.sha1(self.sql.encode()).hexdigest()[:16].encode()
+
+
+def _text(v: Any, encoding: str) -> bytes | None:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return v.encode(encoding)
+    if isinstance(v, bool):
+        return b"t" if v else b"f"
+    if isinstance(v, (int, float)):
+        return repr(v).encode()
+    raise TypeError(f"no text form for {type(v).__name__}")
+
+
+def vector_binary(v: np.ndarray) -> bytes:
+    """pgvector's binary form of a vector: its dimension and a reserved 0 (int16 each), then big-endian float32s."""
+    return struct.pack(">HH", v.shape[0], 0) + np.asarray(v, dtype=">f4").tobytes()
+
+
+def _prepare(conn: Any, stmt: Statement) -> None:
+    names = _PREPARED.setdefault(conn, set())
+    if stmt.name not in names:
+        conn.execute(f"PREPARE {stmt.name.decode()} AS {stmt.sql}")  # no parameters: sent as it is
+        names.add(stmt.name)
+
+
+def run(conn: Any, stmt: Statement, args: Sequence[Any], after: Sequence[str]) -> None:
+    """``stmt`` with ``args``, then each statement of ``after`` (no parameters), then a Sync, in one message on
+    ``conn`` (idle, autocommit, not in a pipeline); the first error raised once every result is read. A statement
+    deallocated meanwhile (``DEALLOCATE ALL`` by someone else on this connection) is prepared again, once."""
+    from psycopg import errors
+
+    try:
+        _run(conn, stmt, args, after)
+    except errors.InvalidSqlStatementName:
+        _PREPARED.pop(conn, None)
+        _run(conn, stmt, args, after)
+
+
+def _run(conn: Any, stmt: Statement, args: Sequence[Any], after: Sequence[str]) -> None:
+    from psycopg import errors, generators, pq
+
+    _prepare(conn, stmt)
+    encoding = conn.info.encoding
+    params = [vector_binary(a) if b else _text(a, encoding) for a, b in zip(args, stmt.binary, strict=True)]
+    formats = [1 if b else 0 for b in stmt.binary]
+    pg = conn.pgconn
+    failed: Any = None
+    with conn.lock:
+        pg.enter_pipeline_mode()
+        try:
+            pg.send_query_prepared(stmt.name, params, formats)
+            for sql in after:
+                pg.send_query_params(sql.encode(encoding), None)
+            pg.pipeline_sync()
+            conn.wait(generators.send(pg))
+            while True:
+                results = conn.wait(generators.fetch_many(pg))
+                for r in results:
+                    if failed is None and r.status == pq.ExecStatus.FATAL_ERROR:
+                        failed = r
+                if results and results[-1].status == pq.ExecStatus.PIPELINE_SYNC:
+                    break
+        finally:
+            if pg.status == pq.ConnStatus.OK:
+                pg.exit_pipeline_mode()
+    if failed is not None:
+        raise errors.error_from_result(failed, encoding=encoding)
+
