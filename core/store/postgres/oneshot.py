@@ -115,3 +115,36 @@ def _run(conn: Any, stmt: Statement, args: Sequence[Any], after: Sequence[str]) 
     if failed is not None:
         raise errors.error_from_result(failed, encoding=encoding)
 
+
+def first_value(conn: Any, stmt: Statement, args: Sequence[Any]) -> bytes | None:
+    """The first column of the first row ``stmt`` returns with ``args``, in its binary form (None: no row, or NULL),
+    through the prepared statement (one message each way) on ``conn`` (autocommit, not in a pipeline)."""
+    from psycopg import errors
+
+    try:
+        return _first_value(conn, stmt, args)
+    except errors.InvalidSqlStatementName:
+        _PREPARED.pop(conn, None)
+        return _first_value(conn, stmt, args)
+
+
+def _first_value(conn: Any, stmt: Statement, args: Sequence[Any]) -> bytes | None:
+    from psycopg import errors, generators, pq
+
+    _prepare(conn, stmt)
+    encoding = conn.info.encoding
+    params = [vector_binary(a) if b else _text(a, encoding) for a, b in zip(args, stmt.binary, strict=True)]
+    with conn.lock:
+        conn.pgconn.send_query_prepared(stmt.name, params, [1 if b else 0 for b in stmt.binary], result_format=1)
+        results = conn.wait(generators.execute(conn.pgconn))
+    for r in results:
+        if r.status == pq.ExecStatus.FATAL_ERROR:
+            raise errors.error_from_result(r, encoding=encoding)
+    r = results[-1]
+    return r.get_value(0, 0) if r.ntuples else None
+
+
+def vector_from_binary(value: bytes) -> np.ndarray:
+    """A vector in pgvector's binary form as float32."""
+    dim = struct.unpack_from(">H", value)[0]
+    return np.frombuffer(value, dtype=">f4", count=dim, offset=4).astype(np.float32)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from memlens.compact_json import dumps
 from memlens.errors import CorruptRowError, StoreError
 from memlens.models import format_ts, utcnow
-from memlens.store.postgres import connect, schema, vectors
+from memlens.store.postgres import connect, oneshot, schema, vectors
 from memlens.store.postgres.answers import PgAnswers
 from memlens.store.postgres.browse import PgBrowse
 from memlens.store.postgres.compat import COLUMNS, from_pg
@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 _GROUP_COLUMNS = frozenset({"wing", "room", "kind", "type", "status"})
 RETRIEVAL_LOCK_TIMEOUT_MS = 50  # a search never waits longer than this for its log row
 PRUNE_EVERY = 64
+_REUSABLE_SQL = ("SELECT v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid "  # ``reusable_vector``
+                 "WHERE e.content_hash = %s AND e.model = %s AND v.usable LIMIT 1")
+_REUSABLE = oneshot.Statement(_REUSABLE_SQL, ["text", "text"])
 
 
 def _configure(conn: Any, ef_search: int) -> None:
@@ -193,12 +196,13 @@ class PgStore(PgTransactions, PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
         return built
 
     def reusable_vector(self, digest: str, model: str) -> bytes | None:
+        import psycopg
+
         with self.connection() as conn:
-            row = conn.execute(
-                "SELECT v.embedding FROM entries e JOIN entries_vec v ON v.rowid = e.rowid "
-                "WHERE e.content_hash = %s AND e.model = %s AND v.usable LIMIT 1",
-                (digest, model),
-            ).fetchone()
+            if conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF:  # every add asks: the lean path
+                value = oneshot.first_value(conn, _REUSABLE, (digest, model))
+                return None if value is None else oneshot.vector_from_binary(value).astype("<f4").tobytes()
+            row = conn.execute(_REUSABLE_SQL, (digest, model)).fetchone()
         return None if row is None else from_pg(row[0]).astype("<f4").tobytes()
 
     def missing_ids(self, ids: Iterable[str]) -> list[str]:
