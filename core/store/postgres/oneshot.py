@@ -12,6 +12,7 @@ and the results are read through psycopg's own wait functions; the first error i
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import struct
@@ -48,6 +49,11 @@ class Statement:
         self.name = b"memlens_" + hashlib.sha1(self.sql.encode()).hexdigest()[:16].encode()
 
 
+@functools.lru_cache(maxsize=16)
+def _statement(sql: str) -> Statement:
+    return Statement(sql, [])
+
+
 def _text(v: Any, encoding: str) -> bytes | None:
     if v is None:
         return None
@@ -66,10 +72,19 @@ def vector_binary(v: np.ndarray) -> bytes:
 
 
 def _prepare(conn: Any, stmt: Statement) -> None:
+    """``stmt`` prepared on ``conn`` (once: the names prepared are kept per connection)."""
+    from psycopg import errors, generators, pq
+
     names = _PREPARED.setdefault(conn, set())
-    if stmt.name not in names:
-        conn.execute(f"PREPARE {stmt.name.decode()} AS {stmt.sql}")  # no parameters: sent as it is
-        names.add(stmt.name)
+    if stmt.name in names:
+        return
+    with conn.lock:
+        conn.pgconn.send_prepare(stmt.name, stmt.sql.encode(conn.info.encoding))
+        results = conn.wait(generators.execute(conn.pgconn))
+    for r in results:
+        if r.status == pq.ExecStatus.FATAL_ERROR:
+            raise errors.error_from_result(r, encoding=conn.info.encoding)
+    names.add(stmt.name)
 
 
 def run(conn: Any, stmt: Statement, args: Sequence[Any], after: Sequence[str]) -> None:
@@ -88,7 +103,9 @@ def run(conn: Any, stmt: Statement, args: Sequence[Any], after: Sequence[str]) -
 def _run(conn: Any, stmt: Statement, args: Sequence[Any], after: Sequence[str]) -> None:
     from psycopg import errors, generators, pq
 
-    _prepare(conn, stmt)
+    thens = [_statement(sql) for sql in after]  # prepared too: parsed once per connection
+    for s in (stmt, *thens):
+        _prepare(conn, s)
     encoding = conn.info.encoding
     params = [vector_binary(a) if b else _text(a, encoding) for a, b in zip(args, stmt.binary, strict=True)]
     formats = [1 if b else 0 for b in stmt.binary]
@@ -98,8 +115,8 @@ def _run(conn: Any, stmt: Statement, args: Sequence[Any], after: Sequence[str]) 
         pg.enter_pipeline_mode()
         try:
             pg.send_query_prepared(stmt.name, params, formats)
-            for sql in after:
-                pg.send_query_params(sql.encode(encoding), None)
+            for then in thens:
+                pg.send_query_prepared(then.name, None)
             pg.pipeline_sync()
             conn.wait(generators.send(pg))
             while True:
