@@ -199,7 +199,8 @@ class PgStore(PgTransactions, PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
         import psycopg
 
         with self.connection() as conn:
-            if conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF:  # every add asks: the lean path
+            if (conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF  # every add asks: the lean path, outside
+                    and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE):  # a transaction (a preview's)
                 value = oneshot.first_value(conn, _REUSABLE, (digest, model))
                 return None if value is None else oneshot.vector_from_binary(value).astype("<f4").tobytes()
             row = conn.execute(_REUSABLE_SQL, (digest, model)).fetchone()
