@@ -85,7 +85,8 @@ class LogSpool:
             if self._thread is None and not self._stopped:
                 self._thread = threading.Thread(target=self._run, name="memlens-retrieval-log", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            elif len(self._pending) == 1:  # the thread waits for a first row; later ones wait out its delay
+                self._cond.notify()
 
     def last(self) -> Logged | None:
         """The row this thread logged last (its ``seq`` is set once it was written)."""
