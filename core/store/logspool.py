@@ -15,8 +15,10 @@ What this keeps of the log's rules:
   log's tables (the store's log reads, a write transaction, ``close``) drains
   first, on its own thread, so a process always sees its own searches and a
   write it makes after a search comes after that search's row.
-* Never fails a search: a row that cannot be written (a read-only, busy or
-  damaged store) is skipped, as the search's own write skipped it.
+* Never fails a search: a row that cannot be written (a read-only or damaged
+  store, or one still busy when the store's lock timeout runs out) is skipped.
+  A search never waits for the lock; the writer thread waits as any write does,
+  so a store busy for a moment delays rows where a search used to skip them.
 * Loss: a process killed outright loses the rows of its last ``DELAY`` seconds;
   a process that exits normally writes them (``close``, and at exit for a store
   never closed).
