@@ -91,7 +91,8 @@ def test_a_process_that_exits_without_closing_writes_its_rows(store_path):
     assert _on_disk(store_path) == (2, 2)
 
 
-def test_a_busy_store_delays_the_rows_and_loses_none(mem, store_path):
+def test_a_busy_store_delays_the_rows_and_loses_none(mem, store_path, monkeypatch):
+    monkeypatch.setattr(logspool, "DELAY", 0.05)  # the writer thread tries while the lock is still held
     mem.add("Clusters fork workers.", wing="docs")
     mem.store.settle_log()
     other = db.connect(store_path, create=False)
@@ -100,7 +101,7 @@ def test_a_busy_store_delays_the_rows_and_loses_none(mem, store_path):
         t = time.perf_counter()
         b = mem.search("clusters", use_cache=False)
         assert b.results and time.perf_counter() - t < 1.0  # the search does not wait for the lock
-        time.sleep(0.3)  # longer than a search would ever wait (50 ms): the spool's thread waits on
+        time.sleep(0.5)  # longer than a search would ever wait (50 ms): the spool's thread waits on
         other.execute("COMMIT")
     finally:
         other.close()
