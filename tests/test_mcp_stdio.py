@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import sys
 
 import pytest
 
-from .conftest import MEMLENS
+from .conftest import MEMLENS, logged_retrievals
 from .mcp_helpers import RawClient, server_env
 
 # the same server, with prints, a C-level write to fd 1, a warning and a log line from "dependencies"
@@ -111,6 +112,22 @@ def test_wire_format_with_a_raw_client(store):
     with Memory.open(store) as mem:
         row = mem.audit(added["id"])[0]
         assert row["action"] == "add" and row["detail"]["client"] == {"name": "raw-client", "version": "0.1", "via": "mcp"}
+
+
+@pytest.mark.model
+def test_a_server_stopped_with_sigterm_writes_its_searches_log_rows(store):
+    """A search's log row waits up to a second in the server's log spool; SIGTERM, how a host stops its server,
+    closes the store, which writes it (it was lost: the process died with it)."""
+    before = logged_retrievals(store, 0)
+    c = raw(store)
+    try:
+        c.initialize()
+        assert c.call("memory_search", query="callbacks blocking", k=3).get("isError") is not True
+        c.proc.send_signal(signal.SIGTERM)  # at once: the row still waits
+        assert c.proc.wait(timeout=60) == 0
+    finally:
+        c.close()
+    assert logged_retrievals(store, before + 1, timeout=1) == before + 1
 
 
 @pytest.mark.model

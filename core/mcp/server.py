@@ -141,8 +141,11 @@ def _serve_stdio(store: str | None, read_only: bool) -> int:
     mode = "read-only, " if read_only else ""
     print(f"memlens mcp: serving {_shown(store)} over stdio ({mode}pid {os.getpid()})", file=sys.stderr,
           flush=True)
+    from memlens.store.staging import terminate_as_exit
+
     try:
-        anyio.run(_serve_wire, server, wire)
+        with terminate_as_exit():  # SIGTERM (how a host stops its server) unwinds like Ctrl-C: the store closes and
+            anyio.run(_serve_wire, server, wire)  # writes the log rows still waiting in its spool
     except KeyboardInterrupt:
         pass
     finally:
