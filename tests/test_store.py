@@ -207,3 +207,44 @@ def test_a_closed_memory_says_so_in_memlens_terms(tmp_path, settings):
     for call in (m.count, lambda: m.search("callbacks"), lambda: m.add("more", wing="w"), lambda: m.get("nope")):
         with pytest.raises(StoreError, match=r"closed\.db is closed; open it again"):
             call()
+
+
+def test_a_connection_closed_under_a_running_call_says_so(tmp_path, settings):
+    """close() from another thread while a call holds its connection: the call's next statement raises a StoreError
+    in memlens terms, not the binding's ProgrammingError."""
+    m = Memory.open(tmp_path / "closing.db", settings=settings, embedder=HashEmbedder())
+    m.add("Callbacks must not block.", wing="w")
+    conn = m.store.conn  # what a call on this thread holds while another thread closes the store
+    m.close()
+    with pytest.raises(StoreError, match=r"closing\.db was closed while this call ran; open it again"):
+        conn.execute("SELECT count(*) FROM entries").fetchone()
+    with pytest.raises(StoreError, match="was closed while this call ran"):
+        conn.cursor()
+
+
+def test_close_from_another_thread_during_searches_raises_only_memlens_errors(tmp_path, settings):
+    import threading
+
+    m = Memory.open(tmp_path / "race.db", settings=settings, embedder=HashEmbedder())
+    for i in range(60):
+        m.add(f"entry {i} about callbacks and executors", wing="w")
+    m.warm_index(text=True)
+    errors: list[BaseException] = []
+    started = threading.Event()
+
+    def searching() -> None:
+        try:
+            while True:
+                m.search("callbacks executors", k=5, use_cache=False)
+                started.set()
+        except BaseException as exc:  # the loop ends at the first error: the store was closed under it
+            errors.append(exc)
+            started.set()
+
+    t = threading.Thread(target=searching)
+    t.start()
+    started.wait(30)
+    m.close()
+    t.join(30)
+    assert not t.is_alive() and len(errors) == 1
+    assert isinstance(errors[0], StoreError), repr(errors[0])

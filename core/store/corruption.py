@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from memlens.errors import StoreCorruptError
+from memlens.errors import StoreCorruptError, StoreError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
@@ -140,6 +140,18 @@ def header_damaged(path: Path | str) -> bool:
     return head[:16] == SQLITE_MAGIC or head[21:24] == b"\x40\x20\x20"
 
 
+def _translated(conn: Any, exc: BaseException) -> BaseException | None:
+    """What a driver error raised by ``conn`` becomes: damage, a StoreCorruptError; a statement on a connection
+    another thread closed meanwhile (``Memory.close`` while a call ran), a StoreError saying so; else None (the
+    error as it is)."""
+    if is_corruption(exc):
+        return classify(conn, exc)
+    if "closed database" in str(exc):
+        label = getattr(conn, "store_label", "") or "?"
+        return StoreError(f"store {label} was closed while this call ran; open it again (Memory.open)")
+    return None
+
+
 def connection_class(sq: ModuleType) -> type:
     """A ``sq.Connection`` subclass whose statements and fetches report damage as StoreCorruptError."""
     with _lock:
@@ -154,64 +166,60 @@ def _make_classes(sq: ModuleType) -> tuple[type, type]:
     err = sq.DatabaseError
 
     class Cursor(sq.Cursor):  # type: ignore[misc, name-defined]  # the base is the driver's, chosen at run time
-        def execute(self, sql: str, parameters: Any = ()) -> Any:
+        def _call(self, fn: Any, *args: Any) -> Any:
             try:
-                return super().execute(sql, parameters)
+                with self.connection.in_use:  # close() from another thread waits for this statement or fetch
+                    return fn(*args)
             except (err, UnicodeDecodeError) as exc:
-                if is_corruption(exc):
-                    raise classify(self.connection, exc) from None
-                raise
+                if (new := _translated(self.connection, exc)) is None:
+                    raise
+                raise new from None
+
+        def execute(self, sql: str, parameters: Any = ()) -> Any:
+            return self._call(super().execute, sql, parameters)
 
         def executemany(self, sql: str, seq: Any) -> Any:
-            try:
-                return super().executemany(sql, seq)
-            except (err, UnicodeDecodeError) as exc:
-                if is_corruption(exc):
-                    raise classify(self.connection, exc) from None
-                raise
+            return self._call(super().executemany, sql, seq)
 
         def __next__(self) -> Any:
-            try:
-                return super().__next__()
-            except (err, UnicodeDecodeError) as exc:
-                if is_corruption(exc):
-                    raise classify(self.connection, exc) from None
-                raise
+            return self._call(super().__next__)
 
         def fetchone(self) -> Any:
-            try:
-                return super().fetchone()
-            except (err, UnicodeDecodeError) as exc:
-                if is_corruption(exc):
-                    raise classify(self.connection, exc) from None
-                raise
+            return self._call(super().fetchone)
 
         def fetchmany(self, size: int | None = None) -> Any:
-            try:
-                return super().fetchmany(self.arraysize if size is None else size)
-            except (err, UnicodeDecodeError) as exc:
-                if is_corruption(exc):
-                    raise classify(self.connection, exc) from None
-                raise
+            return self._call(super().fetchmany, self.arraysize if size is None else size)
 
         def fetchall(self) -> Any:
-            try:
-                return super().fetchall()
-            except (err, UnicodeDecodeError) as exc:
-                if is_corruption(exc):
-                    raise classify(self.connection, exc) from None
-                raise
+            return self._call(super().fetchall)
 
     class Connection(sq.Connection):  # type: ignore[misc, name-defined]  # (same: sqlite3's or sqlean's)
+        """Statements and fetches hold ``in_use``, and ``close`` takes it: a connection closed by another thread
+        (``Memory.close`` while a search runs) is closed between two statements, never under one (the binding
+        then failed in the running statement, even with a MemoryError); the next statement raises a StoreError."""
+
         store_label = ""
 
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.in_use = threading.RLock()
+
         def cursor(self, factory: Any = Cursor) -> Any:
-            return super().cursor(factory)
+            try:
+                return super().cursor(factory)
+            except err as exc:
+                if (new := _translated(self, exc)) is None:
+                    raise
+                raise new from None
 
         def execute(self, sql: str, parameters: Any = ()) -> Any:
             return self.cursor().execute(sql, parameters)
 
         def executemany(self, sql: str, seq: Any) -> Any:
             return self.cursor().executemany(sql, seq)
+
+        def close(self) -> None:
+            with self.in_use:
+                super().close()
 
     return Connection, Cursor
