@@ -247,16 +247,7 @@ class Entry(BaseModel):
 
     @model_validator(mode="after")
     def _defaults(self) -> Entry:
-        if self.updated_at is None:
-            object.__setattr__(self, "updated_at", self.created_at)
-        if not self.title:
-            first = " ".join(self.text.split())
-            object.__setattr__(self, "title", first if len(first) <= 60 else first[:59].rstrip() + "…")
-        if self.overrides == self.id:
-            raise ValueError("an entry cannot override itself")
-        if why := authority_problem(self.id, self.kind, self.type, self.text, self.meta):  # web text sets no rules
-            raise ValueError(why)
-        return self
+        return completed(self)
 
     @property
     def embed_text(self) -> str:
@@ -289,3 +280,18 @@ class Entry(BaseModel):
 
 ENTRY_FIELDS = tuple(Entry.model_fields)
 EDITABLE_FIELDS = ("wing", "room", "kind", "type", "status", "title", "text", "key", "salience", "overrides", "meta")
+
+
+def completed(entry: Entry) -> Entry:
+    """``entry`` with what validation fills in (``updated_at``, a title from the text) and its checks across fields:
+    the last step of validating an Entry, also run on one built from a stored row without validation."""
+    if entry.updated_at is None:
+        object.__setattr__(entry, "updated_at", entry.created_at)
+    if not entry.title:
+        first = " ".join(entry.text.split())
+        object.__setattr__(entry, "title", first if len(first) <= 60 else first[:59].rstrip() + "…")
+    if entry.overrides == entry.id:
+        raise ValueError("an entry cannot override itself")
+    if why := authority_problem(entry.id, entry.kind, entry.type, entry.text, entry.meta):  # web text sets no rules
+        raise ValueError(why)
+    return entry

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, InstanceOf
 
 from memlens.models import Entry
 
@@ -72,7 +72,9 @@ class Components:
 
 
 class Result(BaseModel):
-    entry: Entry
+    # an Entry as given, not validated again (pydantic would run Entry's checks once per result per search): every
+    # Entry is validated when made, and one read from the store passed ``row_problem``'s same checks
+    entry: InstanceOf[Entry]
     score: float
     rank: int = 0
     flags: list[str] = Field(default_factory=list)

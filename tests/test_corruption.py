@@ -214,6 +214,9 @@ HAND_EDITS = [
     ("salience", "'high'", "salience 'high'"),
     ("created_at", "'yesterday'", "'yesterday' is not a timestamp"),
     ("title", "X'00ff'", "title is bytes"),
+    # checks across columns: web text made a rule without a person's promotion, an entry overriding itself
+    ("kind", "'web'", "a web entry is untrusted text and cannot be an invariant"),
+    ("overrides", "id", "it overrides itself"),
 ]
 
 

@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memlens.errors import CorruptRowError
-from memlens.models import KINDS, STATUSES, TYPES, Entry, EntryType, Kind, Status, content_hash, parse_ts
+from memlens.models import KINDS, STATUSES, TYPES, Entry, EntryType, Kind, Status, completed, content_hash, parse_ts
+from memlens.untrusted import authority_problem
+from memlens.vocab import UNTRUSTED_KINDS
 
 if TYPE_CHECKING:
     from memlens.store.scope import Rows, StoredRow
@@ -101,7 +103,7 @@ def row_problem(row: tuple[Any, ...]) -> str | None:
         try:  # the common case: timestamps in the store's own format, meta a JSON object
             _fromiso(c[:-1])
             _fromiso(u[:-1])
-            if m == "{}" or type(json.loads(m)) is dict:
+            if (m == "{}" or type(json.loads(m)) is dict) and row[3] not in UNTRUSTED_KINDS and row[10] != row[0]:
                 return None
         except ValueError:
             pass
@@ -138,7 +140,10 @@ def _slow_problem(row: tuple[Any, ...]) -> str | None:
             return f"meta is {type(value).__name__}, not a JSON object"
     elif meta is None:
         return "meta is NULL"
-    return None
+    if row[10] == row[0]:
+        return "it overrides itself"
+    # web text stored as a rule without a person's promotion (written behind the engine's back): never served as one
+    return authority_problem(row[0], row[3], row[4], row[7], json_object(meta) or {})
 
 
 def damaged_note(entry_id: Any, problem: str) -> str:
@@ -166,11 +171,12 @@ def row_to_entry(row: tuple[Any, ...]) -> Entry:
     if problem is not None:
         raise CorruptRowError(f"stored entry {row[0]!r} is damaged: {problem}; {HINT}")
     (id_, wing, room, kind, type_, status, title, text, key, salience, overrides, created, updated, meta) = row
-    return Entry.model_construct(
+    entry = Entry.model_construct(
         id=id_, wing=wing, room=room, kind=_KIND[kind], type=_TYPE[type_], status=_STATUS[status], title=title,
         text=text, key=key, salience=float(salience), overrides=overrides, created_at=_time(created),
         updated_at=_time(updated), meta=json.loads(meta) if meta and meta != "{}" else {},
     )
+    return completed(entry)  # what validation fills in (a title); its checks passed in row_problem above
 
 
 ENTRIES_KEPT = 4096
