@@ -20,8 +20,15 @@ from memlens.limits import SQLITE_VEC_MAX_KNN
 
 def degenerate(v: np.ndarray) -> bool:
     """True when ``v`` is all zeros or has a NaN or infinite component."""
-    with np.errstate(all="ignore"):  # one pass; positive and finite: neither case
-        square = float(np.dot(v, v)) if v.ndim == 1 else math.nan
+    # one pass; positive and finite: neither case. A float32 vector is squared in float64, where its square can
+    # neither overflow nor underflow to 0, so no floating-point warning needs silencing (np.errstate cost more)
+    if v.ndim != 1:
+        square = math.nan
+    elif v.dtype.itemsize <= 4:
+        square = float(np.dot(w := v.astype(np.float64), w))
+    else:
+        with np.errstate(all="ignore"):
+            square = float(np.dot(v, v))
     if 0.0 < square < math.inf:
         return False
     return not bool(np.isfinite(v).all()) or not bool(np.any(v))  # (a square can also underflow or overflow)
