@@ -99,6 +99,29 @@ def test_html_main_text_without_boilerplate(mem, tmp_path):
     assert all("<" not in e.text[:200] or "</" not in e.text for e in entries)  # text, not markup
 
 
+def test_html_headings_after_a_code_block_inside_a_list_item_stay_headings():
+    """Node's n-api.html has a list item holding a multi-line <code> block, which trafilatura turns into a fence
+    opened at the end of a line of text: every section of the page must still be cut at its own headings, and every
+    heading path must name headings of the page (not comment lines of later code)."""
+    import re
+
+    from memlens.ingest.chunking import TokenCounter
+    from memlens.ingest.readers import read_document
+
+    page = Path("/usr/share/doc/nodejs/api/n-api.html")
+    html = page.read_text(encoding="utf-8")
+    chunks, _ = read_document(page, page.read_bytes(), "html", TokenCounter(lambda s: len(s.split()), 256))
+    plain = {"&#x3C;": "<", "&lt;": "<", "&gt;": ">", "&#x26;": "&", "&amp;": "&"}
+    real = set()
+    for h in re.findall(r"<h[1-6][^>]*>(.*?)</h[1-6]>", html, re.S):
+        text = re.sub(r"<[^>]+>", "", h)
+        for k, v in plain.items():
+            text = text.replace(k, v)
+        real.add(text.strip().rstrip("#").strip())
+    heads = {h.replace("`", "").replace("\\", "") for c in chunks for h in c.position.get("heading_path", [])}
+    assert len(heads) > 200 and heads <= real, sorted(heads - real)[:5]  # was 2 heading names, 134 chunks
+
+
 def test_pdf_page_by_page(mem, tmp_path):
     pdf = pdf_file(tmp_path / "pdf")
     out = ingest(mem, [pdf], wing="spec")

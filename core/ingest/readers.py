@@ -16,8 +16,8 @@ from typing import Any
 
 from memlens.ingest.chunking import Chunk, TokenCounter, blocks_of, pack_blocks, text_budget
 
-PARSER_VERSIONS = {"markdown": 2, "html": 2, "text": 1, "pdf": 1, "code": 2}  # code 2: long lines cut into pieces;
-# markdown 2: front matter left out
+PARSER_VERSIONS = {"markdown": 2, "html": 3, "text": 1, "pdf": 1, "code": 2}  # code 2: long lines cut into pieces;
+# markdown 2: front matter left out; html 3: a code block opened inside a list item no longer hides later headings
 MARKDOWN = frozenset({".md", ".markdown", ".mdown", ".mkd"})
 HTML = frozenset({".html", ".htm", ".xhtml"})
 PDF = frozenset({".pdf"})
@@ -161,7 +161,25 @@ def read_html(text: str, doc_title: str, count: TokenCounter) -> tuple[list[Chun
             value = getattr(meta, key, None)
             if isinstance(value, str) and value.strip():
                 info[key] = value.strip()[:500]
-    return read_markdown(main, info.get("title") or doc_title, count), info
+    return read_markdown(_fences_apart(main), info.get("title") or doc_title, count), info
+
+
+def _fences_apart(md: str) -> str:
+    """trafilatura's Markdown with every code fence on a line of its own. A ``<code>`` block of several lines inside
+    a list item or paragraph comes out as ``text ```\n…\n```\n``: its opening fence ends a line of text, which
+    Markdown does not read as a fence, so its closing one opened a block instead, and every heading after it was
+    read as code and every ``# comment`` in later code as a heading (Node's all.html: 561 chunks under one)."""
+    out: list[str] = []
+    inside = False
+    for line in md.split("\n"):
+        if _FENCE.match(line):
+            inside = not inside
+        elif not inside and line.rstrip().endswith("```") and line.count("```") % 2 == 1:
+            out += [line.rstrip()[:-3].rstrip(), "```"]
+            inside = True
+            continue
+        out.append(line)
+    return "\n".join(out)
 
 
 def read_pdf(data: bytes, doc_title: str, count: TokenCounter) -> tuple[list[Chunk], dict[str, Any]]:
