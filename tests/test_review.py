@@ -134,6 +134,25 @@ def test_a_merge_of_several_entries_is_checked_whole_before_anything_is_written(
     assert snapshot_store(store.path) == before
 
 
+def test_a_merge_into_a_weaker_type_is_refused_before_anything_is_written(store):
+    """A merge keeps the target's type: an agent's invariant folded into a note would drop the rule unsaid."""
+    from tests.conftest import snapshot_store
+
+    store.add("Callbacks run on the executor's threads.", wing="proj", id="note-9")
+    with attribution.acting_as(AGENT):
+        store.add(RULE + " Never sleep in one.", wing="proj", type="invariant", id="dup-2", status="under_review")
+    before = snapshot_store(store.path)
+    with pytest.raises(ValidationError, match=r"^merge: dup-2 is an invariant and note-9 a note: merging would drop "
+                                               r"the invariant it states; make note-9 an invariant first "
+                                               r"\(memlens edit note-9 type=invariant\), or reject dup-2$"):
+        store.review.merge(["dup-2"], into="note-9")
+    with pytest.raises(ValidationError, match="dup-2 is an invariant and note-9 a note"):
+        store.review.merge(["dup-1", "dup-2"], into="note-9")  # checked whole: dup-1 (a note) is not merged either
+    assert snapshot_store(store.path) == before
+    [done] = store.review.merge(["dup-2"], into="rule-1")  # into an invariant: as before
+    assert done["into"] == "rule-1"
+
+
 def test_an_action_refused_midway_names_what_it_did_before(store, monkeypatch):
     from memlens.review import actions
 

@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 from memlens import attribution
 from memlens.errors import MemlensError, NotFoundError, ValidationError
 from memlens.ids import new_id
+from memlens.models import AUTHORITY
 from memlens.review import actions, evidence, inbox
 from memlens.review.inbox import Item
 from memlens.store import writes
+from memlens.store.rows import COLUMNS
 
 if TYPE_CHECKING:
     from memlens.config import ReviewConfig
@@ -180,6 +182,7 @@ class ReviewDesk:
             if target in merged:
                 raise ValidationError(f"{item.entry_id} would merge into {target}, which this command merges too: "
                                       "merge them one at a time")
+            self._refuse_lower_authority(item.entry_id, target)
 
         def one(item: Item) -> dict[str, Any]:
             target = targets[item.entry_id]
@@ -189,6 +192,18 @@ class ReviewDesk:
             return {"entry": item.entry_id, "action": "merge", "into": target, "batch": info["batch"], "detail": detail}
 
         return _each(items, one)
+
+    def _refuse_lower_authority(self, entry_id: str, target: str) -> None:
+        """A merge keeps the target's type: folding an invariant into a pattern (or any type into a weaker one) would
+        drop the rule it states without a word, so it is refused, saying how to go on."""
+        merged, kept = self.store.get_row(entry_id), self.store.get_row(target)
+        if merged is None or kept is None:
+            return  # (the merge itself says which entry is missing)
+        have, keep = merged[_TYPE], kept[_TYPE]
+        if AUTHORITY.get(have, len(AUTHORITY)) < AUTHORITY.get(keep, len(AUTHORITY)):
+            raise ValidationError(
+                f"merge: {entry_id} is {_a(have)} and {target} {_a(keep)}: merging would drop the {have} it states; "
+                f"make {target} {_a(have)} first (memlens edit {target} type={have}), or reject {entry_id}")
 
     # -- the whole store -------------------------------------------------------------------------
 
@@ -232,6 +247,13 @@ class ReviewDesk:
             actions.undo(self.store, self.embed, rows)
         return {"entry": entry_id, "action": "undo", "undid": review.get("action"), "batch": info["batch"],
                 "undoes": review["batch"], "entries": entries}
+
+
+_TYPE = COLUMNS.index("type")
+
+
+def _a(entry_type: str) -> str:
+    return f"{'an' if entry_type == 'invariant' else 'a'} {entry_type}"
 
 
 def _each(items: list[Item], act: Callable[[Item], dict[str, Any]]) -> list[dict[str, Any]]:
