@@ -141,6 +141,28 @@ def test_budget_drops_notes_then_summarises_patterns_then_trims_decisions(demo_m
     assert all(actions[r.entry.id] == "summarised" for r in summarised)
 
 
+def test_budget_gives_room_a_later_drop_left_back_to_what_was_dropped_before():
+    """Notes go lowest score first: a short note dropped before a long one fits again once the long one is gone."""
+    from memlens.models import Entry
+    from memlens.retrieval.budget import apply_budget
+    from memlens.trace import Bundle, Result, Trace
+
+    def result(id_, type_, words, score):
+        return Result(entry=Entry(id=id_, wing="w", type=type_, title=id_, text=" ".join(["word"] * words)), score=score)
+
+    rule, short, long_ = result("rule", "invariant", 20, 0.9), result("short", "note", 10, 0.3), result("long", "note", 200, 0.4)
+    count = lambda text: len(text.split())  # noqa: E731
+    bundle = Bundle(results=[rule, short, long_], trace=Trace(query="q", text="q"))
+    need = {r.entry.id: count(block(r)) for r in (rule, short, long_)}
+    budget = need["rule"] + need["short"] + 5  # over with both notes, and still over without the short one
+    apply_budget(bundle, budget, count, None, "", "words")
+    assert [r.entry.id for r in bundle.results] == ["rule", "short"]
+    assert [d.id for d in bundle.trace.dropped] == ["long"]  # the short note's drop is not reported: it is back
+    items = {i["id"]: (i["action"], i["reason"]) for i in bundle.trace.budget["items"]}
+    assert items["short"] == ("kept", "dropped, then back in the room later drops left")
+    assert items["long"][0] == "dropped" and bundle.trace.budget["used"] == need["rule"] + need["short"] <= budget
+
+
 def test_budget_never_drops_invariants(demo_mem):
     b = demo_mem.search("callbacks blocking", active_wing="lifecore_ros2", budget=50)
     kept = {r.entry.id for r in b.results}

@@ -2,8 +2,10 @@
 
 Given a token budget, keep invariants whole and never drop them; then drop
 notes (lowest score first), summarise patterns, trim marginal decisions, and
-finally drop pattern summaries. Every drop and summary lands in the trace with
-its reason. Tokens are counted with the embedding model's own tokenizer.
+finally drop pattern summaries. What a later, larger drop left room for comes
+back (most binding type, then best score, first). Every drop and summary lands
+in the trace with its reason. Tokens are counted with the embedding model's own
+tokenizer.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from memlens.limits import shown_text
+from memlens.models import AUTHORITY
 from memlens.trace import Bundle, Result
 from memlens.untrusted import AUTHORITY_TYPES, authority_problem
 from memlens.vocab import UNTRUSTED_KINDS
@@ -125,6 +128,19 @@ def apply_budget(bundle: Bundle, budget: int, count: Callable[[str], int], limit
         if used <= budget:
             break
         drop(r, "pattern summaries are dropped last, before anything binding")
+    # a later, larger drop can leave room for what went before it: what fits now comes back, the most binding type
+    # and then the best score first (a small note dropped before a large one no longer leaves its tokens unused)
+    back = set()
+    for r in sorted((r for r in items if r.entry.id in dropped),
+                    key=lambda r: (AUTHORITY[r.entry.type.value], -r.score, r.entry.id)):
+        if used + cost[r.entry.id] <= budget:
+            used += cost[r.entry.id]
+            dropped.discard(r.entry.id)
+            back.add(r.entry.id)
+            actions[r.entry.id] = ("summarised" if r.summary is not None else "kept",
+                                   "dropped, then back in the room later drops left")
+    if back:
+        bundle.trace.dropped = [d for d in bundle.trace.dropped if d.stage != "budget" or d.id not in back]
     bundle.results = [r for r in items if r.entry.id not in dropped]
     for i, r in enumerate(bundle.results):
         r.rank = i + 1
