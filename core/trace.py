@@ -42,11 +42,11 @@ STAGES = ("parse", "embed", "vector", "lexical", "score", "rerank", "policy", "b
 FORMULA = "memlens-score/v1: final = (w_relevance·relevance + w_recency·recency + w_salience·salience) × boost"
 
 
-@dataclass
+@dataclass(slots=True)
 class Components:
     """Every number that went into a result's score, so a rank can be recomputed by hand.
 
-    A plain dataclass: the pipeline sets ~15 of these for every candidate of every search,
+    A plain dataclass with slots: the pipeline sets ~15 of these for every candidate of every search,
     and pydantic attribute assignment was a tenth of a search at 100k entries.
     """
 
