@@ -247,7 +247,12 @@ class Entry(BaseModel):
 
     @model_validator(mode="after")
     def _defaults(self) -> Entry:
-        return completed(self)
+        filled(self)
+        if self.overrides == self.id:
+            raise ValueError("an entry cannot override itself")
+        if why := authority_problem(self.id, self.kind, self.type, self.text, self.meta):  # web text sets no rules
+            raise ValueError(why)
+        return self
 
     @property
     def embed_text(self) -> str:
@@ -282,16 +287,12 @@ ENTRY_FIELDS = tuple(Entry.model_fields)
 EDITABLE_FIELDS = ("wing", "room", "kind", "type", "status", "title", "text", "key", "salience", "overrides", "meta")
 
 
-def completed(entry: Entry) -> Entry:
-    """``entry`` with what validation fills in (``updated_at``, a title from the text) and its checks across fields:
-    the last step of validating an Entry, also run on one built from a stored row without validation."""
+def filled(entry: Entry) -> Entry:
+    """``entry`` with what validation fills in: ``updated_at`` from ``created_at``, a title from the text (also for
+    one built from a stored row without validation)."""
     if entry.updated_at is None:
         object.__setattr__(entry, "updated_at", entry.created_at)
     if not entry.title:
         first = " ".join(entry.text.split())
         object.__setattr__(entry, "title", first if len(first) <= 60 else first[:59].rstrip() + "…")
-    if entry.overrides == entry.id:
-        raise ValueError("an entry cannot override itself")
-    if why := authority_problem(entry.id, entry.kind, entry.type, entry.text, entry.meta):  # web text sets no rules
-        raise ValueError(why)
     return entry

@@ -73,7 +73,7 @@ class Components:
 
 class Result(BaseModel):
     # an Entry as given, not validated again (pydantic would run Entry's checks once per result per search): every
-    # Entry is validated when made, and one read from the store passed ``row_problem``'s same checks
+    # Entry is validated when made, and a search reads only stored rows that pass the same checks (``sound_rows``)
     entry: InstanceOf[Entry]
     score: float
     rank: int = 0

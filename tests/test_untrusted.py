@@ -108,6 +108,20 @@ def test_a_persons_promotion_is_explicit_audited_and_covers_that_text_only(mem):
         mem.update(e.id, type="invariant")
 
 
+def test_web_text_made_a_rule_behind_the_engines_back_is_never_served_but_can_be_repaired(mem):
+    """A hand edit (or a foreign tool) writes type=invariant on stored web text: search, context and export leave it
+    out with a note, check lists it, and the entry can still be read, promoted by a person, demoted or deleted."""
+    e = web_entry(mem)
+    mem.conn.execute("UPDATE entries SET type = 'invariant' WHERE id = ?", (e.id,))  # (autocommit)
+    b = mem.search("north harbour tide tables", use_cache=False)
+    assert e.id not in [r.entry.id for r in b.results]
+    assert any(e.id in n and "cannot be an invariant" in n for n in b.trace.notes), b.trace.notes
+    assert e.id not in mem.context("north harbour tide tables", active_wing="research")
+    assert mem.get(e.id).type.value == "invariant"  # read as stored, to be repaired
+    mem.update(e.id, type="note")
+    assert e.id in [r.entry.id for r in mem.search("north harbour tide tables", use_cache=False).results]
+
+
 def test_mcp_can_never_rank_web_text_up(mem):
     """``memory_update`` and ``memory_set_status`` through the official SDK client, in process."""
     import anyio

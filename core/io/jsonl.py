@@ -35,10 +35,10 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from memlens.errors import MemlensError, ValidationError
+from memlens.errors import CorruptRowError, MemlensError, ValidationError
 from memlens.models import Entry, content_hash
 from memlens.store import staging
-from memlens.store.rows import row_problem, row_to_entry
+from memlens.store.rows import HINT, row_problem, row_to_entry, rule_problem
 from memlens.store.writes import describe_validation, override_cycle
 
 if TYPE_CHECKING:
@@ -321,8 +321,10 @@ def export(
     n = 0
     model = store.model_id
     for row, blob, made_from in store.export_rows(wing, with_vectors):
-        problem = row_problem(row) if on_skip is not None else None
+        problem = row_problem(row) or rule_problem(row)  # (a row import would refuse is not written either)
         if problem is not None:
+            if on_skip is None:
+                raise CorruptRowError(f"stored entry {row[0]!r} is damaged: {problem}; {HINT}")
             on_skip(row[0], problem)
             continue
         rec = row_to_entry(row).to_record()

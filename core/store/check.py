@@ -25,7 +25,7 @@ import numpy as np
 
 from memlens.errors import StoreError
 from memlens.store import corruption, db
-from memlens.store.rows import COLUMN_LIST, json_object, row_problem, ts_problem
+from memlens.store.rows import COLUMN_LIST, json_object, row_problem, rule_problem, ts_problem
 
 COLUMNS = COLUMN_LIST  # the one entry row mapping (memlens.store.rows)
 CHUNK = 256
@@ -232,7 +232,7 @@ class Checker:
                 self.add("entries", f"unreadable: {err}", rowid)
                 continue
             self.rows[rowid] = row
-            problem = row_problem(row)
+            problem = row_problem(row) or rule_problem(row)
             if problem is not None:
                 self.add("entries", problem, rowid, str(row[0]))
             if isinstance(row[0], str):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memlens.errors import CorruptRowError
-from memlens.models import KINDS, STATUSES, TYPES, Entry, EntryType, Kind, Status, completed, content_hash, parse_ts
+from memlens.models import KINDS, STATUSES, TYPES, Entry, EntryType, Kind, Status, content_hash, filled, parse_ts
 from memlens.untrusted import authority_problem
 from memlens.vocab import UNTRUSTED_KINDS
 
@@ -103,7 +103,7 @@ def row_problem(row: tuple[Any, ...]) -> str | None:
         try:  # the common case: timestamps in the store's own format, meta a JSON object
             _fromiso(c[:-1])
             _fromiso(u[:-1])
-            if (m == "{}" or type(json.loads(m)) is dict) and row[3] not in UNTRUSTED_KINDS and row[10] != row[0]:
+            if m == "{}" or type(json.loads(m)) is dict:
                 return None
         except ValueError:
             pass
@@ -140,10 +140,18 @@ def _slow_problem(row: tuple[Any, ...]) -> str | None:
             return f"meta is {type(value).__name__}, not a JSON object"
     elif meta is None:
         return "meta is NULL"
+    return None
+
+
+def rule_problem(row: tuple[Any, ...]) -> str | None:
+    """Which rule across columns a row that decodes breaks (None: none), as validation would refuse it: an entry
+    overriding itself, web text stored as an invariant or decision without a person's promotion (written behind
+    the engine's back). Such a row is never served (search, export), but it can be read, edited and deleted."""
+    if row[3] not in UNTRUSTED_KINDS and row[10] != row[0]:
+        return None
     if row[10] == row[0]:
         return "it overrides itself"
-    # web text stored as a rule without a person's promotion (written behind the engine's back): never served as one
-    return authority_problem(row[0], row[3], row[4], row[7], json_object(meta) or {})
+    return authority_problem(row[0], row[3], row[4], row[7], json_object(row[13]) or {})
 
 
 def damaged_note(entry_id: Any, problem: str) -> str:
@@ -176,7 +184,7 @@ def row_to_entry(row: tuple[Any, ...]) -> Entry:
         text=text, key=key, salience=float(salience), overrides=overrides, created_at=_time(created),
         updated_at=_time(updated), meta=json.loads(meta) if meta and meta != "{}" else {},
     )
-    return completed(entry)  # what validation fills in (a title); its checks passed in row_problem above
+    return filled(entry)  # what validation fills in (a title left empty by a hand edit)
 
 
 ENTRIES_KEPT = 4096
@@ -235,7 +243,7 @@ _check_positions()
 def sound_rows(rows: list[StoredRow], out: Rows) -> Rows:
     """Keep the rows that decode (into ``out``); a damaged one (a hand edit) is a note, not a crash."""
     for r in rows:
-        problem = row_problem(r[2:])
+        problem = row_problem(r[2:]) or rule_problem(r[2:])
         if problem is None:
             out.rows.append(r)
         else:
