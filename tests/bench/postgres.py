@@ -123,7 +123,18 @@ WRITE_NOTES = (  # what the writer load was measured to wait on, and what was tr
     "rounds alternated at a load average of 4-6 from other work, entries/s: PostgreSQL 316 (236-353) before, 390 "
     "(331-494) after, SQLite 436 (323-477) in the same rounds. Not taken: the postings inserted and the counts upserted "
     "in key order at a fold (server CPU 1.37 against 1.37 ms an add); a faster tokenizer (it takes 0.05 ms of an add). "
-    "No fold at all would save about 0.5 ms of the server's 1.3-1.4 ms an add."
+    "No fold at all would save about 0.5 ms of the server's 1.3-1.4 ms an add. Tried and not taken (2026-11-28): "
+    "the folded postings as one row per (token, block of up to 128 rows) holding the rows, frequencies and lengths "
+    "as arrays and the block's counts, without `lex_df` (a token's row count the sum of its blocks' counts): a fold "
+    "of these entries writes about 3,300 rows instead of 5,700 postings and 3,300 count upserts. The fold statement "
+    "alone (SQL, server CPU per add, folds alternated): 0.47 -> 0.27 ms on an empty table, 0.73 -> 0.50 ms at 77k "
+    "rows; a fold that also upserted the counts saved nothing (0.46), nor did count rows per fold beside the postings "
+    "(0.49). One writer, 2,048 adds, three sets of 6 runs alternated, server CPU per add (medians): 1.09 -> 0.95, "
+    "1.26 -> 1.09, 1.31 -> 1.11 ms; writer CPU unchanged; 4 writers showed no difference beyond the noise (runs of "
+    "one variant 343-823 entries/s at a load average of 3-13). The price is at read time: the ranking statement at "
+    "100k chunks of real text (100 questions, 3 rounds alternated, the same rows and scores) about 8% slower per "
+    "question (p50 187 -> 196 ms), the blocks' three arrays unnested per posting costing more than an index-only "
+    "scan of the postings (with the arrays in the primary key, reads as slow); and a migration rebuilding every row."
 )
 TODAY = {  # the issue's figures before this work (synthetic random vectors, float32 HNSW, one index)
     "sqlite-vec": ("40 ms", "210 ms"), "pgvector exact": ("130 ms", "280 ms"),
