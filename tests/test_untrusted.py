@@ -109,8 +109,8 @@ def test_a_persons_promotion_is_explicit_audited_and_covers_that_text_only(mem):
 
 
 def test_web_text_made_a_rule_behind_the_engines_back_is_never_served_but_can_be_repaired(mem):
-    """A hand edit (or a foreign tool) writes type=invariant on stored web text: search, context and export leave it
-    out with a note, check lists it, and the entry can still be read, promoted by a person, demoted or deleted."""
+    """A hand edit (or a foreign tool) writes type=invariant on stored web text: search and context leave it out with
+    a note (export and check: tests/test_corruption.py), and the entry can still be read and repaired by an edit."""
     e = web_entry(mem)
     mem.conn.execute("UPDATE entries SET type = 'invariant' WHERE id = ?", (e.id,))  # (autocommit)
     b = mem.search("north harbour tide tables", use_cache=False)
