@@ -38,6 +38,7 @@ import base64
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -61,7 +62,9 @@ EF_ROWS = ("The `ef=N` rows walk every index at `ef_search` N; `ef=200` is what 
            "when a small wing's own index began to be walked wider (`memlens.store.postgres.vectors.wing_ef`).")
 WRITERS = (4, 16)
 WRITES = 2000  # entries per writer run, split between the writers
-WRITE_ROUNDS = 3  # runs of each side per writer count, alternated; the table shows the median run and every run's rate
+WRITE_ROUNDS = 9  # runs of each side per writer count, alternated; the table shows the median run and every run's rate
+# (3 rounds put PostgreSQL at 0.87x and at 1.01x of SQLite on two days of the same code: a round's rate moves by a
+# quarter on this shared machine; the target is judged on the median of the rounds' PostgreSQL/SQLite ratios)
 SCOPES = {"unscoped": None, "scoped": ["wing_3", "wing_7"], "scoped, 2 largest wings": ["wing_0", "wing_1"]}
 QUALITY_NOTES = (  # what changed the figures (2026-11-26, this machine)
     "Before, PostgreSQL searched the tokens of a query word that FTS5 cuts into several (`PyErr_Print`, "
@@ -134,7 +137,12 @@ WRITE_NOTES = (  # what the writer load was measured to wait on, and what was tr
     "one variant 343-823 entries/s at a load average of 3-13). The price is at read time: the ranking statement at "
     "100k chunks of real text (100 questions, 3 rounds alternated, the same rows and scores) about 8% slower per "
     "question (p50 187 -> 196 ms), the blocks' three arrays unnested per posting costing more than an index-only "
-    "scan of the postings (with the arrays in the primary key, reads as slow); and a migration rebuilding every row."
+    "scan of the postings (with the arrays in the primary key, reads as slow); and a migration rebuilding every row. "
+    "Measured and not taken (2026-11-28, 7 rounds of 4 writers alternated, load average under 2 before the runs): an add without its "
+    "first round trip, the check for a stored vector of the same text (a reused vector saves embedding the text "
+    "again): PostgreSQL 598 -> 681 entries/s (medians), 0.83x -> 0.95x of SQLite's 705/s in the same rounds. Without "
+    "the check every add of a text already stored would embed it again (~7 ms with the model on this machine) to save "
+    "a round trip of well under 1 ms, and the stand-in embedder of this suite would still not reach SQLite's rate."
 )
 TODAY = {  # the issue's figures before this work (synthetic random vectors, float32 HNSW, one index)
     "sqlite-vec": ("40 ms", "210 ms"), "pgvector exact": ("130 ms", "280 ms"),
@@ -454,9 +462,21 @@ def _rounds(w: dict[str, Any]) -> str:
     if any(r is None for sides in runs.values() for r in sides.values()):
         return "one run of each."
     rounds = len(next(iter(runs.values()))["sqlite"])
+    ratios = {n: _paired_ratio(w[n]) for n in w}
     return (f"each side's median of {rounds} runs, the sides alternated (every run, entries/s: "
             + "; ".join(f"{n} writers SQLite {', '.join(map(str, r['sqlite']))}, PostgreSQL "
-                        f"{', '.join(map(str, r['postgresql']))}" for n, r in runs.items()) + ").")
+                        f"{', '.join(map(str, r['postgresql']))}" for n, r in runs.items()) + "). PostgreSQL over SQLite, "
+            "the median of the rounds' ratios: "
+            + ", ".join(f"{ratios[n]:.3f} with {n} writers" for n in w if ratios[n] is not None) + ".")
+
+
+def _paired_ratio(w: dict[str, Any]) -> float | None:
+    """The median of PostgreSQL's rate over SQLite's, round by round (the two sides of a round ran a few seconds
+    apart: what the shared machine's speed did between rounds cancels out); None for results made before."""
+    s, p = w["sqlite"].get("runs_entries_per_s"), w["postgresql"].get("runs_entries_per_s")
+    if not s or not p or len(s) != len(p):
+        return None
+    return float(statistics.median(b / a for a, b in zip(s, p)))
 
 
 def _targets(res: dict[str, Any]) -> list[str]:
@@ -469,8 +489,10 @@ def _targets(res: dict[str, Any]) -> list[str]:
         out.append(f"{case}: p50 {p50} ms (target <= 15 ms at 100k and <= sqlite-vec's {sv} ms), recall@10 {rec} "
                    f"(target >= 0.95): {'met' if ok else 'MISSED'}")
     w = res["writes"]["4"]
-    out.append(f"writes, 4 writers: PostgreSQL {w['postgresql']['entries_per_s']}/s vs SQLite {w['sqlite']['entries_per_s']}/s: "
-               f"{'met' if w['postgresql']['entries_per_s'] >= w['sqlite']['entries_per_s'] else 'MISSED'}")
+    ratio = _paired_ratio(w)
+    ok = ratio >= 1 if ratio is not None else w["postgresql"]["entries_per_s"] >= w["sqlite"]["entries_per_s"]
+    out.append(f"writes, 4 writers: PostgreSQL {w['postgresql']['entries_per_s']}/s vs SQLite {w['sqlite']['entries_per_s']}/s"
+               + (f", median of the rounds' ratios {ratio:.3f}" if ratio is not None else "") + f": {'met' if ok else 'MISSED'}")
     for name, row in res.get("quality", {}).items():
         d = max(abs(row["postgresql"][m] - row["sqlite"][m]) for m in ("mrr@10", "recall@1"))
         out.append(f"quality {name}: largest MRR@10 / R@1 difference {d:.4f} (target <= .01): {'met' if d <= 0.01 else 'MISSED'}")
