@@ -183,6 +183,24 @@ def test_an_add_alone_takes_the_write_lock_and_draws_its_seq_under_it(pg_uri, ha
     store.close()
 
 
+def test_an_add_after_the_connection_lost_its_prepared_statements(pg_uri, settings, hash_embedder):
+    """An add and its check for a stored vector run as statements prepared once per connection. Something that drops
+    them on that connection (``DEALLOCATE ALL``, as a pooler in front of the server may run) costs the next add
+    nothing but preparing them again, and the text already stored gets its stored vector back."""
+    from tests.pg_fixture import pg_memory
+
+    with pg_memory(pg_uri, settings, hash_embedder) as mem:
+        first = mem.add("Callbacks must not block the executor.", wing="ros")
+        with mem.store.connection() as conn:
+            assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0] >= 2
+            conn.execute("DEALLOCATE ALL")
+        again = mem.add("Callbacks must not block the executor.", wing="ros", room="again")
+        with mem.store.connection() as conn:
+            assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0] >= 2  # prepared again
+        assert mem.store.entry_vector(again.id) == mem.store.entry_vector(first.id)
+        assert sorted(e.room for e in mem.entries(wing="ros")) == ["", "again"]
+
+
 def test_write_that_fails_leaves_nothing(pg_uri, hash_embedder):
     store = open_pg(pg_uri, hash_embedder)
     rng = random.Random(2)

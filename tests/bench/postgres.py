@@ -138,11 +138,12 @@ WRITE_NOTES = (  # what the writer load was measured to wait on, and what was tr
     "100k chunks of real text (100 questions, 3 rounds alternated, the same rows and scores) about 8% slower per "
     "question (p50 187 -> 196 ms), the blocks' three arrays unnested per posting costing more than an index-only "
     "scan of the postings (with the arrays in the primary key, reads as slow); and a migration rebuilding every row. "
-    "Measured and not taken (2026-11-28, 7 rounds of 4 writers alternated, load average under 2 before the runs): an add without its "
-    "first round trip, the check for a stored vector of the same text (a reused vector saves embedding the text "
-    "again): PostgreSQL 598 -> 681 entries/s (medians), 0.83x -> 0.95x of SQLite's 705/s in the same rounds. Without "
-    "the check every add of a text already stored would embed it again (~7 ms with the model on this machine) to save "
-    "a round trip of well under 1 ms, and the stand-in embedder of this suite would still not reach SQLite's rate."
+    "Measured and not taken (2026-11-28, 7 rounds of 4 writers alternated, load average under 2 before the runs): an "
+    "add without its first round trip, the check for a stored vector of the same text (a reused vector saves "
+    "embedding the text again): PostgreSQL 598 -> 681 entries/s (medians), 0.83x -> 0.95x of SQLite's 705/s in the "
+    "same rounds. Without the check every add of a text already stored would embed it again (~7 ms with the model on "
+    "this machine) to save a round trip of well under 1 ms, and the stand-in embedder of this suite would still not "
+    "reach SQLite's rate."
 )
 TODAY = {  # the issue's figures before this work (synthetic random vectors, float32 HNSW, one index)
     "sqlite-vec": ("40 ms", "210 ms"), "pgvector exact": ("130 ms", "280 ms"),

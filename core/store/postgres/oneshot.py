@@ -17,11 +17,12 @@ import hashlib
 import re
 import struct
 import weakref
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
+T = TypeVar("T")
 _PLACEHOLDER = re.compile(r"%([sb])(::[a-z0-9]+)?")
 _PREPARED: weakref.WeakKeyDictionary[Any, set[bytes]] = weakref.WeakKeyDictionary()  # connection -> names prepared
 
@@ -91,13 +92,24 @@ def run(conn: Any, stmt: Statement, args: Sequence[Any], after: Sequence[str]) -
     """``stmt`` with ``args``, then each statement of ``after`` (no parameters), then a Sync, in one message on
     ``conn`` (idle, autocommit, not in a pipeline); the first error raised once every result is read. A statement
     deallocated meanwhile (``DEALLOCATE ALL`` by someone else on this connection) is prepared again, once."""
+    _again_if_deallocated(conn, lambda: _run(conn, stmt, args, after))
+
+
+def _again_if_deallocated(conn: Any, call: Callable[[], T]) -> T:
+    """``call()``, once more with every statement prepared again if the connection lost its prepared statements."""
     from psycopg import errors
 
     try:
-        _run(conn, stmt, args, after)
+        return call()
     except errors.InvalidSqlStatementName:
         _PREPARED.pop(conn, None)
-        _run(conn, stmt, args, after)
+        return call()
+
+
+def _params(stmt: Statement, args: Sequence[Any], encoding: str) -> tuple[list[bytes | None], list[int]]:
+    """``args`` encoded for ``stmt`` (vectors in pgvector's binary form, the rest as text), and their formats."""
+    params = [vector_binary(a) if b else _text(a, encoding) for a, b in zip(args, stmt.binary, strict=True)]
+    return params, [1 if b else 0 for b in stmt.binary]
 
 
 def _run(conn: Any, stmt: Statement, args: Sequence[Any], after: Sequence[str]) -> None:
@@ -107,8 +119,7 @@ def _run(conn: Any, stmt: Statement, args: Sequence[Any], after: Sequence[str]) 
     for s in (stmt, *thens):
         _prepare(conn, s)
     encoding = conn.info.encoding
-    params = [vector_binary(a) if b else _text(a, encoding) for a, b in zip(args, stmt.binary, strict=True)]
-    formats = [1 if b else 0 for b in stmt.binary]
+    params, formats = _params(stmt, args, encoding)
     pg = conn.pgconn
     failed: Any = None
     with conn.lock:
@@ -136,13 +147,7 @@ def _run(conn: Any, stmt: Statement, args: Sequence[Any], after: Sequence[str]) 
 def first_value(conn: Any, stmt: Statement, args: Sequence[Any]) -> bytes | None:
     """The first column of the first row ``stmt`` returns with ``args``, in its binary form (None: no row, or NULL),
     through the prepared statement (one message each way) on ``conn`` (autocommit, not in a pipeline)."""
-    from psycopg import errors
-
-    try:
-        return _first_value(conn, stmt, args)
-    except errors.InvalidSqlStatementName:
-        _PREPARED.pop(conn, None)
-        return _first_value(conn, stmt, args)
+    return _again_if_deallocated(conn, lambda: _first_value(conn, stmt, args))
 
 
 def _first_value(conn: Any, stmt: Statement, args: Sequence[Any]) -> bytes | None:
@@ -150,9 +155,9 @@ def _first_value(conn: Any, stmt: Statement, args: Sequence[Any]) -> bytes | Non
 
     _prepare(conn, stmt)
     encoding = conn.info.encoding
-    params = [vector_binary(a) if b else _text(a, encoding) for a, b in zip(args, stmt.binary, strict=True)]
+    params, formats = _params(stmt, args, encoding)
     with conn.lock:
-        conn.pgconn.send_query_prepared(stmt.name, params, [1 if b else 0 for b in stmt.binary], result_format=1)
+        conn.pgconn.send_query_prepared(stmt.name, params, formats, result_format=1)
         results = conn.wait(generators.execute(conn.pgconn))
     for r in results:
         if r.status == pq.ExecStatus.FATAL_ERROR:
