@@ -199,6 +199,48 @@ def test_each_thread_gets_its_own_connection(mem):
     assert seen[0][1] == 1 and seen[0][0] is not mem.conn
 
 
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_a_store_file_deleted_or_replaced_under_an_open_memory(tmp_path, settings, how):
+    """An app or server keeps its connections open; the file at the store's path removed (or a copy put there) while
+    it runs: a write would have gone into the old file and been lost with it, a search read the old store. Each now
+    stops with one line that says what happened, and the file now at the path is left as it is."""
+    import os
+    import threading
+
+    path = tmp_path / "kept.db"
+    m = Memory.open(path, settings=settings, embedder=HashEmbedder())
+    m.add("Callbacks must not block.", wing="w")
+    for suffix in ("", "-wal", "-shm"):  # (a store copied into place comes without the old file's -wal and -shm)
+        os.unlink(f"{path}{suffix}")
+    if how == "replaced":
+        with Memory.open(tmp_path / "other.db", settings=settings, embedder=HashEmbedder()) as other:
+            other.add("A different store.", wing="x")
+        os.replace(tmp_path / "other.db", path)
+    message = rf"kept\.db was {how}.* after this process opened it; .*open the store again"
+    with pytest.raises(StoreError, match=message):
+        m.add("Written after the file went.", wing="w")
+    with pytest.raises(StoreError, match=message):
+        m.search("callbacks")
+    errors: list[Exception] = []  # another thread's first connection opens the path again: not the file put there
+
+    def other_thread() -> None:
+        try:
+            m.count()
+        except Exception as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    t.join()
+    assert len(errors) == 1 and isinstance(errors[0], StoreError) and f"was {how}" in str(errors[0])
+    m.close()
+    if how == "replaced":
+        with Memory.open(path, settings=settings, embedder=HashEmbedder()) as again:
+            assert [e.text for e in again.entries()] == ["A different store."]
+    else:
+        assert not path.exists()
+
+
 def test_a_closed_memory_says_so_in_memlens_terms(tmp_path, settings):
     """Not the SQLite binding's ProgrammingError: a StoreError naming the store, from any call after close()."""
     m = Memory.open(tmp_path / "closed.db", settings=settings, embedder=HashEmbedder())

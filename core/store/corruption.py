@@ -199,6 +199,7 @@ def _make_classes(sq: ModuleType) -> tuple[type, type]:
         then failed in the running statement, even with a MemoryError); the next statement raises a StoreError."""
 
         store_label = ""
+        file_id: tuple[int, int] | None = None  # the store file it opened (``db.still_there``)
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
@@ -217,6 +218,15 @@ def _make_classes(sq: ModuleType) -> tuple[type, type]:
 
         def executemany(self, sql: str, seq: Any) -> Any:
             return self.cursor().executemany(sql, seq)
+
+        @property
+        def in_transaction(self) -> bool:  # (asked between statements: closed meanwhile, it says so as they do)
+            try:
+                return bool(super().in_transaction)
+            except err as exc:
+                if (new := _translated(self, exc)) is None:
+                    raise
+                raise new from None
 
         def close(self) -> None:
             with self.in_use:

@@ -117,6 +117,7 @@ def connect(path: Path, *, busy_timeout_ms: int = 5000, mmap_size: int = 1 << 30
     except sq.Error as exc:
         raise StoreError(f"cannot open store {path}: {exc}") from None
     conn.store_label = str(path)
+    conn.file_id = file_identity(path)
     try:
         # Reading the schema forces SQLite to read the header: a non-database fails here.
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
@@ -152,6 +153,35 @@ def connect(path: Path, *, busy_timeout_ms: int = 5000, mmap_size: int = 1 << 30
         conn.close()
         raise translate(exc, path) from None
     return conn
+
+
+def file_identity(path: Path | str) -> tuple[int, int] | None:
+    """The file at ``path`` (device and inode), None when there is none."""
+    if str(path) == ":memory:":
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def still_there(conn: Any) -> None:
+    """StoreError when the store file ``conn`` opened was deleted or replaced since: a connection keeps the old file,
+    so what it read would be the old store's and what it wrote would go with that file, lost (an app or server left
+    open while the file is removed, or a copy put in its place)."""
+    same_file(getattr(conn, "store_label", ""), getattr(conn, "file_id", None))
+
+
+def same_file(path: Path | str, opened: tuple[int, int] | None) -> None:
+    """StoreError unless ``path`` is still the file ``opened`` (``file_identity`` when it was opened; None: unknown)."""
+    if opened is None or not str(path):
+        return
+    now = file_identity(path)
+    if now != opened:
+        what = "deleted" if now is None else "replaced by another file"
+        raise StoreError(f"store {path} was {what} after this process opened it; nothing more is read from or written "
+                         "to the old file: open the store again (restart the app or server, or Memory.open)")
 
 
 def _in_read_only_dir(exc: Exception, path: Path) -> bool:
@@ -262,6 +292,7 @@ def transaction(conn: Any, path: Path | str = "") -> Iterator[Any]:
     except sq.Error as exc:
         raise translate(exc, path) from None
     try:
+        still_there(conn)  # under the write lock: the file this transaction writes is the store's
         yield conn
     except sq.Error as exc:
         _rollback(conn)
@@ -290,5 +321,5 @@ def _rollback(conn: Any) -> None:
 
 
 # the schema's names are re-exported: callers read the version and the migrations through this module
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_store_path", "connect", "driver", "is_read_only", "migrate",
-           "schema_version", "transaction", "translate"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_store_path", "connect", "driver", "file_identity", "is_read_only",
+           "migrate", "same_file", "schema_version", "still_there", "transaction", "translate"]

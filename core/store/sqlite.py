@@ -66,6 +66,7 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
         self._conns: list[Any] = []
         self._conns_lock = threading.Lock()
         self._closed = False
+        self._file_id: tuple[int, int] | None = None  # the store file as first opened (``db.still_there``)
         self._pruned = False  # retrieval records pruned by this store yet (see memlens.store.retention)
         self._spool: LogSpool | None = None  # the retrieval log's rows waiting to be written (``SqliteAuditLog``)
         conn = self.conn  # opens, checks and migrates
@@ -82,6 +83,7 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
         if conn is None or self._closed:  # closed: this thread's connection is closed too, not to be handed out
             if self._closed:
                 raise StoreError(f"store {self.path} is closed; open it again (Memory.open)")
+            db.same_file(self.path, self._file_id)  # a later connection: to the file the store opened, if it is there
             conn = db.connect(
                 self.path,
                 busy_timeout_ms=self._busy_timeout_ms,
@@ -89,6 +91,7 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
                 create=self._create and not self._conns,  # once open, a vanished file is not silently remade
             )
             try:
+                db.same_file(self.path, self._file_id)  # (put there between the check above and the open)
                 if db.schema_version(conn) < db.SCHEMA_VERSION:
                     db.migrate(conn, self.path, self._dim_for_new_store(conn))
                     if conn.execute("SELECT 1 FROM store_meta WHERE key = 'model'").fetchone() is None:
@@ -101,6 +104,8 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
             self._local.conn = conn
             with self._conns_lock:
                 self._conns.append(conn)
+            if self._file_id is None:
+                self._file_id = conn.file_id
         return conn
 
     def on_connection(self, conn: Any) -> SqliteStore:

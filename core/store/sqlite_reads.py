@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memlens.limits import MAX_QUERY_TERMS
+from memlens.store import db, staging, textindex
 from memlens.store import rows as entry_rows
-from memlens.store import staging, textindex
 from memlens.store.reads import ENTRY_COLUMNS, entry_filters, fts_query, sql_filters, sql_in
 from memlens.store.rows import sound_rows
 from memlens.store.scope import Knn, Rows, Scope, query_terms
@@ -96,8 +96,9 @@ class SqliteReads:
     def settled(self) -> Any:
         """Whether another connection committed is asked once for the block (a search), when the speed layer keeps
         what the search reads; a no-op without it."""
-        speed = self.speed
-        return nullcontext() if speed is None else speed.stamps.settled(self.conn)
+        speed, conn = self.speed, self.conn
+        db.still_there(conn)  # a search never reads a store file deleted or replaced since it was opened
+        return nullcontext() if speed is None else speed.stamps.settled(conn)
 
     def vector_index(self) -> str:
         return "memory" if self.vindex is not None else "sqlite-vec"
