@@ -12,6 +12,10 @@ One definition, used by the web sanitiser and by every human-readable output:
 - :func:`for_terminal` is that, line by line, for text printed to a terminal
   (tabs and newlines kept, ``\\r\\n`` read as a newline, the bytes of a file
   name that is not UTF-8 kept but for those a terminal could read as controls).
+- :func:`one_line` puts a field shown inside a line (a title, a source) on that
+  line: its line breaks and runs of spaces become one space, so a stored title
+  cannot open a line or a section of its own in what is printed or handed to an
+  agent (a "## Invariants" heading in a title, say).
 - :func:`strip_controls` drops the control characters alone: for text whose
   layout is already measured (the app's rendered lines), where removing only
   zero-width characters keeps every column in place.
@@ -75,3 +79,8 @@ def for_terminal(text: str) -> str:
 def strip_controls(text: str) -> str:
     """``text`` without control characters (tab and newline kept): nothing a terminal would act on."""
     return text if text.isprintable() else _CONTROLS.sub("", text)
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: every run of white space (line breaks included) one space, none at either end."""
+    return " ".join(text.split())

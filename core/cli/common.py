@@ -26,6 +26,8 @@ def open_store(args: argparse.Namespace, *, create: bool = False) -> Any:
 
 def format_results(bundle: Any) -> str:
     """A search's results as text: one line per result plus its id, then a summary line."""
+    from memlens.visible import one_line
+
     lines = []
     t = bundle.trace
     for r in bundle.results:
@@ -34,7 +36,7 @@ def format_results(bundle: Any) -> str:
         flags = f"  [{', '.join(r.flags)}]" if r.flags else ""
         if r.vector is not None and not r.vector["fresh"]:
             flags += "  (stale vector: memlens reembed)"
-        lines.append(f"{r.rank:>3}  {r.score:6.3f}  {e.type.value:<9} {where:<32} {e.title}{flags}")
+        lines.append(f"{r.rank:>3}  {r.score:6.3f}  {e.type.value:<9} {where:<32} {one_line(e.title)}{flags}")
         lines.append(f"{'':>5}{e.id}")
     if not bundle.results:
         lines.append("no results")

@@ -12,6 +12,7 @@ from memlens.cli.args import BUDGET_ARG, K_ARG, PROG
 from memlens.cli.common import format_results, open_store, store_arg
 from memlens.errors import MemlensError
 from memlens.limits import MAX_BUDGET, MAX_K
+from memlens.visible import one_line
 
 K_HELP = (f"results to return, 1 to {MAX_K} (default 10); the active wing's invariants and both entries of a "
           "conflict are returned beyond it, flagged mandatory or conflict")
@@ -149,7 +150,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, ensure_ascii=False))
         return 0
-    print(f"{out['id']}  {out['title']}  ({out['wing']})")
+    print(f"{out['id']}  {one_line(out['title'])}  ({out['wing']})")
     print(f"verdict: {out['verdict']}" + (f" at stage {out['stage']!r}" if out.get("stage") else ""))
     print(f"why:     {out['detail']}")
     comps = out.get("components")
