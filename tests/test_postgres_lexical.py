@@ -287,3 +287,24 @@ def test_each_write_stores_the_tokens_postings_gives(pg_uri, settings, hash_embe
                 assert (list(row[0]), [float(f) for f in row[1]], row[2]) == postings([(e.title, e.text)])[0], entry_id
     finally:
         mem.close()
+
+
+def test_a_token_fts5_cuts_inside_a_character(pg_uri, settings, hash_embedder):
+    """FTS5 cuts a token at 32 KiB, inside a character when it must (a run of 10,923 CJK characters is 32,769 bytes):
+    that token's whole characters are kept, so the row is stored (it failed with a decoding traceback) and found."""
+    from memlens.store.postgres.lexical import _by_sqlite, postings
+
+    from .pg_fixture import pg_memory
+
+    run = "中" * 11_000
+    assert _by_sqlite([run]) == [["中" * 10_922]]  # 32,766 bytes: the 32,768th byte fell inside the next character
+    mem = pg_memory(pg_uri, settings, hash_embedder)
+    try:
+        e = mem.add(f"{run} then a tail of plain words", wing="cjk")
+        with mem.store.connection() as conn:
+            row = conn.execute("SELECT lex_terms, lex_len FROM entries WHERE id = %s", (e.id,)).fetchone()
+        assert (sorted(row[0]), row[1]) == (sorted(postings([(e.title, e.text)])[0][0]), postings([(e.title, e.text)])[0][2])
+        assert "中" * 10_922 in row[0]
+        assert [r.entry.id for r in mem.search("tail of plain words", k=3).results] == [e.id]
+    finally:
+        mem.close()

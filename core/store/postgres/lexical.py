@@ -186,6 +186,9 @@ def _sqlite() -> Any:
         from memlens.store import db
 
         conn = db.driver().connect(":memory:", isolation_level=None, check_same_thread=False)
+        # FTS5 cuts a token at 32 KiB, inside a character if it must (a run of 10,923 CJK characters): the bytes of
+        # that character left are dropped, so the token is text PostgreSQL stores (the query's is cut the same way)
+        conn.text_factory = lambda b: b.decode("utf-8", "ignore")
         conn.execute(f"CREATE VIRTUAL TABLE temp.tok USING fts5(title, text, tokenize='{_TOKENIZER}')")
         conn.execute("CREATE VIRTUAL TABLE temp.tokv USING fts5vocab(temp, tok, instance)")
         _LOCAL.conn = conn
