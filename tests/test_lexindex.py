@@ -588,3 +588,18 @@ def test_in_process_sums_are_made_phrase_after_phrase(copy_mem):
         got = lex._rank(snap, asked, None, 10**6)
         assert [s for _, s in got] == sorted(ref[ref > 0].tolist(), reverse=True)
         assert {r: s for r, s in got} == {int(snap.ids[i]): float(ref[i]) for i in np.flatnonzero(ref > 0)}
+
+
+def test_a_token_fts5_cut_inside_a_character(tmp_path, settings, hash_embedder):
+    """FTS5 cuts a token at 32 KiB, inside a character when it must (10,923 CJK characters are 32,769 bytes). The text
+    index read that token as text that is not UTF-8 and took the store for damaged: warming failed, and every write
+    after it was refused. The token's whole characters are read; the store stays writable and searchable."""
+    from memlens import Memory
+
+    with Memory.open(tmp_path / "cjk.db", settings=settings, embedder=hash_embedder) as mem:
+        e = mem.add("中" * 11_000 + " then a tail of plain words", wing="cjk")
+        mem.warm_index(text=True)
+        assert [r.entry.id for r in mem.search("tail of plain words", k=3).results] == [e.id]
+        assert [r.entry.id for r in mem.search("中" * 20, k=3).results] == [e.id]
+        mem.add("Written after the warm-up.", wing="cjk")
+        assert mem.count() == 2

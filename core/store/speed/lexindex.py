@@ -214,7 +214,8 @@ class LexIndex:
                 if total > max_instances:
                     return 0
                 snap = self._snapshot(conn)
-                rows = self._vocab(conn, f"SELECT term, doc, col, count(*) FROM temp.{_VOCAB} GROUP BY term, doc, col")
+                rows = [(_term(t), d, c, n) for t, d, c, n in self._vocab(
+                    conn, f"SELECT CAST(term AS BLOB), doc, col, count(*) FROM temp.{_VOCAB} GROUP BY term, doc, col")]
             finally:
                 conn.execute("COMMIT")
             postings = self._all_postings(snap, rows)
@@ -372,8 +373,8 @@ class LexIndex:
         try:
             conn.executemany(f"INSERT INTO temp.{_TOK}(rowid, w) VALUES (?, ?)", list(enumerate(words, 1)))
             got: dict[int, list[tuple[int, str]]] = {}
-            for doc, off, term in conn.execute(f"SELECT doc, offset, term FROM temp.{_TOKV}"):
-                got.setdefault(doc, []).append((off, term))
+            for doc, off, term in conn.execute(f"SELECT doc, offset, CAST(term AS BLOB) FROM temp.{_TOKV}"):
+                got.setdefault(doc, []).append((off, _term(term)))
         finally:
             conn.execute(f"DELETE FROM temp.{_TOK}")
         return {w: tuple(t for _, t in sorted(got.get(i, []))) for i, w in enumerate(words, 1)}
@@ -396,6 +397,13 @@ class LexIndex:
         conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_VOCAB_ROWS} USING fts5vocab(main, entries_fts, row)")
         conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_TOK} USING fts5(w, tokenize='{spec}')")
         conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_TOKV} USING fts5vocab(temp, {_TOK}, instance)")
+
+
+def _term(raw: bytes) -> str:
+    """A token as FTS5 stores it, read as bytes: FTS5 cuts a token at 32 KiB, inside a character when it must (a run of
+    10,923 CJK characters), and the bytes of that character left are dropped here (as text the row would not decode,
+    and the store would be taken for damaged)."""
+    return bytes(raw).decode("utf-8", "ignore")
 
 
 __all__ = ["WARM_INSTANCES", "LexIndex"]
