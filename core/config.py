@@ -49,9 +49,9 @@ def check_dir_path(value: Path) -> Path:
     System pseudo-filesystems (``/proc``, ``/sys``, ``/dev`` but ``/dev/shm``)
     are refused: their folders exist but files cannot be made there.
     """
-    from memlens.files import on_pseudo_fs
+    from memlens.files import expand_user, on_pseudo_fs
 
-    path = value.expanduser()
+    path = expand_user(value)
     try:
         pseudo = on_pseudo_fs(path)
         if pseudo:

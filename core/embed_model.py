@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from memlens.config import BUNDLED_MODEL, BUNDLED_SHA256, EmbeddingConfig
 from memlens.errors import MemlensError, ModelError
-from memlens.files import CONFIG_MAX_BYTES, STAMP_MAX_BYTES, make_private_dirs, read_file, write_private
+from memlens.files import CONFIG_MAX_BYTES, STAMP_MAX_BYTES, expand_user, make_private_dirs, read_file, write_private
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -59,7 +59,7 @@ def resolve_model(cfg: EmbeddingConfig) -> ModelSpec:
     if cfg.model == BUNDLED_MODEL:
         path, expected, name = _bundled_dir(), cfg.sha256 or BUNDLED_SHA256, BUNDLED_MODEL
     else:
-        path, expected, name = Path(cfg.model).expanduser(), cfg.sha256, Path(cfg.model).name
+        path, expected, name = expand_user(cfg.model), cfg.sha256, Path(cfg.model).name
     if not path.is_dir():
         raise ModelError(f"embedding model not found: {path} is not a directory")
     weights = next((path / f for f in ("model.safetensors", "pytorch_model.bin") if (path / f).is_file()), None)

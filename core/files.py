@@ -24,6 +24,17 @@ JSON_MAX_BYTES = 64 * MiB  # state files, query sets, qrels, a tokenizer.json (-
 STAMP_MAX_BYTES = 4 * KiB  # the model cache's verified-hash stamps
 
 
+def expand_user(path: str | os.PathLike[str]) -> Path:
+    """``path`` with a leading ``~`` or ``~user`` made that user's home; a MemlensError names a user this machine
+    does not know (pathlib raises a RuntimeError, a traceback)."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        first = Path(path).parts[0] if Path(path).parts else str(path)
+        raise MemlensError(f"{str(path)[:200]}: cannot expand {first[:80]}: no such user on this machine, or no home "
+                           "directory known") from None
+
+
 def size_text(n: int) -> str:
     """``n`` bytes in the largest whole binary unit: ``64 MiB``, ``4 KiB``, ``100 bytes``."""
     for unit, size in (("GiB", 1 << 30), ("MiB", MiB), ("KiB", KiB)):

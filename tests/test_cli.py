@@ -381,3 +381,18 @@ def test_arguments_that_contradict_each_other_are_one_line_errors_not_silently_d
     before = snapshot_store(demo_db)
     one_line_error(run_cli("--store", str(demo_db), *args), says)
     assert snapshot_store(demo_db) == before
+
+
+def test_a_path_under_an_unknown_users_home_is_one_line(tmp_path):
+    """``~name/...`` for a user this machine does not know: pathlib raises a RuntimeError (a traceback); each way a path
+    comes in says which part it cannot expand, in one line."""
+    ghost = "~memlens-no-such-user-7f3a"
+    cases = [(["--store", f"{ghost}/x.db", "stats"], {}), (["stats"], {"MEMLENS_STORE": f"{ghost}/x.db"}),
+             (["--store", str(tmp_path / "a.db"), "stats"], {"MEMLENS_CACHE_DIR": f"{ghost}/cache"}),
+             (["copy", f"{ghost}/a.db", str(tmp_path / "b.db")], {})]
+    for args, env in cases:
+        out = run_cli(*args, env=env)
+        assert out.returncode == 2, (args, out.stderr)
+        assert out.stderr.splitlines() == [f"memlens: error: {out.stderr.split(': ', 2)[2].strip()}"]
+        assert f"cannot expand {ghost}: no such user" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "b.db").exists()

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from memlens.cli.output import progress_stream
+from memlens.files import expand_user
 
 PROG = "memlens"
 
@@ -33,7 +34,7 @@ def _store(args: argparse.Namespace) -> Path:
     if is_uri(target):
         raise StoreError(f"{args.command} works on a SQLite store file; {label(str(target))} is a PostgreSQL store "
                          "(the server checks its own data: use its tools, or memlens copy it into a file first)")
-    return Path(target).expanduser()
+    return expand_user(target)
 
 
 def _progress(stage: str) -> None:
@@ -74,7 +75,7 @@ def cmd_salvage(args: argparse.Namespace) -> int:
 
     path = _store(args)
     with terminate_as_exit():  # SIGTERM unwinds like Ctrl-C: the half-made new store and any scratch copy go
-        report = salvage(path, Path(args.new).expanduser(), settings=load_settings(), progress=_progress)
+        report = salvage(path, expand_user(args.new), settings=load_settings(), progress=_progress)
     if sys.stderr.isatty():
         print("\r\033[K", end="", file=progress_stream())
     if args.json:

@@ -18,6 +18,7 @@ from typing import Any
 
 from memlens.cli.output import count, progress_stream
 from memlens.errors import StoreError
+from memlens.files import expand_user
 
 BAR = 30
 
@@ -46,7 +47,7 @@ def _target(raw: str) -> str | Path:
 
     if not raw.strip():
         raise StoreError("copy: SRC and DST must not be empty")
-    return raw if is_uri(raw) else Path(raw).expanduser()
+    return raw if is_uri(raw) else expand_user(raw)
 
 
 def _bar(done: int, total: int) -> None:

@@ -32,6 +32,7 @@ from pathlib import Path
 from memlens.config import TOKEN_ENTRY, TOKEN_FORM
 from memlens.config_source import config_file
 from memlens.errors import MemlensError
+from memlens.files import expand_user
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 READ_ONLY = "read-only"
@@ -164,7 +165,7 @@ def _signature(path: Path) -> tuple[int, ...] | None:
 def load(tokens_file: Path | None, entries: list[str]) -> TokenSet:
     """The server's tokens: the file (the configured one must exist; the default one is read when it does) and
     ``[mcp] tokens``. A file without a token is an error (delete it to serve without tokens, on loopback)."""
-    path = tokens_file.expanduser() if tokens_file else default_file()
+    path = expand_user(tokens_file) if tokens_file else default_file()
     return TokenSet(path if tokens_file is not None or path.exists() else None, parse_entries(entries))
 
 
@@ -173,7 +174,7 @@ def add(path: Path, name: str, read_only: bool = False) -> str:
     if not NAME.match(name):
         raise TokenError(f"token name {name[:80]!r} must be 1-64 letters, digits or . _ @ - (starting with a letter "
                          f"or digit)")
-    path = path.expanduser()
+    path = expand_user(path)
     existing = read_file(path) if path.exists() else []
     if any(t.name == name for t in existing):
         raise TokenError(f"{path} already has a token named {name!r}: remove it first "
@@ -192,7 +193,7 @@ def add(path: Path, name: str, read_only: bool = False) -> str:
 
 def remove(path: Path, name: str) -> None:
     """Take the token named ``name`` out of ``path`` (the file is replaced in one rename; comments are kept)."""
-    path = path.expanduser()
+    path = expand_user(path)
     if not path.exists():
         raise TokenError(f"there is no token file {path}")
     tokens = read_file(path)

@@ -19,7 +19,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from memlens.files import on_pseudo_fs
+from memlens.files import expand_user, on_pseudo_fs
 from memlens.models import Entry, EntryType, Kind, Status, utcnow
 from memlens.trace import Bundle, Result, Trace
 
@@ -138,7 +138,7 @@ def _inside(root: Path, path: Path) -> bool:
 
 def workspace_fallback(bundle: Bundle, workspace: str | os.PathLike[str], text: str, k: int, reason: str) -> None:
     """Fill an empty bundle from the workspace and mark it degraded."""
-    root = Path(workspace).expanduser()
+    root = expand_user(workspace)
     tried: list[dict[str, Any]] = []
     degraded: dict[str, Any] = {"reason": reason, "source": None, "tried": tried, "workspace": str(root)}
     bundle.trace.degraded = degraded

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import math
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memlens.errors import ModelError
+from memlens.files import expand_user
 from memlens.retrieval.policy import Candidate, by_score
 from memlens.retrieval.scoring import RetrievalWeights
 from memlens.trace import Trace
@@ -31,7 +31,7 @@ _lock = threading.Lock()
 def load_cross_encoder(path: str | None) -> Any:
     if not path:
         raise ModelError("rerank.enabled is true but rerank.model names no local cross-encoder directory")
-    p = Path(path).expanduser()
+    p = expand_user(path)
     if not p.is_dir():
         raise ModelError(f"cross-encoder not found: {p} is not a directory")
     with _lock:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from memlens.errors import StoreError
+from memlens.files import expand_user
 from memlens.store.postgres.connect import is_uri
 
 if TYPE_CHECKING:
@@ -98,4 +99,4 @@ def store_target(store: str | Path | None, settings: Settings) -> Path | str:
     target = store if store is not None else settings.store_path()
     if isinstance(target, str) and not target.strip():
         raise StoreError("the store path is empty: give a file path or a postgresql:// URI")
-    return target if is_uri(target) else Path(target).expanduser()
+    return target if is_uri(target) else expand_user(target)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from memlens.errors import StoreError
+from memlens.files import expand_user
 from memlens.store.postgres import lexical
 from memlens.store.postgres.compat import from_pg
 from memlens.store.postgres.connect import is_uri, label, translate
@@ -210,7 +211,7 @@ class _Postgres:
 def _open(target: str | Path, dim: int | None = None, model: str | None = None) -> Any:
     if is_uri(target):
         return _Postgres(str(target), dim, model)
-    return _Sqlite(Path(target).expanduser(), dim)
+    return _Sqlite(expand_user(target), dim)
 
 
 def copy_store(src: str | Path, dst: str | Path, *, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
