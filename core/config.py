@@ -402,6 +402,8 @@ def load_settings(**overrides: Any) -> Settings:
         while len(loc) > 1 and (str(loc[-1]) in _TYPE_TAGS or "[" in str(loc[-1])):  # a union's member, not a setting
             loc = loc[:-1]
         raise MemlensError(describe_error(dict(err), Settings, loc, origin_of(loc, overrides, file, data))) from None
+    except RecursionError:  # JSON in a MEMLENS_* variable nested deeper than Python's parser goes
+        raise MemlensError("configuration: a MEMLENS_* environment variable holds JSON nested too deeply") from None
     except SettingsError as exc:  # a MEMLENS_* variable holding a table or a list that is not JSON
         m = re.search(r'field "([^"]+)"', str(exc))
         field = m.group(1) if m else None

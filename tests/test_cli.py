@@ -396,3 +396,21 @@ def test_a_path_under_an_unknown_users_home_is_one_line(tmp_path):
         assert out.stderr.splitlines() == [f"memlens: error: {out.stderr.split(': ', 2)[2].strip()}"]
         assert f"cannot expand {ghost}: no such user" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "b.db").exists()
+
+
+def test_json_nested_deeper_than_the_parser_goes_is_one_line(tmp_path):
+    """JSON nested thousands deep in an edit's meta, in a MEMLENS_* variable or in replay's --set ended in a
+    RecursionError traceback (the import of such a line already said "nested too deeply"); the store is unchanged."""
+    store = tmp_path / "deep.db"
+    added = run_cli("--store", str(store), "add", "Callbacks must not block.", "--wing", "w", "--json")
+    assert added.returncode == 0, added.stderr
+    entry_id = json.loads(added.stdout)["id"]
+    deep = '{"a":' + "[" * 3000 + "]" * 3000 + "}"
+    before = snapshot_store(store)
+    for args, env in [(["edit", entry_id, f"meta={deep}"], {}), (["edit", entry_id, f"meta={deep}", "--dry-run"], {}),
+                      (["search", "callbacks"], {"MEMLENS_RETRIEVAL__WEIGHTS": deep}),
+                      (["replay", "--last", "1", "--set", f"retrieval.weights={deep}"], {})]:
+        out = run_cli("--store", str(store), *args, env=env)
+        assert out.returncode == 2 and "nested too deeply" in out.stderr, (args[0], out.stderr[-300:])
+        assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    assert snapshot_store(store) == before

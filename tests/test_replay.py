@@ -402,6 +402,12 @@ def test_replay_and_access_from_the_cli(demo_mem):
                 ["access"], ["golden", "remove", "99"]):
         r = run_cli("--store", path, *bad)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (bad, r.stderr)
+    # an age older than the calendar (it overflowed into a traceback): everything there is, as the oldest age would
+    for since in ("99999999999d", "3000000d"):
+        r = run_cli("--store", path, "replay", "--since", since, "--json")
+        assert r.returncode == 0 and json.loads(r.stdout)["summary"]["replayed"] == 1, r.stderr
+        r = run_cli("--store", path, "review", "--since", since, "--json")
+        assert r.returncode == 0, r.stderr
 
 
 @pytest.mark.model

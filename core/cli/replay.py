@@ -241,6 +241,8 @@ def _parse_changes(items: list[str]) -> dict[str, Any]:
                 out[field] = json.loads(value)
             except ValueError:
                 out[field] = None
+            except RecursionError:
+                raise ValidationError("field 'meta': invalid JSON: nested too deeply") from None
             if not isinstance(out[field], dict):
                 raise ValidationError("field 'meta': expected a JSON object, e.g. meta='{\"owner\": \"ops\"}'")
             continue

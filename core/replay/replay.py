@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from memlens.errors import MemlensError, ValidationError
@@ -40,7 +40,10 @@ def parse_since(text: str) -> str:
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
     if m:
         unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}[m.group(2)]
-        return format_ts(utcnow() - timedelta(**{unit: float(m.group(1))}))
+        try:
+            return format_ts(utcnow() - timedelta(**{unit: float(m.group(1))}))
+        except OverflowError:  # an age older than the calendar (99999999999d): everything there is
+            return format_ts(datetime(1, 1, 1, tzinfo=timezone.utc))
     try:
         return format_ts(parse_ts(text))
     except (ValueError, TypeError):
@@ -54,6 +57,8 @@ def _value(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+    except RecursionError:
+        raise ValidationError(f"--set: {text[:40]!r}…: invalid JSON: nested too deeply") from None
 
 
 def apply_sets(settings: Any, assignments: list[str]) -> Any:
