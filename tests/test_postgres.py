@@ -643,6 +643,24 @@ def test_uri_options_are_checked_and_removed():
         split_options("postgresql://u@h/db?ef_search=0")
 
 
+def test_a_socket_uri_without_a_host_and_libpq_options_reach_the_server(pg_uri, hash_embedder):
+    """libpq's usual form for a socket, ``postgresql:///DB?host=/dir`` (its '//' was dropped, and the URI refused),
+    and ``options=-c%20name%3Dvalue`` (its space was sent as '+', an unknown setting): both as libpq reads them."""
+    from urllib.parse import parse_qsl, quote, urlsplit
+
+    parts = urlsplit(pg_uri)
+    host = dict(parse_qsl(parts.query))["host"]
+    uri = (f"postgresql:///{parts.path.lstrip('/')}?host={quote(host, safe='/')}&user={parts.username}"
+           "&options=-c%20work_mem%3D7777kB&ef_search=64")
+    store = open_pg(uri, hash_embedder)
+    try:
+        with store.connection() as conn:
+            assert conn.execute("SHOW work_mem").fetchone()[0] == "7777kB"
+        assert store.count() == 0
+    finally:
+        store.close()
+
+
 def test_open_store_needs_the_client_libraries_message():
     env = {**os.environ, "PYTHONPATH": ""}
     code = ("import sys; sys.modules['psycopg'] = None\n"

@@ -309,3 +309,16 @@ def test_a_refused_write_to_an_odd_file_name_leaves_nothing(tmp_path, real_embed
     proc = run_cli("--store", str(path), "add", "some text", "--wing", "bad wing!", timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_libpq_connection_string_is_refused_without_showing_it(tmp_path):
+    """``dbname=team user=ops password=...`` (libpq's key=value form) was taken for a file name: a SQLite store named
+    after the password, shown again by stats. Refused in one line that does not repeat it; nothing is created."""
+    conninfo = "dbname=team user=ops password=Zsecret9"
+    cases = [(["--store", conninfo, "add", "x", "--wing", "w"], {}), (["stats"], {"MEMLENS_STORE": conninfo}),
+             (["copy", conninfo, str(tmp_path / "b.db")], {})]
+    for args, env in cases:
+        out = run_cli(*args, env=env, cwd=tmp_path)
+        assert out.returncode == 2 and "PostgreSQL connection string" in out.stderr, (args, out.stderr)
+        assert "Zsecret9" not in out.stderr + out.stdout and len(out.stderr.strip().splitlines()) == 1
+    assert sorted(os.listdir(tmp_path)) == []

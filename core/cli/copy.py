@@ -43,10 +43,12 @@ def _shown(target: str | Path) -> str:
 
 
 def _target(raw: str) -> str | Path:
+    from memlens.store.db import refuse_conninfo
     from memlens.store.postgres.connect import is_uri
 
     if not raw.strip():
         raise StoreError("copy: SRC and DST must not be empty")
+    refuse_conninfo(raw)
     return raw if is_uri(raw) else expand_user(raw)
 
 

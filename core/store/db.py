@@ -8,6 +8,7 @@ otherwise ``sqlean`` (sqlean-py), a drop-in build of the same module that can.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3 as _stdlib_sqlite3
 import stat
 import threading
@@ -67,6 +68,19 @@ def _secure_create(path: Path) -> None:
         raise StoreError(f"cannot create store {path}: {exc.strerror or exc}") from None
 
 
+# libpq's key=value connection string ("dbname=team host=db user=ops password=..."): its first word
+_CONNINFO = re.compile(r"\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode|options|connect_timeout|"
+                       r"application_name)\s*=")
+
+
+def refuse_conninfo(target: str) -> None:
+    """StoreError for a store written as libpq's key=value connection string: it would be taken for a file name (a
+    file named after the password). The string is not shown: it may hold a password."""
+    if _CONNINFO.match(target):
+        raise StoreError("the store is written as a PostgreSQL connection string (key=value words), which would be "
+                         "taken for a file name: write it as a URI, postgresql://USER:PASSWORD@HOST:PORT/DBNAME")
+
+
 def check_store_path(path: Path, *, create: bool) -> None:
     """A store is a regular file (or a link to one), or absent and then created here when ``create``.
 
@@ -76,6 +90,7 @@ def check_store_path(path: Path, *, create: bool) -> None:
     """
     from memlens.files import kind_of
 
+    refuse_conninfo(str(path))
     for attempt in (0, 1):
         try:
             st = os.stat(path)
@@ -322,4 +337,4 @@ def _rollback(conn: Any) -> None:
 
 # the schema's names are re-exported: callers read the version and the migrations through this module
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_store_path", "connect", "driver", "file_identity", "is_read_only",
-           "migrate", "same_file", "schema_version", "still_there", "transaction", "translate"]
+           "migrate", "refuse_conninfo", "same_file", "schema_version", "still_there", "transaction", "translate"]

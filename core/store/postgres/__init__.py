@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from memlens.errors import StoreError
 from memlens.store.postgres import vectors
@@ -48,7 +48,13 @@ def split_options(uri: str) -> tuple[str, dict[str, int]]:
             options[key] = n
         else:
             kept.append((key, value))
-    return urlunsplit(parts._replace(query=urlencode(kept, safe="/"))), options
+    # spaces as %20, not '+' (libpq reads '+' as itself: options=-c%20x=y must stay two words); a URI without a host
+    # (postgresql:///db?host=/socket/dir, libpq's usual form for a socket) keeps its '//', which urlunsplit drops
+    # for a scheme it does not know
+    out = urlunsplit(parts._replace(query=urlencode(kept, safe="/", quote_via=quote)))
+    if not parts.netloc and uri[len(parts.scheme):].startswith("://"):
+        out = f"{parts.scheme}://{out[len(parts.scheme) + 1:]}"
+    return out, options
 
 
 def with_options(uri: str, **options: int) -> str:
