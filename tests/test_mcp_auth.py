@@ -236,7 +236,8 @@ def test_sessions_hosts_bounds_and_revocation(token_server):
     assert r.status_code == 413 and "error" in r.json() and not r.headers.get("mcp-session-id")
 
     # JSON that is no JSON-RPC message: 400 with a one-line error, before any session
-    for body in ([INIT], 1, {"jsonrpc": "2.0"}, {"id": 1, "method": "initialize"}):
+    for body in ([INIT], 1, {"jsonrpc": "2.0"}, {"id": 1, "method": "initialize"}, {**INIT, "params": "x"},
+                 {**INIT, "params": [1]}, {**INIT, "id": None}, {**INIT, "id": True}, {**INIT, "id": 1.5}):
         r = post(url, body, alice)
         message = r.json()["error"]["message"]
         assert r.status_code == 400 and message.startswith("Invalid Request: ") and "\n" not in message, message
@@ -267,6 +268,22 @@ def test_every_kind_of_json_rpc_message_passes_the_front(message):
 
     assert not_a_message(json.dumps(message).encode()) is None
     assert not_a_message(b"not json") is None  # the SDK's own parse error answers it (one line)
+
+
+@pytest.mark.parametrize(("message", "says"), [
+    ({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": "x"}, "params is a JSON object, not a JSON str"),
+    ({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": [1]}, "params is a JSON object, not a JSON list"),
+    ({"jsonrpc": "2.0", "id": None, "method": "tools/list"}, "a request's id is a string or an integer"),
+    ({"jsonrpc": "2.0", "id": True, "method": "tools/list"}, "a request's id is a string or an integer"),
+    ({"jsonrpc": "2.0", "id": 1.5, "method": "tools/list"}, "a request's id is a string or an integer"),
+])
+def test_params_that_are_no_object_and_ids_of_no_kind_are_one_line(message, says):
+    """The SDK answered params that are no object with its union's every validation error (13 lines) and dropped a
+    request whose id is null, a boolean or a fraction (202, never answered): one line each, as the stdio server says."""
+    from memlens.mcp.auth import not_a_message
+
+    problem = not_a_message(json.dumps(message).encode())
+    assert problem is not None and problem.startswith("Invalid Request: ") and says in problem and "\n" not in problem
 
 
 def test_a_host_header_is_compared_in_lower_case_without_the_trailing_dot():

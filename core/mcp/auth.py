@@ -58,6 +58,11 @@ def not_a_message(body: bytes) -> str | None:
     response = "id" in value and ("result" in value or "error" in value)
     if value.get("jsonrpc") != "2.0" or not (isinstance(value.get("method"), str) or response):
         return f"Invalid Request: {_MESSAGE}"
+    rid = value.get("id")
+    if "method" in value and "id" in value and (not isinstance(rid, (int, str)) or isinstance(rid, bool)):
+        return "Invalid Request: a request's id is a string or an integer"  # (the SDK answered nothing, with 202)
+    if "params" in value and not isinstance(value["params"], dict):
+        return f"Invalid Request: params is a JSON object, not a JSON {type(value['params']).__name__}"
     return None
 
 
