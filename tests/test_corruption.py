@@ -501,6 +501,32 @@ def test_check_reports_a_zero_vector_and_salvage_embeds_it_again(mem, store_path
     assert bounded(lambda: check_store(new))["ok"]
 
 
+def test_salvage_keeps_an_entry_that_overrides_itself_and_names_what_it_loses(mem, store_path, tmp_path):
+    """Hand edits made an entry override itself and web text an invariant (check lists both): salvage dropped each
+    whole entry, readable as it was, and reported them lost with no id. It keeps the first without the override
+    (overrides_dropped) and the second as a note (demoted_to_note); what it cannot keep is named in lost_ids."""
+    from memlens.store.check import check_store
+    from memlens.store.salvage import salvage
+
+    entries = [mem.add(f"Rule {i}: callbacks must not block.", wing="w") for i in range(3)]
+    conn = mem.conn
+    conn.execute("UPDATE entries SET overrides = id WHERE id = ?", (entries[1].id,))
+    conn.execute("UPDATE entries SET type = 'invariant', kind = 'web' WHERE id = ?", (entries[2].id,))
+    mem.close()
+    assert not bounded(lambda: check_store(store_path))["ok"]
+    new = tmp_path / "new.db"
+    out = bounded(lambda: salvage(store_path, new, settings=mem.settings, embedder=mem._embedder))
+    assert out["overrides_dropped"] == [entries[1].id]
+    assert out["lost"] == 0 and out["lost_ids"] == [] and out["demoted_to_note"] == [entries[2].id]
+    from memlens import Memory
+
+    with Memory.open(new, settings=mem.settings, embedder=mem._embedder) as again:
+        kept = again.get(entries[1].id)
+        assert kept.overrides is None and kept.text == entries[1].text
+        assert again.count() == 3 and again.get(entries[2].id).type.value == "note"
+    assert bounded(lambda: check_store(new))["ok"]
+
+
 def scatter(src: Path, dst: Path, seed: int, n: int = 5000) -> Path:
     """A copy of ``src`` with ``n`` bytes set to random values all over the file, except its schema's pages
     (with those hit, every command stops at the schema, which the cases above already cover)."""

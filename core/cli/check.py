@@ -94,5 +94,9 @@ def cmd_salvage(args: argparse.Namespace) -> int:
     if skipped:
         print(f"skipped {' and '.join(skipped)} that could not be read or do not decode")
     if report["overrides_dropped"]:
-        print(f"{len(report['overrides_dropped'])} entries override an entry that was lost: their 'overrides' was cleared")
+        print(f"{len(report['overrides_dropped'])} entries override an entry that was lost, or themselves: their "
+              "'overrides' was cleared")
+    if report["demoted_to_note"]:
+        print(f"{len(report['demoted_to_note'])} entries of web text had a rule's type without a person's promotion: "
+              "kept as notes")
     return 0 if report["lost"] == 0 else 1

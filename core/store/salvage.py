@@ -33,6 +33,7 @@ from memlens.store import salvage_replay
 from memlens.store.check import open_read_only, read_by_key, read_entries, safe
 from memlens.store.rows import COLUMNS, json_object, row_problem
 from memlens.store.vectors import degenerate
+from memlens.vocab import UNTRUSTED_KINDS
 
 if TYPE_CHECKING:
     from memlens.store.sqlite import SqliteStore
@@ -92,13 +93,15 @@ def salvage(src: Path, dst: Path, *, settings: Any = None, embedder: Any = None,
         raise
     lost_unreadable = max(0, len(found["unreadable"]) - len([r for r in recovered if r["id"] not in found["invalid"]]))
     lost_invalid = [i for i in found["invalid"] if i not in {r["id"] for r in recovered}]
+    report.pop("rejected")  # (records that validation refused: those of no entry saved are lost, listed below)
+    lost_ids = [*lost_invalid, *(i for i in report.pop("rejected_ids") if i not in lost_invalid)]
     report.update({
         "store": str(src),
         "new_store": str(dst),
         "unreadable_rows": len(found["unreadable"]),
         "invalid_rows": len(found["invalid"]),
-        "lost": lost_unreadable + len(lost_invalid) + report.pop("rejected"),
-        "lost_ids": lost_invalid,
+        "lost": lost_unreadable + len(lost_ids),
+        "lost_ids": lost_ids,
         "audit_rows_lost": lost_audit,
         "unpublished_import_rows": found["staged"],
     })
@@ -281,12 +284,26 @@ def _write(store: SqliteStore, embed: Callable[[list[str]], np.ndarray], src: Pa
     for rec in recovered:
         entries.append((rec, None, "audit"))
     kept: dict[str, tuple[Entry, bytes | None, str]] = {}
+    rejected_ids: list[str] = []
+    self_overrides: list[str] = []
+    demoted: list[str] = []
     for rec, blob, source in entries:
+        fields = {k: rec.get(k) for k in FIELDS if k in rec}
+        if fields.get("overrides") is not None and fields.get("overrides") == fields.get("id"):
+            fields["overrides"] = None  # an entry that overrides itself (a hand edit) keeps everything but that
+            self_overrides.append(str(fields["id"]))
         try:
-            e = validate_entry({k: rec.get(k) for k in FIELDS if k in rec})
+            e = validate_entry(fields)
         except ValidationError:
-            rejected += 1
-            continue
+            try:  # web text made a rule without a person's promotion (a hand edit): kept as the note it may be
+                if fields.get("kind") not in UNTRUSTED_KINDS or fields.get("type") == "note":
+                    raise
+                e = validate_entry({**fields, "type": "note"})
+                demoted.append(e.id)
+            except ValidationError:
+                rejected += 1
+                rejected_ids.append(str(rec.get("id")))
+                continue
         # one entry per id: damage can show an id twice (an audit row whose entry_id was hit names another
         # entry than its record does); the entry row wins over the audit, then the newer version
         other = kept.get(e.id)
@@ -294,7 +311,7 @@ def _write(store: SqliteStore, embed: Callable[[list[str]], np.ndarray], src: Pa
             kept[e.id] = (e, blob, source)
     valid = list(kept.values())
     ids = set(kept)
-    dropped_overrides = []
+    dropped_overrides = [i for i in dict.fromkeys(self_overrides) if i in ids]
     for e, _, _ in valid:
         if e.overrides and e.overrides not in ids:
             dropped_overrides.append(e.id)
@@ -335,9 +352,11 @@ def _write(store: SqliteStore, embed: Callable[[list[str]], np.ndarray], src: Pa
         "saved": sum(1 for _, _, s in valid if s == "entries"),
         "recovered_from_audit": sum(1 for _, _, s in valid if s == "audit"),
         "rejected": rejected,
+        "rejected_ids": [i for i in dict.fromkeys(rejected_ids) if i not in ids],
         "vectors_reused": len(valid) - embedded,
         "embedded": embedded,
         "overrides_dropped": dropped_overrides,
+        "demoted_to_note": [i for i in dict.fromkeys(demoted) if kept[i][0].type.value == "note"],
         "audit_rows": len(audit),
         "tasks": copied_tasks,
         "blockers": copied_blockers,
