@@ -163,3 +163,35 @@ def test_no_screen_hints_a_key_its_text_field_would_type(make_app):
                     await settle(pilot)
 
     asyncio.run(run())
+
+
+def test_tab_completes_in_the_search_box_and_an_emptied_box_shows_no_results(make_app):
+    """Tab accepted no completion there (the README says it does): it moved the focus away, and the letters typed
+    next ran as keys (q quit). And an emptied box kept the last query's rows, which r ran again though the box no
+    longer held it."""
+    app = make_app()
+
+    async def run() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            main, query = app.main, app.main.query_one("#query")
+            await settle(pilot)
+            query.focus()
+            await pilot.press(*"wing=lif")
+            await settle(pilot)
+            await pilot.press("tab")
+            assert app.focused is query and query.value == "wing=lifecore_ros2"
+            await pilot.press(*" callbacks")
+            await settle(pilot)
+            await search(pilot, query.value)
+            assert main.bundle is not None and main.query_one("#results").row_count > 0
+            await pilot.press("tab")  # no completion shown: Tab moves on, as before
+            assert app.focused is main.query_one("#results")
+            query.focus()
+            await pilot.press("ctrl+u")
+            await settle(pilot)
+            assert query.value == "" and main.bundle is None and main.query_one("#results").row_count == 0
+            await pilot.press("escape", "r")
+            await settle(pilot)
+            assert main.bundle is None and main.query_text == ""
+
+    asyncio.run(run())

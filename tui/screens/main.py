@@ -19,9 +19,8 @@ from memlens.errors import MemlensError
 from ..footer import FooterFits
 from ..keys import KeysWhereTheCursorIs, types_text
 from ..messages import SearchDone, SearchFailed
-from ..widgets.ordered import OrderedInput
 from ..widgets.results import ResultsTable
-from ..widgets.search_bar import ScopeSuggester, caret_line, check
+from ..widgets.search_bar import ScopeInput, ScopeSuggester, caret_line, check
 from ..widgets.trace_view import TracePane
 from ..widgets.working_memory import WorkingMemoryPane
 
@@ -81,8 +80,8 @@ class MainScreen(FooterFits, KeysWhereTheCursorIs, Screen[None]):
                 yield WorkingMemoryPane(id="wm")
             with Vertical(id="search-box") as box:
                 box.border_title = "Scoped search"
-                yield OrderedInput(placeholder="wing=… room=… type=invariant|decision  free text   (F1 for help)",
-                                   id="query", suggester=self.suggester)
+                yield ScopeInput(placeholder="wing=… room=… type=invariant|decision  free text   (F1 for help)",
+                                 id="query", suggester=self.suggester)
                 yield Static(id="status")
                 yield ResultsTable(id="results")
         with VerticalScroll(id="trace-box") as box:
@@ -120,8 +119,11 @@ class MainScreen(FooterFits, KeysWhereTheCursorIs, Screen[None]):
         if error is not None:
             self._status(caret_line(error), "error")
             return
-        if not text:
+        if not text:  # an emptied box: no results of a query no longer there (nor an r that would run it again)
             self._status("")
+            self.bundle, self.query_text, self.stale = None, "", None
+            self.query_one(ResultsTable).show_nothing()
+            self.query_one(TracePane).show(None, None, False)
             return
         self._status("…", "pending")
         self._debounce = self.set_timer(DEBOUNCE_S, lambda: self.search(text))

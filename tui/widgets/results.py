@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 from textual.widgets import DataTable
 
+from memlens.visible import one_line
+
 from .bars import TYPE_STYLE, flag_text
 from .code import location
 
@@ -38,6 +40,12 @@ class ResultsTable(DataTable):
         if getattr(self, "_bundle", None) is not None:
             self.show(*self._bundle, keep_cursor=True)
 
+    def show_nothing(self) -> None:
+        """No rows (the query box was emptied)."""
+        self._bundle = None
+        self.clear(columns=True)
+        self._columns(8, 5)
+
     def show(self, bundle: Bundle, stale: bool = False, keep_cursor: bool = False) -> None:
         """Rows keyed by entry id; the active wing is implied (room only), other wings are spelled out.
 
@@ -61,7 +69,7 @@ class ResultsTable(DataTable):
         for r, where, flags in rows:
             e = r.entry
             style = "dim" if stale else ""
-            title = Text(e.title, style=style, overflow="ellipsis", no_wrap=True)
+            title = Text(one_line(e.title), style=style, overflow="ellipsis", no_wrap=True)
             loc = location(e)
             if loc is not None:  # a code chunk: where it is first, then its symbol (the title after its own location)
                 rest = e.title[len(loc):].strip() if e.title.startswith(loc) else e.title

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from textual.binding import Binding
 from textual.suggester import Suggester
 
 from memlens.errors import QueryError
 from memlens.retrieval.query import KEYS, ScopeError, check_known, parse
 from memlens.vocab import KINDS, STATUSES, TYPES
+
+from .ordered import OrderedInput
 
 
 class ScopeSuggester(Suggester):
@@ -33,6 +36,19 @@ class ScopeSuggester(Suggester):
             if v.startswith(last) and v != last:
                 return prefix + f"{key}={chosen + '|' if chosen else ''}{v}"
         return None
+
+
+class ScopeInput(OrderedInput):
+    """The query box: Tab accepts the completion shown in grey (→ does too); with none shown, Tab moves on."""
+
+    BINDINGS = [Binding("tab", "complete", "Complete", show=False, id="search.complete",
+                        tooltip="Accept the completion shown in grey")]
+
+    def action_complete(self) -> None:
+        if self._suggestion and self.cursor_at_end:
+            self.action_cursor_right()
+        else:
+            self.screen.focus_next()
 
 
 def check(query: str, wings: list[str], rooms: list[str]) -> ScopeError | None:
