@@ -25,7 +25,7 @@ from memlens import untrusted
 from memlens.config import Settings, load_settings
 from memlens.errors import MemlensError, NotFoundError, StoreError, ValidationError
 from memlens.limits import MAX_LIST, check_int, entry_text_limit
-from memlens.models import EDITABLE_FIELDS, Entry, Status, format_ts, utcnow
+from memlens.models import EDITABLE_FIELDS, Entry, Status, derived_title, format_ts, utcnow
 from memlens.store import writes
 from memlens.store.newstore import store_target
 from memlens.store.postgres.connect import is_uri
@@ -221,6 +221,8 @@ class Memory:
             writes.refuse_if_changed(before, expected_updated_at)
         record = before.to_record()
         record.update({k: (v.value if hasattr(v, "value") else v) for k, v in changes.items()})
+        if "text" in changes and "title" not in changes and before.title == derived_title(before.text):
+            record["title"] = ""  # a title made from the old text is made again from the new one
         record["updated_at"] = utcnow()
         untrusted.carry_origin(before, record, promoted_by, format_ts(record["updated_at"]))
         # the cap applies to a new text or meta; an entry stored before it keeps its other fields editable

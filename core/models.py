@@ -293,6 +293,11 @@ def filled(entry: Entry) -> Entry:
     if entry.updated_at is None:
         object.__setattr__(entry, "updated_at", entry.created_at)
     if not entry.title:
-        first = " ".join(entry.text.split())
-        object.__setattr__(entry, "title", first if len(first) <= 60 else first[:59].rstrip() + "…")
+        object.__setattr__(entry, "title", derived_title(entry.text))
     return entry
+
+
+def derived_title(text: str) -> str:
+    """The title an entry gets when none is given: its text's start, on one line, cut to 60 characters."""
+    first = " ".join(text.split())
+    return first if len(first) <= 60 else first[:59].rstrip() + "…"

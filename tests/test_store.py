@@ -88,6 +88,18 @@ def test_identical_text_is_embedded_once(store_path, settings):
         np.testing.assert_array_equal(mem.vector(a.id), mem.vector(b.id))
 
 
+def test_a_title_made_from_the_text_follows_a_new_text(mem):
+    """An entry added without a title takes its text's start as one; an edit of the text alone kept that old start as
+    the title, an unrelated headline in search and context. It is made again from the new text; a title someone
+    gave stays."""
+    made = mem.add("Callbacks must not block the executor.", wing="w")
+    assert made.title == "Callbacks must not block the executor."
+    edited = mem.update(made.id, text="Timers run on the executor's own thread; keep them short.")
+    assert edited.title == "Timers run on the executor's own thread; keep them short."
+    named = mem.add("Use a reentrant group for service calls.", wing="w", title="Service calls")
+    assert mem.update(named.id, text="Service calls from a callback need a reentrant group.").title == "Service calls"
+
+
 def test_status_change_updates_the_knn_filter(mem):
     e = mem.add("deprecated idea about executors", wing="w")
     assert [r.entry.id for r in mem.search("executors", active_wing="w").results] == [e.id]
@@ -290,3 +302,16 @@ def test_close_from_another_thread_during_searches_raises_only_memlens_errors(tm
     t.join(30)
     assert not t.is_alive() and len(errors) == 1
     assert isinstance(errors[0], StoreError), repr(errors[0])
+
+
+def test_a_store_opened_by_a_relative_path_keeps_working_after_a_chdir(tmp_path, settings, monkeypatch):
+    """The check that the store file is still the one opened looks at the file by the path it had when opened: a
+    process that changes its working folder (a store given as "memory.db") goes on writing and searching it."""
+    monkeypatch.chdir(tmp_path)
+    m = Memory.open("rel.db", settings=settings, embedder=HashEmbedder())
+    m.add("Callbacks must not block.", wing="w")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    m.add("Written after the chdir.", wing="w")
+    assert m.count() == 2 and m.search("callbacks").results
+    m.close()

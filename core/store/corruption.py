@@ -199,7 +199,8 @@ def _make_classes(sq: ModuleType) -> tuple[type, type]:
         then failed in the running statement, even with a MemoryError); the next statement raises a StoreError."""
 
         store_label = ""
-        file_id: tuple[int, int] | None = None  # the store file it opened (``db.still_there``)
+        file_id: tuple[int, int] | None = None  # the store file it opened, at ``file_path`` (``db.still_there``)
+        file_path = ""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)

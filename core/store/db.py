@@ -132,7 +132,8 @@ def connect(path: Path, *, busy_timeout_ms: int = 5000, mmap_size: int = 1 << 30
     except sq.Error as exc:
         raise StoreError(f"cannot open store {path}: {exc}") from None
     conn.store_label = str(path)
-    conn.file_id = file_identity(path)
+    conn.file_path = os.path.abspath(path) if str(path) != ":memory:" else ""  # (a later chdir moves no check)
+    conn.file_id = file_identity(conn.file_path) if conn.file_path else None
     try:
         # Reading the schema forces SQLite to read the header: a non-database fails here.
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
@@ -185,18 +186,23 @@ def still_there(conn: Any) -> None:
     """StoreError when the store file ``conn`` opened was deleted or replaced since: a connection keeps the old file,
     so what it read would be the old store's and what it wrote would go with that file, lost (an app or server left
     open while the file is removed, or a copy put in its place)."""
-    same_file(getattr(conn, "store_label", ""), getattr(conn, "file_id", None))
+    same_file(getattr(conn, "file_path", ""), getattr(conn, "file_id", None), getattr(conn, "store_label", ""))
 
 
-def same_file(path: Path | str, opened: tuple[int, int] | None) -> None:
+def same_file(path: Path | str, opened: tuple[int, int] | None, label: Path | str = "") -> None:
     """StoreError unless ``path`` is still the file ``opened`` (``file_identity`` when it was opened; None: unknown)."""
     if opened is None or not str(path):
         return
     now = file_identity(path)
     if now != opened:
-        what = "deleted" if now is None else "replaced by another file"
-        raise StoreError(f"store {path} was {what} after this process opened it; nothing more is read from or written "
-                         "to the old file: open the store again (restart the app or server, or Memory.open)")
+        raise moved(label or path, gone=now is None)
+
+
+def moved(label: Path | str, *, gone: bool) -> StoreError:
+    """The error for a store file deleted (``gone``) or replaced after this process opened it."""
+    what = "deleted" if gone else "replaced by another file"
+    return StoreError(f"store {label} was {what} after this process opened it; nothing more is read from or written "
+                      "to the old file: open the store again (restart the app or server, or Memory.open)")
 
 
 def _in_read_only_dir(exc: Exception, path: Path) -> bool:
@@ -337,4 +343,4 @@ def _rollback(conn: Any) -> None:
 
 # the schema's names are re-exported: callers read the version and the migrations through this module
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_store_path", "connect", "driver", "file_identity", "is_read_only",
-           "migrate", "refuse_conninfo", "same_file", "schema_version", "still_there", "transaction", "translate"]
+           "migrate", "moved", "refuse_conninfo", "same_file", "schema_version", "still_there", "transaction", "translate"]

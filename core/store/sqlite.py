@@ -10,6 +10,7 @@ bumps, committed together or rolled back together.
 from __future__ import annotations
 
 import copy
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -67,6 +68,7 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
         self._conns_lock = threading.Lock()
         self._closed = False
         self._file_id: tuple[int, int] | None = None  # the store file as first opened (``db.still_there``)
+        self._abs_path = os.path.abspath(path) if str(path) != ":memory:" else ""
         self._pruned = False  # retrieval records pruned by this store yet (see memlens.store.retention)
         self._spool: LogSpool | None = None  # the retrieval log's rows waiting to be written (``SqliteAuditLog``)
         conn = self.conn  # opens, checks and migrates
@@ -83,7 +85,7 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
         if conn is None or self._closed:  # closed: this thread's connection is closed too, not to be handed out
             if self._closed:
                 raise StoreError(f"store {self.path} is closed; open it again (Memory.open)")
-            db.same_file(self.path, self._file_id)  # a later connection: to the file the store opened, if it is there
+            db.same_file(self._abs_path, self._file_id, self.path)  # a later connection: to the file first opened
             conn = db.connect(
                 self.path,
                 busy_timeout_ms=self._busy_timeout_ms,
@@ -91,7 +93,8 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
                 create=self._create and not self._conns,  # once open, a vanished file is not silently remade
             )
             try:
-                db.same_file(self.path, self._file_id)  # (put there between the check above and the open)
+                if self._file_id is not None and conn.file_id != self._file_id:  # (put there since the check above)
+                    raise db.moved(self.path, gone=conn.file_id is None)
                 if db.schema_version(conn) < db.SCHEMA_VERSION:
                     db.migrate(conn, self.path, self._dim_for_new_store(conn))
                     if conn.execute("SELECT 1 FROM store_meta WHERE key = 'model'").fetchone() is None:
