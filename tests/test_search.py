@@ -148,6 +148,11 @@ def test_an_active_wing_with_no_entries_is_searched_and_the_trace_says_so(demo_m
                              "(known wings: _global, lifecore_ros2, python, ros2)"]
     assert not [n for n in demo_mem.search("callbacks blocking", active_wing="lifecore_ros2").trace.notes
                 if "holds no entries" in n]
+    # the context an agent reads says so too, in its header (it said nothing: the project's invariants just missing)
+    text = demo_mem.context("callbacks blocking", active_wing="lifecore_ros")
+    assert ("> **note:** the active wing 'lifecore_ros' holds no entries yet: it adds no invariants and no boost (known "
+            "wings: _global, lifecore_ros2, python, ros2)") in text.splitlines()[:4]
+    assert "**note:**" not in demo_mem.context("callbacks blocking", active_wing="lifecore_ros2")
 
 
 def test_unknown_wing_or_room_is_an_error(demo_mem):

@@ -181,6 +181,9 @@ def render_context(mem: Rendering | None, bundle: Bundle) -> str:
         if t.budget["over_budget"]:
             head += " (over budget: invariants are never dropped)"
     lines.append(head)
+    for note in t.notes:  # an active wing no entry has (a new project, or a typo): none of its invariants can come
+        if note.startswith("the active wing ") and "holds no entries" in note:
+            lines.append(f"> **note:** {one_line(note)}")
     if t.degraded:
         lines.append(f"> **degraded retrieval:** {t.degraded['reason']}; using {t.degraded.get('source') or 'nothing'}")
     lines.append("")
@@ -196,7 +199,7 @@ def render_context(mem: Rendering | None, bundle: Bundle) -> str:
     if fallback:
         lines.append("## From the workspace (fallback, not curated memory)")
         for r in fallback:
-            lines += [f"### {r.entry.title}", "", r.entry.text.strip(), ""]
+            lines += [f"### {one_line(r.entry.title)}", "", r.entry.text.strip(), ""]
     if t.conflicts:
         lines.append("## Conflicts (reported, not resolved)")
         for a, b in t.conflicts:
