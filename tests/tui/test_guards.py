@@ -334,3 +334,31 @@ def test_the_demo_offer_loads_nothing_into_a_store_written_since(make_app, setti
             assert m.count() == 1 and m.tasks.is_empty()
 
     run(app, body)
+
+
+@pytest.mark.parametrize("key", ["ctrl+t", "ctrl+o"])
+def test_a_confirmation_with_a_long_impact_preview_keeps_its_answers_on_an_80x24_screen(make_app, key):
+    """At 80x24 the delete and deprecate questions grew with their impact preview past the bottom of the screen:
+    their two buttons could not be seen nor scrolled to. The preview scrolls; the answers stay on screen."""
+    from textual.widgets import Button
+
+    from memlens.tui.screens.confirm import ConfirmScreen
+
+    app = make_app()
+
+    async def body(pilot):
+        await search(pilot, "callbacks blocking")
+        app.open_entry("lc-arch-015")
+        await settle(pilot)
+        await pilot.press(key)
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmScreen)
+        width, height = app.screen.size
+        for button in app.screen.query(Button):
+            r = button.region
+            assert r.height > 0 and r.y >= 0 and r.bottom <= height and r.right <= width, (button.id, r, app.screen.size)
+        await pilot.press("n")
+        await settle(pilot)
+        assert not isinstance(app.screen, ConfirmScreen)
+
+    run(app, body, size=(80, 24))

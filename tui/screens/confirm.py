@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
@@ -22,9 +22,11 @@ class ConfirmScreen(ModalScreen[bool]):
     ]
     DEFAULT_CSS = """
     ConfirmScreen { align: center middle; }
-    ConfirmScreen > Vertical { width: 64; height: auto; border: thick $error; padding: 1 2; background: $surface; }
+    ConfirmScreen > Vertical { width: 64; max-width: 100%; height: auto; max-height: 100%; border: thick $error;
+                               padding: 1 2; background: $surface; }
     ConfirmScreen #confirm-title { text-style: bold; color: $error; margin-bottom: 1; }
-    ConfirmScreen #confirm-body { margin-bottom: 1; }
+    /* a long body (an impact preview) scrolls: the answers stay on screen in a terminal of 24 rows */
+    ConfirmScreen #confirm-scroll { height: auto; max-height: 50vh; margin-bottom: 1; }
     ConfirmScreen Horizontal { height: auto; align-horizontal: center; }
     ConfirmScreen Button { margin: 0 2; }
     """
@@ -36,7 +38,8 @@ class ConfirmScreen(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static(self.title_text, id="confirm-title", markup=False)  # they quote titles and text: shown as is
-            yield Static(self.body, id="confirm-body", markup=False)
+            with VerticalScroll(id="confirm-scroll"):
+                yield Static(self.body, id="confirm-body", markup=False)
             with Horizontal():
                 yield Button(f"{self.yes} (y)", id="yes", variant="error")
                 yield Button(f"{self.no} (n / esc)", id="no", variant="primary")

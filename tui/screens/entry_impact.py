@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.table import Table
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Static
@@ -48,7 +49,7 @@ class ImpactConfirmScreen(ConfirmScreen):
     """The yes/no question with the impact preview under it (nothing has been written yet)."""
 
     DEFAULT_CSS = """
-    ImpactConfirmScreen > Vertical { width: 96; max-height: 90%; }
+    ImpactConfirmScreen > Vertical { width: 96; max-width: 100%; max-height: 100%; }
     ImpactConfirmScreen #confirm-verdict { margin-bottom: 1; }
     ImpactConfirmScreen #confirm-impact { height: auto; max-height: 20; border: round $primary-darken-1;
                                           border-title-color: $text-muted; padding: 0 1; margin-bottom: 1; }
@@ -57,6 +58,18 @@ class ImpactConfirmScreen(ConfirmScreen):
     def __init__(self, title: str, body: str, preview: dict[str, Any], *, yes: str = "Yes", no: str = "No") -> None:
         super().__init__(title, body, yes=yes, no=no)
         self.preview = preview
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self._fit(self.app.size.height)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit(event.size.height)
+
+    def _fit(self, rows: int) -> None:
+        """The preview scrolls in what the rest leaves of the screen (up to 20 rows): in a terminal of 24 rows the
+        question and its answers stay on screen with it."""
+        self.query_one("#confirm-impact").styles.max_height = max(5, min(20, rows - 17))
 
     def compose(self) -> ComposeResult:
         with Vertical():
