@@ -362,3 +362,21 @@ def test_a_confirmation_with_a_long_impact_preview_keeps_its_answers_on_an_80x24
         assert not isinstance(app.screen, ConfirmScreen)
 
     run(app, body, size=(80, 24))
+
+
+def test_help_fits_an_80_column_terminal(make_app):
+    """F1's help was 90 columns wide: in an 80-column terminal its words were cut at the right edge."""
+    from textual.containers import VerticalScroll
+
+    from memlens.tui.screens.help import HelpScreen
+
+    app = make_app()
+
+    async def body(pilot):
+        await pilot.press("escape", "f1")
+        await settle(pilot)
+        assert isinstance(app.screen, HelpScreen)
+        box = app.screen.query_one(VerticalScroll).region
+        assert box.x >= 0 and box.right <= 80 and box.width > 40, box
+
+    run(app, body, size=(80, 24))

@@ -32,7 +32,8 @@ class FirstRunScreen(ModalScreen[bool]):
     ]
     DEFAULT_CSS = """
     FirstRunScreen { align: center middle; }
-    FirstRunScreen > Vertical { width: 76; height: auto; border: thick $accent; padding: 1 2; background: $surface; }
+    FirstRunScreen > Vertical { width: 76; max-width: 100%; height: auto; max-height: 100%; border: thick $accent;
+                                padding: 1 2; background: $surface; }
     FirstRunScreen Center { height: auto; margin-top: 1; }
     FirstRunScreen Button { margin: 0 2; }
     """

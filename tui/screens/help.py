@@ -54,7 +54,7 @@ class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     HelpScreen > VerticalScroll {
-        width: 90; height: auto; max-height: 80%; border: thick $accent; background: $surface; padding: 0 1;
+        width: 90; max-width: 100%; height: auto; max-height: 80%; border: thick $accent; background: $surface; padding: 0 1;
     }
     """
 
