@@ -40,7 +40,7 @@ def test_cli_output_for_people_is_clean_and_json_is_unchanged(mem, capsys, monke
     mem.close()
     assert main(["--store", path, "search", "harbour tides", "--wing", "w"]) == 0
     out = capsys.readouterr()
-    assert "Harbour tides ok[2J]0;pwnedFAKE STATUS" in out.out
+    assert "Harbour tides ok[2J]0;pwned FAKE STATUS" in out.out  # the title on its line: its \r is a space
     assert_clean(out.out + out.err)
     assert main(["--store", path, "search", "harbour tides", "--wing", "w", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["results"][0]["title"] == e.title  # JSON: exactly as stored
