@@ -93,7 +93,6 @@ def salvage(src: Path, dst: Path, *, settings: Any = None, embedder: Any = None,
         raise
     lost_unreadable = max(0, len(found["unreadable"]) - len([r for r in recovered if r["id"] not in found["invalid"]]))
     lost_invalid = [i for i in found["invalid"] if i not in {r["id"] for r in recovered}]
-    report.pop("rejected")  # (records that validation refused: those of no entry saved are lost, listed below)
     lost_ids = [*lost_invalid, *(i for i in report.pop("rejected_ids") if i not in lost_invalid)]
     report.update({
         "store": str(src),
@@ -273,7 +272,6 @@ def _write(store: SqliteStore, embed: Callable[[list[str]], np.ndarray], src: Pa
     from memlens.store.writes import validate_entry, vectors_for
 
     entries: list[tuple[dict[str, Any], bytes | None, str]] = []  # records as found, validated below
-    rejected = 0
     dim = store.dim
     same_model = old_model == store.model_id
     for rowid, rec in found["good"]:
@@ -301,7 +299,6 @@ def _write(store: SqliteStore, embed: Callable[[list[str]], np.ndarray], src: Pa
                 e = validate_entry({**fields, "type": "note"})
                 demoted.append(e.id)
             except ValidationError:
-                rejected += 1
                 rejected_ids.append(str(rec.get("id")))
                 continue
         # one entry per id: damage can show an id twice (an audit row whose entry_id was hit names another
@@ -351,8 +348,7 @@ def _write(store: SqliteStore, embed: Callable[[list[str]], np.ndarray], src: Pa
         **replay,
         "saved": sum(1 for _, _, s in valid if s == "entries"),
         "recovered_from_audit": sum(1 for _, _, s in valid if s == "audit"),
-        "rejected": rejected,
-        "rejected_ids": [i for i in dict.fromkeys(rejected_ids) if i not in ids],
+        "rejected_ids": [i for i in dict.fromkeys(rejected_ids) if i not in ids],  # refused, and of no entry saved
         "vectors_reused": len(valid) - embedded,
         "embedded": embedded,
         "overrides_dropped": dropped_overrides,

@@ -25,7 +25,7 @@ class ConfirmScreen(ModalScreen[bool]):
     ConfirmScreen > Vertical { width: 64; max-width: 100%; height: auto; max-height: 100%; border: thick $error;
                                padding: 1 2; background: $surface; }
     ConfirmScreen #confirm-title { text-style: bold; color: $error; margin-bottom: 1; }
-    /* a long body (an impact preview) scrolls: the answers stay on screen in a terminal of 24 rows */
+    /* a long body scrolls: the answers stay on screen in a terminal of 24 rows */
     ConfirmScreen #confirm-scroll { height: auto; max-height: 50vh; margin-bottom: 1; }
     ConfirmScreen Horizontal { height: auto; align-horizontal: center; }
     ConfirmScreen Button { margin: 0 2; }

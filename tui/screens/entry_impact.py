@@ -59,8 +59,7 @@ class ImpactConfirmScreen(ConfirmScreen):
         super().__init__(title, body, yes=yes, no=no)
         self.preview = preview
 
-    def on_mount(self) -> None:
-        super().on_mount()
+    def on_mount(self) -> None:  # (ConfirmScreen's own on_mount runs too: Textual calls each class's handler)
         self._fit(self.app.size.height)
 
     def on_resize(self, event: events.Resize) -> None:
