@@ -308,3 +308,67 @@ def test_a_token_fts5_cuts_inside_a_character(pg_uri, settings, hash_embedder):
         assert [r.entry.id for r in mem.search("tail of plain words", k=3).results] == [e.id]
     finally:
         mem.close()
+
+
+def test_adds_go_on_during_a_fold_and_changes_wait_for_it(pg_uri, settings, hash_embedder, node_docs):
+    """An add folds after its commit, outside the write lock, under the fold lock it only tries: with a fold running
+    (the lock held elsewhere) adds go on and leave their rows pending, while a write that changes a row waits for the
+    fold to end (it could change a row the fold is reading); once the lock is free the next add folds them all."""
+    import threading
+    import time
+
+    import psycopg
+
+    from memlens.store.postgres.lexical import FOLD_EVERY
+    from memlens.store.postgres.schema import FOLD_LOCK
+
+    from .pg_fixture import pg_memory
+
+    docs = node_docs[: FOLD_EVERY + 20]
+    mem = pg_memory(pg_uri, settings, hash_embedder)
+    holder = psycopg.connect(pg_uri)
+    try:
+        with mem.store.connection() as conn:
+            start = conn.execute("SELECT folded_upto FROM lex_state").fetchone()[0]
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (FOLD_LOCK,))  # a fold running, its transaction open
+        for d in docs[:-1]:
+            mem.add(d["text"], title=d["title"][:500], wing="nodejs", id=d["_id"])
+        with mem.store.connection() as conn:
+            mark, top = conn.execute("SELECT folded_upto, (SELECT max(rowid) FROM entries) FROM lex_state").fetchone()
+        assert mark == start and top - mark >= FOLD_EVERY  # every add went through; none could fold
+
+        done: list[BaseException | None] = []
+
+        def change() -> None:
+            try:
+                mem.update(docs[0]["_id"], text=docs[0]["text"] + " Edited while a fold ran.")
+                done.append(None)
+            except BaseException as exc:  # reported below
+                done.append(exc)
+
+        t = threading.Thread(target=change)
+        t.start()
+        waiting = 0
+        for _ in range(200):  # the change waits for the fold lock (pg_locks shows it waiting)
+            waiting = holder.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = %s "
+                                     "AND NOT granted", (FOLD_LOCK,)).fetchone()[0]
+            if waiting:
+                break
+            time.sleep(0.05)
+        assert waiting == 1 and not done
+        holder.commit()  # the fold ends
+        t.join(30)
+        assert done == [None]
+        last = docs[-1]
+        mem.add(last["text"], title=last["title"][:500], wing="nodejs", id=last["_id"])
+        with mem.store.connection() as conn:
+            mark, top = conn.execute("SELECT folded_upto, (SELECT max(rowid) FROM entries) FROM lex_state").fetchone()
+        assert mark == top  # that add folded every pending row, its own included
+        kept, fresh = df_counted_again(mem)
+        assert kept == fresh
+        with mem.store.connection() as conn:  # the change's tokens are in the tables, folded
+            assert conn.execute("SELECT count(*) FROM lex_postings p JOIN entries e USING (rowid) WHERE e.id = %s "
+                                "AND p.term = 'fold'", (docs[0]["_id"],)).fetchone()[0] == 1
+    finally:
+        holder.close()
+        mem.close()

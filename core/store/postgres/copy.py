@@ -158,10 +158,10 @@ class _Postgres:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        from memlens.store.postgres.schema import WRITE_LOCK
+        from memlens.store.postgres.schema import LOCK_WRITES
 
         with self.conn.transaction() as tx:
-            self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+            self.conn.execute(LOCK_WRITES)
             yield
             lexical.rebuild(self.conn)  # the rows' tokens counted once, at the end, every row folded
             for table, col in (("entries", "rowid"), ("audit", "seq"), ("blockers", "id"), ("answers", "id"), ("golden", "id"),
