@@ -236,6 +236,54 @@ def test_an_action_is_refused_when_the_entry_changed_since_the_inbox_was_read(st
         store.review.undo("rule-2")  # undoing would overwrite that edit
 
 
+def _records(mem, *entry_ids):
+    """Each entry's record without its updated_at (an undo stamps what it puts back with its own time)."""
+    return {i: {k: v for k, v in mem.get(i).to_record().items() if k != "updated_at"} for i in entry_ids}
+
+
+def test_chained_merges_undone_newest_first_restore_every_step(store):
+    """new-1 merged into dup-1, then dup-1 into rule-1: undoing the second, then the first, brings all back (the first
+    undo used to leave dup-1 with a new updated_at, and the second was refused for good: new-1's text was lost)."""
+    desk = store.review
+    was = _records(store, "new-1", "dup-1", "rule-1")
+    desk.merge(["new-1"], into="dup-1")
+    desk.merge(["dup-1"], into="rule-1")
+    assert desk.undo("dup-1")["undid"] == "merge"
+    assert desk.undo("new-1")["undid"] == "merge"
+    assert _records(store, "new-1", "dup-1", "rule-1") == was
+    assert {"new-1", "dup-1"} <= set(ids(store))
+
+
+def test_an_undo_out_of_order_names_the_undo_to_run_first(store):
+    from tests.conftest import snapshot_store
+
+    desk = store.review
+    desk.merge(["new-1"], into="dup-1")
+    desk.merge(["dup-1"], into="rule-1")
+    before = snapshot_store(store.path)
+    with pytest.raises(StaleUpdateError, match=r"^cannot undo the merge of new-1: entry 'dup-1' was changed after it by "
+                                               r"a later review action \(merge of dup-1, audit row \d+\); undo that "
+                                               r"first \(memlens review undo dup-1\), then this one$"):
+        desk.undo("new-1")
+    assert snapshot_store(store.path) == before
+    desk.undo("dup-1")  # what the message says, then the undo asked for
+    desk.undo("new-1")
+    assert store.get("new-1").text.startswith("Agents record what they learn")
+
+
+def test_an_undo_after_a_persons_edit_names_the_fields_to_set_back(store):
+    desk = store.review
+    desk.accept(["rule-2"])
+    salience = store.get("rule-2").salience
+    store.update("rule-2", salience=0.2)
+    with pytest.raises(StaleUpdateError, match=r"^cannot undo the accept of rule-2: entry 'rule-2' was edited after it "
+                                               r"\(audit row \d+, update\): its salience differ from what the review "
+                                               r"left; set them back \(memlens edit rule-2 FIELD=VALUE\), then undo again$"):
+        desk.undo("rule-2")
+    store.update("rule-2", salience=salience)  # set back by hand: the undo goes through
+    assert desk.undo("rule-2")["undid"] == "accept" and "rule-2" in ids(store)
+
+
 def test_bulk_accept_skips_items_with_evidence_against_them(store):
     got = store.review.accept_clean()
     assert [d["entry"] for d in got["accepted"]] == ["new-1", "rule-2", "note-1"]

@@ -170,8 +170,27 @@ def merge(store: Writes, item: Item, into: str, overriders: list[str]) -> str:
     return f"{item.entry_id}: merged into {into}"
 
 
+class ChangedSince(StaleUpdateError):
+    """An undo refused: ``entry_id`` is no longer as the action's audit row ``seq`` left it (``fields``: what differs,
+    ``["exists"]`` when one of the two is a deletion). ``ReviewDesk.undo`` says what changed it and what to do."""
+
+    def __init__(self, entry_id: str, seq: int, fields: list[str]) -> None:
+        super().__init__(f"entry {entry_id!r} changed after the review (audit row {seq}): {', '.join(fields)}")
+        self.entry_id, self.seq, self.fields = entry_id, seq, fields
+
+
+def changed_fields(now: dict[str, Any] | None, left: dict[str, Any] | None) -> list[str]:
+    """The fields in which the entry as stored (``now``, None: deleted) differs from what an action left (``left``).
+    ``updated_at`` is not compared: an undo stamps the version it puts back with its own time, so an entry undone
+    to what an earlier action left counts as unchanged, and the earlier action can be undone in turn."""
+    if now is None or left is None:
+        return [] if now is left else ["exists"]
+    return [f for f in now if f != "updated_at" and now[f] != left.get(f)]
+
+
 def undo(store: Writes, embed: Embed, rows: list[dict[str, Any]]) -> list[str]:
-    """Reverse the audit ``rows`` of one review action (newest first); refused if an entry changed since."""
+    """Reverse the audit ``rows`` of one review action (newest first); refused (``ChangedSince``) if an entry changed
+    since: its fields differ from what the action left."""
     latest: dict[str, dict[str, Any]] = {}
     for r in rows:  # newest first: the first row of an entry is what the action left it as
         latest.setdefault(r["entry_id"], r)
@@ -184,14 +203,12 @@ def undo(store: Writes, embed: Embed, rows: list[dict[str, Any]]) -> list[str]:
     done: list[str] = []
     with store.write() as w:
         for entry_id, r in latest.items():
-            found = w.find(entry_id)
             if r["action"] == "review":
                 continue
-            left = r["after"]
-            if (found is None) != (left is None) or (found is not None and left is not None
-                                                     and found[1].to_record()["updated_at"] != left.get("updated_at")):
-                raise StaleUpdateError(f"entry {entry_id!r} changed after the review (audit row {r['seq']}); "
-                                       "undo or revert that change first")
+            found = w.find(entry_id)
+            changed = changed_fields(None if found is None else found[1].to_record(), r["after"])
+            if changed:
+                raise ChangedSince(entry_id, int(r["seq"]), changed)
         for r in rows:
             entry_id, wing = r["entry_id"], r["wing"]
             if r["action"] == "review":

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from memlens import attribution
-from memlens.errors import MemlensError, NotFoundError, ValidationError
+from memlens.errors import MemlensError, NotFoundError, StaleUpdateError, ValidationError
 from memlens.ids import new_id
 from memlens.models import AUTHORITY
 from memlens.review import actions, evidence, inbox
@@ -243,10 +243,41 @@ class ReviewDesk:
             raise NotFoundError(f"no review action on {entry_id!r} to undo")
         review, rows = found
         entries = list(dict.fromkeys(str(r["entry_id"]) for r in rows))
-        with self._as_reviewer("undo", entries, undoes=review["batch"]) as info:
-            actions.undo(self.store, self.embed, rows)
+        try:
+            with self._as_reviewer("undo", entries, undoes=review["batch"]) as info:
+                actions.undo(self.store, self.embed, rows)
+        except actions.ChangedSince as exc:
+            raise StaleUpdateError(self._changed_since(review, exc)) from None
         return {"entry": entry_id, "action": "undo", "undid": review.get("action"), "batch": info["batch"],
                 "undoes": review["batch"], "entries": entries}
+
+    def _changed_since(self, review: dict[str, Any], exc: actions.ChangedSince) -> str:
+        """Why an undo of ``review`` is refused, naming what to do first: undoing the later review action that changed
+        the entry (the one ``memlens review undo`` on it reverses), or putting back what a person's write changed."""
+        entry_id, what = exc.entry_id, f"{review.get('action')} of {review.get('subject')}"
+        later = [r for r in self.store.audit(entry_id, HISTORY) if int(r["seq"]) > exc.seq]  # newest first
+        undone = {str(((r.get("detail") or {}).get("review") or {}).get("undoes")) for r in later}
+        for r in later:
+            act = (r.get("detail") or {}).get("review") or {}
+            if act and act.get("action") != "undo" and str(act.get("batch")) not in undone:
+                return (f"cannot undo the {what}: entry {entry_id!r} was changed after it by a later review action "
+                        f"({act.get('action')} of {act.get('subject')}, audit row {r['seq']}); undo that first "
+                        f"(memlens review undo {entry_id}), then this one")
+        by = next((f" (audit row {r['seq']}, {r['action']})" for r in later if not (r.get("detail") or {}).get("review")), "")
+        pending = inbox.find(self.store, entry_id)
+        if pending is not None and pending.writes[0].seq > exc.seq:  # an agent's write no one answered yet
+            return (f"cannot undo the {what}: entry {entry_id!r} was changed after it by {pending.client} "
+                    f"(audit row {pending.writes[0].seq}); take that back first (memlens review reject {entry_id}), "
+                    "then undo again")
+        if exc.fields != ["exists"]:
+            return (f"cannot undo the {what}: entry {entry_id!r} was edited after it{by}: its "
+                    f"{', '.join(exc.fields)} differ from what the review left; set them back "
+                    f"(memlens edit {entry_id} FIELD=VALUE), then undo again")
+        if self.store.get_row(entry_id) is None:
+            return (f"cannot undo the {what}: entry {entry_id!r} was deleted after it{by}, and nothing brings it back "
+                    "as the review left it; this review can no longer be undone")
+        return (f"cannot undo the {what}: entry {entry_id!r} exists again since the review deleted it{by}; "
+                f"delete it first (memlens delete {entry_id}), then undo again")
 
 
 _TYPE = COLUMNS.index("type")
