@@ -284,6 +284,19 @@ def test_an_undo_after_a_persons_edit_names_the_fields_to_set_back(store):
     assert desk.undo("rule-2")["undid"] == "accept" and "rule-2" in ids(store)
 
 
+def test_the_cli_offers_no_undo_of_an_undo(store, capsys, monkeypatch):
+    from memlens import embed
+    from memlens.cli.main import main
+
+    monkeypatch.setattr(embed, "make_embedder", lambda *a, **k: embed.HashEmbedder())
+    path = str(store.path)
+    store.close()
+    assert main(["--store", path, "review", "merge", "new-1", "--into", "dup-1"]) == 0
+    assert "(undo: memlens review undo new-1)" in capsys.readouterr().out
+    assert main(["--store", path, "review", "undo", "new-1"]) == 0
+    assert capsys.readouterr().out == "undo: merge of new-1, dup-1 reversed\n"
+
+
 def test_bulk_accept_skips_items_with_evidence_against_them(store):
     got = store.review.accept_clean()
     assert [d["entry"] for d in got["accepted"]] == ["new-1", "rule-2", "note-1"]

@@ -98,7 +98,8 @@ def cmd_review(args: argparse.Namespace) -> int:
         print(json.dumps(out, ensure_ascii=False))
         return 0
     for d in out["done"]:
-        print(f"{d['action']}: {d.get('detail') or _undo_line(d)}  (undo: memlens review undo {d['entry']})")
+        again = "" if d["action"] == "undo" else f"  (undo: memlens review undo {d['entry']})"  # an undo is not undone
+        print(f"{d['action']}: {d.get('detail') or _undo_line(d)}{again}")
     for s in out.get("skipped", []):
         print(f"skipped {s['entry']}: evidence against it ({', '.join(s['against'])}); memlens review show {s['entry']}")
     return 0
