@@ -190,6 +190,24 @@ def test_golden_cli_exits_1_naming_the_failing_query(demo_mem):
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
 
 
+def test_golden_add_refuses_a_query_its_search_would_refuse_and_keeps_nothing(mem):
+    """A golden query that can never run (an unknown wing, bad syntax) used to be kept, and `golden check` then
+    failed on it for good: it is refused when added, with the error the search gives."""
+    from memlens.errors import QueryError
+
+    e = _seed(mem, "topic one about harbours", wing="w")
+    for query, message in (("wing=nope topic", "unknown wing 'nope'"),
+                           ('"unclosed topic', "unclosed quote"), ("room=nowhere topic", "unknown room 'nowhere'")):
+        with pytest.raises(QueryError) as search_error:
+            mem.search(query)
+        with pytest.raises(QueryError, match=message) as golden_error:
+            golden.add(mem, query, e.id)
+        assert str(golden_error.value) == str(search_error.value)
+    assert golden.listing(mem) == []
+    golden.add(mem, "wing=w topic", e.id)
+    assert golden.check(mem)["passed"] == 1
+
+
 # -- impact preview --------------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from memlens.errors import MemlensError, NotFoundError, ValidationError
 from memlens.limits import MAX_K, check_int, check_query
 from memlens.replay import storage
+from memlens.retrieval.search import check as check_search
 
 if TYPE_CHECKING:
     from memlens.replay.context import ReplayContext
@@ -29,6 +30,7 @@ def add(mem: ReplayContext, query: str, expect: str, *, active_wing: str | None 
     mem.get(expect)  # NotFoundError for an unknown id
     if active_wing is not None and active_wing not in mem.wings():
         raise ValidationError(f"unknown wing {active_wing!r} (known wings: {', '.join(mem.wings()) or 'none yet'})")
+    check_search(mem, query, active_wing=active_wing, k=within)  # what its search would refuse (syntax, wings, rooms ...)
     gid = storage.golden_add(mem, query, expect, active_wing, within)
     return {"id": gid, "query": query, "expect": expect, "active_wing": active_wing, "within": within}
 
