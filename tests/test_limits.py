@@ -232,6 +232,51 @@ def test_batch_file_that_is_not_a_regular_file(tmp_path):
     one_line_error(proc, "not a regular file")
 
 
+def _batch(mem, monkeypatch):
+    """The store's path for in-process `memlens` runs with ``mem``'s hashing embedder (``mem`` closed)."""
+    from memlens import embed
+
+    monkeypatch.setattr(embed, "make_embedder", lambda *a, **k: embed.HashEmbedder())
+    mem.add("harbour tides and their tables", wing="w")
+    path = str(mem.path)
+    mem.close()
+    return path
+
+
+def test_batch_file_may_start_with_a_byte_order_mark(mem, tmp_path, capsys, monkeypatch):
+    """A BOM an editor wrote is dropped, as import drops it (it was 'invalid JSON: Unexpected UTF-8 BOM')."""
+    from memlens.cli.main import main
+
+    path = _batch(mem, monkeypatch)
+    qf = tmp_path / "q.jsonl"
+    qf.write_bytes(b'\xef\xbb\xbf{"id": "q1", "query": "harbour", "k": 1}\r\n{"query": "tides"}\n')
+    assert main(["--store", path, "search", "--queries", str(qf), "--active-wing", "w"]) == 0
+    assert [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()] == ["q1", 2]
+
+
+@pytest.mark.parametrize("lines, fragment", [
+    ([{"id": "a", "query": "x"}, {"id": "b", "query": "y"}, {"id": "a", "query": "z"}],
+     "line 3: id: 'a' already appears on line 1"),
+    ([{"id": 2, "query": "x"}, {"query": "y"}], "line 2: id: none given, so it is answered as 2, which line 1 already uses"),
+    ([{"query": "x"}, {"id": 1, "query": "y"}], "line 2: id: 1 already appears on line 1"),
+])
+def test_batch_refuses_an_id_used_twice(mem, tmp_path, capsys, monkeypatch, lines, fragment):
+    """Two lines answered under one id could not be told apart in the output: refused before any search, as
+    import refuses an id used twice."""
+    from memlens.cli.main import main
+
+    path = _batch(mem, monkeypatch)
+    qf = tmp_path / "q.jsonl"
+    qf.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert main(["--store", path, "search", "--queries", str(qf), "--active-wing", "w"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == f"memlens: error: {qf}: {fragment}\n"
+    qf.write_text("".join(json.dumps(q) + "\n" for q in ({"id": 1, "query": "x"}, {"id": "1", "query": "y"},
+                                                         {"id": "A", "query": "z"}, {"id": "a", "query": "w"})))
+    assert main(["--store", path, "search", "--queries", str(qf), "--active-wing", "w"]) == 0  # four distinct ids
+    assert [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()] == [1, "1", "A", "a"]
+
+
 # -- 4. query length ------------------------------------------------------------------------------------
 
 def test_long_query_is_refused_with_the_limit(mem):

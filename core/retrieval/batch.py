@@ -3,6 +3,8 @@
 The batch is all or nothing for input problems. Every line is checked before
 the first search runs: its fields (types and ranges, by ``BatchQuery``) and
 then its query against the store (syntax, wings, rooms, profile, k, budget).
+Each line's id is its own (a line without one is answered under its line
+number), as ``import`` refuses an id used twice.
 The first bad line stops the batch with ``FILE: line N: field: problem``, exit
 status 2, and nothing on stdout; a batch that passes prints one result line per
 query line, in order.
@@ -63,13 +65,21 @@ def parse_lines(path: Path) -> list[tuple[int, BatchQuery]]:
 
     where = shown(path)
     jobs = []
+    lines: dict[str, int] = {}  # each output id (JSON) -> the line that has it
     for n, obj in read_json_lines(path):
         if not isinstance(obj, dict):
             raise ValidationError(f"{where}: line {n}: expected a JSON object with a string 'query', got {type(obj).__name__}")
         try:
-            jobs.append((n, BatchQuery.model_validate(obj)))
+            q = BatchQuery.model_validate(obj)
         except PydanticError as exc:
             raise ValidationError(f"{where}: line {n}: {describe(exc)}") from None
+        key = json.dumps(n if q.id is None else q.id)  # a line without an id is answered under its number
+        if key in lines:
+            said = (f"{q.id!r} already appears on line {lines[key]}" if q.id is not None
+                    else f"none given, so it is answered as {n}, which line {lines[key]} already uses")
+            raise ValidationError(f"{where}: line {n}: id: {said}")
+        lines[key] = n
+        jobs.append((n, q))
     return jobs
 
 

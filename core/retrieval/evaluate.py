@@ -37,7 +37,7 @@ def shown(path: Path) -> str:
 
 def _read_lines(path: Path, what: str) -> list[str]:
     """The lines of a regular UTF-8 file of at most JSON_MAX_BYTES (a FIFO or /dev/zero is refused, not read), or of
-    stdin ('-') up to the same size."""
+    stdin ('-') up to the same size; a leading byte-order mark is dropped, as ``import`` drops it."""
     from memlens.files import JSON_MAX_BYTES, read_file, size_text
 
     if str(path) == "-":
@@ -47,7 +47,7 @@ def _read_lines(path: Path, what: str) -> list[str]:
     else:
         data = read_file(path, cap=JSON_MAX_BYTES, what=what)
     try:
-        return data.decode("utf-8").splitlines()
+        return data.decode("utf-8").removeprefix("\ufeff").splitlines()  # a byte-order mark some editors write
     except UnicodeDecodeError as exc:
         raise MemlensError(f"{what} {shown(path)}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
