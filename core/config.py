@@ -21,7 +21,7 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
-from memlens.config_source import APP, ENV_PREFIX, env_variable, not_json, origin_of, read_config_file
+from memlens.config_source import APP, ENV_PREFIX, env_variable, not_json, origin_of, read_config_file, stray_variables
 from memlens.limits import MAX_ENTRY_CHARS_SETTING, MAX_K, SQLITE_VEC_MAX_KNN
 from memlens.setting_checks import FLOAT_MAX, check_weights, describe_error, wrong_file_type
 
@@ -389,6 +389,11 @@ def load_settings(**overrides: Any) -> Settings:
     from memlens.errors import MemlensError
 
     file, data = read_config_file()
+    for name, close, mistyped in stray_variables(Settings):
+        if mistyped:  # MEMLENS_SERACH__K: as an unknown table of the file is
+            where = ".".join(name[len(ENV_PREFIX):].lower().split("__"))
+            raise MemlensError(f"configuration: unknown setting {where} (from environment variable {name}"
+                               + (f"; did you mean {close}?)" if close else ")"))
     if data and (wrong := _wrong_file_type(data)):
         name, expected, value = wrong
         shown = repr(value) if not isinstance(value, bool) else str(value).lower()

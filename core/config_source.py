@@ -12,6 +12,11 @@ import platformdirs
 
 APP = "memlens"
 ENV_PREFIX = "MEMLENS_"
+# MEMLENS_* variables that are not settings and are no typo: what memlens reads besides its settings (the file, the
+# MCP server's early answer), the name the README gives a client's bearer token, and what the project's tests and
+# benchmarks read
+OTHER_VARIABLES = frozenset({"MEMLENS_CONFIG", "MEMLENS_MCP_EARLY_INIT", "MEMLENS_TOKEN", "MEMLENS_GUARD_REPO",
+                             "MEMLENS_BENCH_CACHE"})
 
 
 def config_file() -> Path:
@@ -92,3 +97,36 @@ def not_json(settings: Any, field: str | None) -> str | None:
                 what, example = ("a table", '{"key": "value"}') if dict in kinds else ("a list", '["a", "b"]')
                 return f"environment variable {name}: {field}.{key} is {what}, written as JSON: for example {name}='{example}'"
     return None
+
+
+def setting_variables(settings: Any) -> list[str]:
+    """The variable of each setting of ``settings`` (the ``Settings`` class) and of each key of its tables:
+    MEMLENS_SEARCH, MEMLENS_SEARCH__K ..."""
+    out = []
+    for name, field in settings.model_fields.items():
+        out.append(ENV_PREFIX + name.upper())
+        out += [f"{ENV_PREFIX}{name.upper()}__{key.upper()}" for key in getattr(field.annotation, "model_fields", {})]
+    return out
+
+
+def stray_variables(settings: Any) -> list[tuple[str, str | None, bool]]:
+    """The ``MEMLENS_*`` variables that set nothing, each with the closest variable that would and whether it names
+    a table ``settings`` does not have (MEMLENS_SERACH__K: a setting mistyped, an error as in the file) rather than a
+    plain name memlens does not read (MEMLENS_SEARCH_K: perhaps someone else's variable, only warned about). Names
+    are compared in capitals, as the settings read them."""
+    import difflib
+
+    known = setting_variables(settings)
+    tables = {ENV_PREFIX + name.upper() for name in settings.model_fields}
+    out = []
+    for name in sorted(os.environ):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in OTHER_VARIABLES:
+            continue
+        head, nested, _ = upper.partition("__")
+        if head in tables:
+            continue  # a setting, or a key of one of its tables (a wrong key is the settings' own error)
+        tails = [k[len(ENV_PREFIX):] for k in [*known, *sorted(OTHER_VARIABLES)]]  # the prefix they share is no likeness
+        close = difflib.get_close_matches(upper[len(ENV_PREFIX):], tails, n=1)
+        out.append((name, ENV_PREFIX + close[0] if close else None, bool(nested)))
+    return out

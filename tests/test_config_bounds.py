@@ -158,6 +158,32 @@ def test_environment_errors_name_the_variable(monkeypatch):
     assert load_settings().mcp.allowed_hosts == ["memory.internal"]
 
 
+def test_a_mistyped_variable_is_an_error_or_a_warning_never_silence(monkeypatch, capsys):
+    """MEMLENS_SERACH__K names a table that does not exist: an error, as an unknown table of the file is. MEMLENS_SEARCH_K
+    (one underscore) is a name memlens does not read, perhaps another program's: a warning naming the closest
+    setting. Both used to be ignored without a word."""
+    from memlens.cli.main import main
+
+    monkeypatch.setenv("MEMLENS_SERACH__K", "0")
+    with pytest.raises(MemlensError) as exc:
+        load_settings()
+    assert str(exc.value) == ("configuration: unknown setting serach.k (from environment variable MEMLENS_SERACH__K; "
+                              "did you mean MEMLENS_SEARCH__K?)")
+    assert main(["profiles"]) == 2
+    assert capsys.readouterr().err == f"memlens: error: {exc.value}\n"
+    monkeypatch.delenv("MEMLENS_SERACH__K")
+    monkeypatch.setenv("MEMLENS_SEARCH_K", "0")
+    monkeypatch.setenv("MEMLENS_NOTHING_LIKE_IT", "1")
+    for other in ("MEMLENS_TOKEN", "MEMLENS_MCP_EARLY_INIT", "MEMLENS_SEARCH__K"):  # read, documented, or a setting
+        monkeypatch.setenv(other, "3")
+    assert load_settings().search.k == 3
+    assert main(["profiles"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "memlens: warning: environment variable MEMLENS_NOTHING_LIKE_IT is not a memlens setting and is ignored",
+        "memlens: warning: environment variable MEMLENS_SEARCH_K is not a memlens setting and is ignored "
+        "(did you mean MEMLENS_SEARCH__K?)"]
+
+
 def test_cli_prints_one_line_for_a_bad_setting(tmp_path):
     cfg = tmp_path / "config.toml"
     cfg.write_text("[embedding]\nbatch_size = 0\n")

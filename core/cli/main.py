@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _handle(args: argparse.Namespace, handler: Callable[[argparse.Namespace], int]) -> int:
     try:
+        _warn_stray_variables()
         check_text_args(args)
         if args.command in ("search", "context", "explain") and isinstance(getattr(args, "query", None), str):
             check_query(args.query)  # before the store opens
@@ -114,6 +115,18 @@ def _handle(args: argparse.Namespace, handler: Callable[[argparse.Namespace], in
         os.dup2(devnull, sys.stdout.fileno())  # what is still buffered goes nowhere at exit
         print(f"{PROG}: error: cannot write the output: {exc.strerror}", file=sys.stderr)
         return 2
+
+
+def _warn_stray_variables() -> None:
+    """One line for each ``MEMLENS_*`` variable memlens does not read (a mistyped setting would otherwise be ignored
+    without a word); one naming a table that does not exist is the settings' error when they load."""
+    from memlens.config import Settings
+    from memlens.config_source import stray_variables
+
+    for var, close, mistyped in stray_variables(Settings):
+        if not mistyped:
+            print(f"{PROG}: warning: environment variable {var} is not a memlens setting and is ignored"
+                  + (f" (did you mean {close}?)" if close else ""), file=sys.stderr)
 
 
 _OUTPUT_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EIO, getattr(errno, "EDQUOT", errno.ENOSPC)}
