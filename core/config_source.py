@@ -44,7 +44,7 @@ def read_config_file() -> tuple[Path | None, dict[str, Any]]:
         raise MemlensError(f"configuration file {path} (named by MEMLENS_CONFIG): no such file")
     data = read_file(path, cap=CONFIG_MAX_BYTES, what="configuration file")
     try:
-        return path, tomllib.loads(data.decode("utf-8"))
+        return path, tomllib.loads(data.decode("utf-8").removeprefix("\ufeff"))  # a byte-order mark some editors write
     except UnicodeDecodeError as exc:
         raise MemlensError(f"configuration file {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:

@@ -127,6 +127,14 @@ def test_config_file_must_be_a_regular_file(tmp_path, monkeypatch, target):
         load_settings()
 
 
+def test_config_file_may_start_with_a_byte_order_mark(config):
+    """A BOM an editor wrote is dropped, as import drops it (it was 'invalid TOML: Invalid statement (at line 1,
+    column 1)', nothing on that line looking wrong)."""
+    config.path.write_bytes(b"\xef\xbb\xbf[search]\nk = 2\n")
+    assert load_settings().search.k == 2
+    assert "search.k = 0" in config("\ufeff[search]\nk = 0\n")  # the file's values are still checked
+
+
 def test_oversized_config_file_is_refused(config):
     msg = config("# padding\n" * 200_000)
     assert msg and "larger than the 1 MiB limit" in msg
