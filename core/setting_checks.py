@@ -121,9 +121,12 @@ def wrong_file_type(model: type[BaseModel], data: dict[str, Any], where: str = "
         name = f"{where}{key}"
         ann = field.annotation
         kind = _scalar(ann)
+        table = (isinstance(ann, type) and issubclass(ann, BaseModel)) or typing.get_origin(ann) is dict
         if kind is not None:
             if not _fits(kind, value):
                 return name, _KINDS[kind], value
+        elif table and not isinstance(value, dict):  # `search = 3`: pydantic would name its own class
+            return name, f"a table ([{name}] and its keys on the lines below)", value
         elif isinstance(ann, type) and issubclass(ann, BaseModel) and isinstance(value, dict):
             found = wrong_file_type(ann, value, f"{name}.")
             if found:
@@ -135,9 +138,12 @@ def wrong_file_type(model: type[BaseModel], data: dict[str, Any], where: str = "
                 for sub, sub_value in value.items():
                     if not _fits(inner_kind, sub_value):
                         return f"{name}.{sub}", _KINDS[inner_kind], sub_value
-            elif isinstance(inner, type) and issubclass(inner, BaseModel):
+            elif (isinstance(inner, type) and issubclass(inner, BaseModel)) or typing.get_origin(inner) is dict:
                 for sub, sub_value in value.items():
-                    found = wrong_file_type(inner, sub_value, f"{name}.{sub}.") if isinstance(sub_value, dict) else None
-                    if found:
-                        return found
+                    if not isinstance(sub_value, dict):
+                        return f"{name}.{sub}", f"a table ([{name}.{sub}] and its keys on the lines below)", sub_value
+                    if isinstance(inner, type) and issubclass(inner, BaseModel):
+                        found = wrong_file_type(inner, sub_value, f"{name}.{sub}.")
+                        if found:
+                            return found
     return None

@@ -79,7 +79,11 @@ def config(tmp_path, monkeypatch):
         ("[profiles.mine]\nweights = {relevance = -2}\n", ["profiles.mine.weights"]),
         ("[profiles.conversation]\nconversation_fusion = {raw = inf}\n", ["profiles.conversation.conversation_fusion"]),
         ("[profiles.mine]\ncpa = 3\n", ["unknown setting profiles.mine.cpa"]),
-        ("[profiles]\nmine = 3\n", ["profiles.mine"]),
+        ("[profiles]\nmine = 3\n", ["profiles.mine: expected a table ([profiles.mine] and its keys on the lines below), got 3"]),
+        # a table given a plain value says so in the file's words, not pydantic's class names (SearchConfig)
+        ("search = 3\n", ["configuration: search: expected a table ([search] and its keys on the lines below), got 3"]),
+        ("[retrieval]\nweights = 3\n", ["retrieval.weights: expected a table ([retrieval.weights] and its keys"]),
+        ("[web.providers]\nbrave = 1\n", ["web.providers.brave: expected a table ([web.providers.brave] and its keys"]),
     ],
 )
 def test_out_of_range_values_are_refused_when_settings_load(config, text, fragments):
