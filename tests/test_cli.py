@@ -373,6 +373,9 @@ def test_a_reader_that_leaves_early_cuts_the_output_silently_and_the_status_says
 @pytest.mark.parametrize("args, says", [
     (["search", "callbacks", "--queries", "q.jsonl"], "give a QUERY or --queries FILE.jsonl, not both"),
     (["search", "callbacks", "--json", "--format", "text"], "--json and --format text ask for two outputs"),
+    (["replay", "--last", "1", "--json", "--format", "text"], "--json and --format text ask for two outputs"),
+    (["replay", "--last", "1", "--json", "--format", "openinference"],
+     "--json and --format openinference ask for two outputs"),
     (["review", "accept", "--clean", "--supersedes", "lc-arch-001"], "--clean accepts the items as they are"),
     (["review", "accept", "--clean", "lc-arch-001"], "accept takes entry IDs or --clean"),
     (["index", ".", "--wing", "w", "--deadline", "0"], "--deadline must be more than 0 and at most 86400 seconds, got 0"),

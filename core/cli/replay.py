@@ -113,6 +113,8 @@ def _summary_line(s: dict[str, Any]) -> str:
 def cmd_replay(args: argparse.Namespace) -> int:
     from memlens.replay.replay import apply_sets, parse_since, replay
 
+    if args.json and args.format not in (None, "json"):  # as `search` refuses it
+        raise ValidationError(f"--json and --format {args.format} ask for two outputs: give one")
     if args.since:
         parse_since(args.since)  # bad input fails before the store opens
     bodies: list[dict[str, Any]] = []
