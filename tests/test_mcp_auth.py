@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import stat
 from urllib.parse import urlsplit
 
@@ -65,8 +66,14 @@ def test_token_file_entries_and_checks(tmp_path):
     assert loaded.verify(alice).name == "alice" and not loaded.verify(alice).read_only
     assert loaded.verify(reader).read_only
     assert loaded.verify("memlens_guess") is None and loaded.verify("") is None
-    with pytest.raises(tokens.TokenError, match="already has a token named 'alice'"):
+    with pytest.raises(tokens.TokenError) as exc:
         tokens.add(path, "alice")
+    assert str(exc.value) == (f"{path} already has a token named 'alice': remove it first (`memlens mcp token remove "
+                              f"alice --file {path}`) or choose another name")  # the file it is in, not the default one
+    spaced = tmp_path / "my tokens"
+    tokens.add(spaced, "alice")
+    with pytest.raises(tokens.TokenError, match=re.escape(f"remove alice --file '{spaced}'`)")):
+        tokens.add(spaced, "alice")
     with pytest.raises(tokens.TokenError, match="must be 1-64 letters"):
         tokens.add(path, "bad name")
 

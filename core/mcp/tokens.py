@@ -23,6 +23,7 @@ import hmac
 import os
 import re
 import secrets
+import shlex
 import stat
 import sys
 from collections.abc import Iterable
@@ -177,8 +178,8 @@ def add(path: Path, name: str, read_only: bool = False) -> str:
     path = expand_user(path)
     existing = read_file(path) if path.exists() else []
     if any(t.name == name for t in existing):
-        raise TokenError(f"{path} already has a token named {name!r}: remove it first "
-                         f"(`memlens mcp token remove {name}`) or choose another name")
+        raise TokenError(f"{path} already has a token named {name!r}: remove it first "  # from this file, named
+                         f"(`memlens mcp token remove {name} --file {shlex.quote(str(path))}`) or choose another name")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     line = Token(name, digest(token), read_only).entry() + "\n"
     try:
