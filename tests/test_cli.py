@@ -386,6 +386,30 @@ def test_arguments_that_contradict_each_other_are_one_line_errors_not_silently_d
     assert snapshot_store(demo_db) == before
 
 
+def test_an_id_that_starts_with_a_dash_is_told_where_to_go(mem, capsys, monkeypatch):
+    """An id such as '-dash' is valid (import takes it), but argparse reads it as an option and then said only
+    that ID or FIELD=VALUE was missing: the error now says the id goes after --."""
+    from memlens import embed
+    from memlens.cli.main import main
+
+    monkeypatch.setattr(embed, "make_embedder", lambda *a, **k: embed.HashEmbedder())
+    mem.add("id test", wing="w", id="-dash")
+    path = str(mem.path)
+    mem.close()
+    for args, missing in ((["delete", "-dash"], "ID"), (["edit", "-dash", "title=x"], "FIELD=VALUE")):
+        with pytest.raises(SystemExit) as exc:  # argparse's errors exit
+            main(["--store", path, *args])
+        assert exc.value.code == 2 and capsys.readouterr().err == (
+            f"memlens: error: the following arguments are required: {missing}; '-dash' was read as an option: an ID "
+            f"that starts with '-' goes after --, as in memlens {args[0]} -- -dash (see memlens {args[0]} --help)\n")
+    with pytest.raises(SystemExit):
+        main(["--store", path, "delete"])
+    assert "read as an option" not in capsys.readouterr().err
+    assert main(["--store", path, "edit", "--", "-dash", "title=x"]) == 0  # as the error says
+    capsys.readouterr()
+    assert main(["--store", path, "export"]) == 0 and json.loads(capsys.readouterr().out)["title"] == "x"
+
+
 def test_a_path_under_an_unknown_users_home_is_one_line(tmp_path):
     """``~name/...`` for a user this machine does not know: pathlib raises a RuntimeError (a traceback); each way a path
     comes in says which part it cannot expand, in one line."""

@@ -20,12 +20,28 @@ PROG = "memlens"
 class Parser(argparse.ArgumentParser):
     """argparse with the CLI's error convention: one line on stderr, exit status 2."""
 
+    _seen: list[str] = []  # the arguments this parser was given (its own, for a subcommand's)
+
     def error(self, message: str) -> NoReturn:
-        print(f"{PROG}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        print(f"{PROG}: error: {message}{self._dash_hint(message)} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(2)
+
+    def _dash_hint(self, message: str) -> str:
+        """An entry id may start with '-' (``-dash``), which argparse reads as an unknown option, then says an ID is
+        missing: say where the id went."""
+        if not message.startswith("the following arguments are required"):
+            return ""
+        for arg in self._seen:
+            if arg == "--":
+                break
+            if (arg.startswith("-") and arg != "-" and arg.split("=", 1)[0] not in self._option_string_actions
+                    and not self._negative_number_matcher.match(arg)):
+                return f"; {arg!r} was read as an option: an ID that starts with '-' goes after --, as in {self.prog} -- {arg}"
+        return ""
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         """As argparse's, noting in the namespace the innermost (sub)command's parser that parsed it (``parse``)."""
+        self._seen = list(sys.argv[1:] if args is None else args)
         parsed, extras = super().parse_known_args(args, namespace)
         if not hasattr(parsed, "_parser"):  # a subcommand's parser returns first: it is kept
             parsed._parser = self
