@@ -52,5 +52,12 @@ def test_inbox_actions_and_lint_agree_across_backends(request, demo_store, tmp_p
             assert mem.get("agent-plain-09").overrides == "ros2-conv-007"
             assert mem.get("lc-arch-006").text.startswith("Components publish only through")
             assert mem.get("agent-plain-01").status.value == "under_review"
+            # a merge into an entry that is merged in turn: undone newest first, every step comes back
+            desk.merge(["agent-plain-02"], into="agent-plain-01")
+            desk.merge(["agent-plain-01"], into="agent-plain-10")
+            desk.undo("agent-plain-01")
+            desk.undo("agent-plain-02")
+            assert mem.get("agent-plain-02").text.startswith("The arm_driver hardware-in-the-loop rig")
+            assert "found_in" not in mem.get("agent-plain-01").meta and "found_in" not in mem.get("agent-plain-10").meta
             seen[mem.store.backend] = (inbox, lint, _seen(mem))
     assert seen["sqlite"] == seen["postgresql"]
