@@ -277,11 +277,28 @@ def test_an_undo_after_a_persons_edit_names_the_fields_to_set_back(store):
     salience = store.get("rule-2").salience
     store.update("rule-2", salience=0.2)
     with pytest.raises(StaleUpdateError, match=r"^cannot undo the accept of rule-2: entry 'rule-2' was edited after it "
-                                               r"\(audit row \d+, update\): its salience differ from what the review "
-                                               r"left; set them back \(memlens edit rule-2 FIELD=VALUE\), then undo again$"):
+                                               r"\(audit row \d+, update\): its salience differs from what the review "
+                                               r"left; set it back \(memlens edit rule-2 FIELD=VALUE\), then undo again$"):
         desk.undo("rule-2")
     store.update("rule-2", salience=salience)  # set back by hand: the undo goes through
     assert desk.undo("rule-2")["undid"] == "accept" and "rule-2" in ids(store)
+
+
+def test_an_undo_after_an_agents_later_write_names_the_agent_and_the_fields(store):
+    """dup-1's item was open before the merge: rejecting the agent's later write would take back its add too, so the
+    error says which fields to set back; a person's edit doing so lets the undo through."""
+    desk = store.review
+    desk.merge(["new-1"], into="dup-1")
+    salience = store.get("dup-1").salience
+    with attribution.acting_as(AGENT):
+        store.update("dup-1", salience=0.9)
+    with pytest.raises(StaleUpdateError, match=r"^cannot undo the merge of new-1: entry 'dup-1' was edited after it "
+                                               r"\(audit row \d+, update by unit-agent 1 \(mcp\)\): its salience "
+                                               r"differs from what the review left; set it back"):
+        desk.undo("new-1")
+    store.update("dup-1", salience=salience)
+    desk.undo("new-1")
+    assert store.get("new-1").text.startswith("Agents record what they learn") and "new-1" in ids(store)
 
 
 def test_the_cli_offers_no_undo_of_an_undo(store, capsys, monkeypatch):

@@ -253,7 +253,8 @@ class ReviewDesk:
 
     def _changed_since(self, review: dict[str, Any], exc: actions.ChangedSince) -> str:
         """Why an undo of ``review`` is refused, naming what to do first: undoing the later review action that changed
-        the entry (the one ``memlens review undo`` on it reverses), or putting back what a person's write changed."""
+        the entry (the one ``memlens review undo`` on it reverses), putting back the fields a later write (a person's
+        or an agent's) changed, deleting an entry added again; or that it cannot be undone any more."""
         entry_id, what = exc.entry_id, f"{review.get('action')} of {review.get('subject')}"
         later = [r for r in self.store.audit(entry_id, HISTORY) if int(r["seq"]) > exc.seq]  # newest first
         undone = {str(((r.get("detail") or {}).get("review") or {}).get("undoes")) for r in later}
@@ -263,16 +264,16 @@ class ReviewDesk:
                 return (f"cannot undo the {what}: entry {entry_id!r} was changed after it by a later review action "
                         f"({act.get('action')} of {act.get('subject')}, audit row {r['seq']}); undo that first "
                         f"(memlens review undo {entry_id}), then this one")
-        by = next((f" (audit row {r['seq']}, {r['action']})" for r in later if not (r.get("detail") or {}).get("review")), "")
-        pending = inbox.find(self.store, entry_id)
-        if pending is not None and pending.writes[0].seq > exc.seq:  # an agent's write no one answered yet
-            return (f"cannot undo the {what}: entry {entry_id!r} was changed after it by {pending.client} "
-                    f"(audit row {pending.writes[0].seq}); take that back first (memlens review reject {entry_id}), "
-                    "then undo again")
+        by = next((f" (audit row {r['seq']}, {r['action']}{_by(r)})" for r in later
+                   if not (r.get("detail") or {}).get("review")), "")
+        # a person's edit putting the fields back is no review action, so the same action is undone next time (an
+        # agent's later write is not rejected instead: that would take back its earlier writes too, and become the
+        # entry's newest review action, the one an undo takes)
         if exc.fields != ["exists"]:
+            one = len(exc.fields) == 1
             return (f"cannot undo the {what}: entry {entry_id!r} was edited after it{by}: its "
-                    f"{', '.join(exc.fields)} differ from what the review left; set them back "
-                    f"(memlens edit {entry_id} FIELD=VALUE), then undo again")
+                    f"{', '.join(exc.fields)} {'differs' if one else 'differ'} from what the review left; set "
+                    f"{'it' if one else 'them'} back (memlens edit {entry_id} FIELD=VALUE), then undo again")
         if self.store.get_row(entry_id) is None:
             return (f"cannot undo the {what}: entry {entry_id!r} was deleted after it{by}, and nothing brings it back "
                     "as the review left it; this review can no longer be undone")
@@ -285,6 +286,12 @@ _TYPE = COLUMNS.index("type")
 
 def _a(entry_type: str) -> str:
     return f"{'an' if entry_type == 'invariant' else 'a'} {entry_type}"
+
+
+def _by(row: dict[str, Any]) -> str:
+    """The agent that wrote an audit ``row``, as ' by NAME', or nothing for a person's write."""
+    client = (row.get("detail") or {}).get("client")
+    return f" by {attribution.describe(client)}" if isinstance(client, dict) and client.get("name") else ""
 
 
 def _each(items: list[Item], act: Callable[[Item], dict[str, Any]]) -> list[dict[str, Any]]:
