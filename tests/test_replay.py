@@ -208,6 +208,23 @@ def test_golden_add_refuses_a_query_its_search_would_refuse_and_keeps_nothing(me
     assert golden.check(mem)["passed"] == 1
 
 
+def test_golden_check_says_what_each_failing_query_expects_in_one_sentence(mem, capsys, monkeypatch):
+    """The stderr line read 'fails: ID the query fails: ...' (the id and the reason run together)."""
+    from memlens import embed
+    from memlens.cli.main import main
+
+    monkeypatch.setattr(embed, "make_embedder", lambda *a, **k: embed.HashEmbedder())
+    e = _seed(mem, "topic one about harbours", wing="w")
+    golden.add(mem, "harbours", e.id, active_wing="w", within=3)
+    mem.set_status(e.id, "deprecated")
+    path = str(mem.path)
+    mem.close()
+    assert main(["--store", path, "golden", "check"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"memlens: golden query 1 'harbours' fails: it expects {e.id} within 3: ") and "deprecated" in err
+    assert len(err.splitlines()) == 1
+
+
 # -- impact preview --------------------------------------------------------------------------------
 
 

@@ -172,7 +172,8 @@ def cmd_golden(args: argparse.Namespace) -> int:
         print(f"-- {report['passed']} passed, {report['failed']} failed")
     for c in report["checks"]:
         if not c["ok"]:
-            print(f"memlens: golden query {c['id']} {c['query']!r} fails: {c['expect']} {c['why']}", file=sys.stderr)
+            print(f"memlens: golden query {c['id']} {c['query']!r} fails: it expects {c['expect']} within {c['within']}: "
+                  f"{c['why']}", file=sys.stderr)
     return 1 if report["failed"] else 0
 
 
