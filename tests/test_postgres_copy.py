@@ -107,11 +107,8 @@ def test_a_failed_copy_leaves_the_destination_empty(tmp_path, settings, hash_emb
     monkeypatch.setattr(copy_mod._Postgres, "put_vectors", broken)  # entries already written when it fails
     with pytest.raises(RuntimeError, match="disk gone"):
         copy_mod.copy_store(src, pg_uri)
-    pg = open_store(pg_uri)
-    try:
-        assert pg.count() == 0 and pg.audit(limit=10) == [] and pg.generations() == {}
-    finally:
-        pg.close()
+    with pytest.raises(StoreError, match="^no memlens store in"):  # not even an empty one (its tables went too)
+        open_store(pg_uri, create=False)
 
 
 def test_a_copy_whose_server_goes_away_is_one_line(tmp_path, settings, hash_embedder, pg_uri, monkeypatch):
@@ -134,11 +131,8 @@ def test_a_copy_whose_server_goes_away_is_one_line(tmp_path, settings, hash_embe
     message = str(err.value)
     assert message.startswith("lost the connection to postgresql://") and message.endswith("nothing was copied")
     assert "\n" not in message
-    pg = open_store(pg_uri)
-    try:
-        assert pg.count() == 0 and pg.audit(limit=10) == []
-    finally:
-        pg.close()
+    with pytest.raises(StoreError, match="^no memlens store in"):
+        open_store(pg_uri, create=False)
 
 
 def test_a_copy_from_a_database_without_a_store_says_so_and_creates_nothing(tmp_path, pg_uri):
@@ -173,3 +167,57 @@ def test_degenerate_vector_arrives_as_zeros(tmp_path, settings, hash_embedder, p
         assert [h[0] for h in pg.knn(q, Scope(wings=["w"]), 5).hits] == [2]
     finally:
         pg.close()
+
+
+def _schema_of(uri):
+    """What a database holds: its tables in every schema but the system's, and its extensions."""
+    import psycopg
+
+    with psycopg.connect(uri) as conn:
+        tables = conn.execute("SELECT schemaname, tablename FROM pg_tables "
+                              "WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2").fetchall()
+        extensions = conn.execute("SELECT extname FROM pg_extension ORDER BY 1").fetchall()
+    return tables, extensions
+
+
+def test_a_failed_copy_into_a_new_database_leaves_it_as_it_was(tmp_path, settings, hash_embedder, pg_uri, monkeypatch):
+    """The store's tables (and pgvector, if the copy enabled it) are made in the copy's own transaction: a copy that
+    fails takes them back with its rows, so the database holds no empty memlens store afterwards."""
+    from memlens import Memory
+    from memlens.store.postgres import copy as copy_mod
+
+    src = tmp_path / "a.db"
+    with Memory.open(src, settings=settings, embedder=hash_embedder) as mem:
+        mem.add("one entry", wing="w")
+    before = _schema_of(pg_uri)
+    assert before[0] == [] and ("vector",) not in before[1]
+
+    def broken(self, rows):
+        raise RuntimeError("disk gone")
+
+    monkeypatch.setattr(copy_mod._Postgres, "put_vectors", broken)
+    with pytest.raises(RuntimeError, match="disk gone"):
+        copy_mod.copy_store(src, pg_uri)
+    assert _schema_of(pg_uri) == before
+    with pytest.raises(StoreError, match="^no memlens store in postgresql://"):
+        copy_mod.copy_store(pg_uri, tmp_path / "back.db")
+    monkeypatch.undo()
+    assert copy_mod.copy_store(src, pg_uri)["entries"] == 1  # and a copy that succeeds makes them
+    assert ("vector",) in _schema_of(pg_uri)[1]
+
+
+def test_a_failed_copy_into_an_existing_empty_store_leaves_it_as_it_was(tmp_path, settings, hash_embedder, pg_uri,
+                                                                        monkeypatch):
+    from memlens import Memory
+    from memlens.store.postgres import copy as copy_mod
+    from memlens.store.postgres import open_store
+
+    src = tmp_path / "a.db"
+    with Memory.open(src, settings=settings, embedder=hash_embedder) as mem:
+        mem.add("one entry", wing="w")
+    open_store(pg_uri, model=lambda: hash_embedder).close()  # an empty memlens store, made beforehand
+    before = _schema_of(pg_uri)
+    monkeypatch.setattr(copy_mod._Postgres, "put_vectors", lambda self, rows: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        copy_mod.copy_store(src, pg_uri)
+    assert _schema_of(pg_uri) == before

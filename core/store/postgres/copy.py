@@ -9,7 +9,9 @@ Rows of an import still in progress are not copied (no reader sees them).
 
 All or nothing: the destination must be a new (or empty) store, and every
 row is written in ONE transaction there, so an interrupted copy leaves the
-destination as empty as it was; run it again. It is not resumable. The
+destination as empty as it was; run it again. In a PostgreSQL database, that
+transaction also makes the store's tables (and enables pgvector if needed):
+one without a store before a failed copy holds none after it either. It is not resumable. The
 source is read in one snapshot (a read transaction), so writers may keep
 writing to it meanwhile; the copy holds the store as it was when it began.
 
@@ -85,6 +87,10 @@ class _Sqlite:
     def rows(self, sql: str) -> Iterator[tuple[Any, ...]]:
         yield from self.conn.execute(sql)
 
+    def has_rows(self) -> bool:
+        """Whether the store holds entries or audit rows."""
+        return any(self.conn.execute(f"SELECT EXISTS (SELECT 1 FROM {t})").fetchone()[0] for t in ("entries", "audit"))
+
     def vectors(self) -> Iterator[tuple[Any, ...]]:
         yield from self.conn.execute(
             f"SELECT v.rowid, v.embedding, {', '.join('v.' + c for c in VEC_META)} FROM entries_vec v "
@@ -131,14 +137,30 @@ class _Postgres:
     cite_order = "n"
 
     def __init__(self, uri: str, dim: int | None, model: str | None) -> None:
-        from memlens.store.postgres import open_store
+        from memlens.store.postgres import open_store, split_options
+        from memlens.store.postgres.connect import connect
 
-        # a source (no ``dim``) must be a memlens store already: nothing is created in it
-        self.store = open_store(uri, model=(lambda: _Model(model or "", int(dim))) if dim is not None else None,
-                                create=dim is not None)
-        self.label = self.store.label
-        self._cm: Any = self.store.connection()
-        self.conn = self._cm.__enter__()
+        self.dim = dim
+        if dim is None:  # a source must be a memlens store already: nothing is created in it
+            self.store: Any = open_store(uri, create=False)
+            self.label = self.store.label
+            self._cm: Any = self.store.connection()
+            self.conn = self._cm.__enter__()
+            return
+        # a destination: one plain connection; the store's tables (and pgvector) are made inside the copy's
+        # transaction (``transaction``), so a copy that fails leaves the database as it was, with no empty store
+        self.store = self._cm = None
+        self.uri = split_options(uri)[0]
+        self.label = label(self.uri)
+        self.conn = connect(self.uri, self.label)
+
+    def has_rows(self) -> bool:
+        """Whether the store holds entries or audit rows (a database without a memlens store holds none)."""
+        from memlens.store.postgres import schema
+
+        if not schema.version(self.conn):
+            return False
+        return any(self.conn.execute(f"SELECT EXISTS (SELECT 1 FROM {t})").fetchone()[0] for t in ("entries", "audit"))
 
     def rows(self, sql: str) -> Iterator[tuple[Any, ...]]:
         with self.conn.cursor() as cur:
@@ -158,10 +180,17 @@ class _Postgres:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        from memlens.store.postgres.schema import LOCK_WRITES
+        from pgvector.psycopg import register_vector
+
+        from memlens.store.postgres import schema
 
         with self.conn.transaction() as tx:
-            self.conn.execute(LOCK_WRITES)
+            if self.dim is not None:  # pgvector and the schema in this transaction: a failed copy takes them back
+                self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.MIGRATION_LOCK,))
+                schema.ensure_extension(self.conn, self.label)
+                register_vector(self.conn)
+                schema.migrate(self.conn, self.label, self.dim)
+            self.conn.execute(schema.LOCK_WRITES)
             yield
             lexical.rebuild(self.conn)  # the rows' tokens counted once, at the end, every row folded
             for table, col in (("entries", "rowid"), ("audit", "seq"), ("blockers", "id"), ("answers", "id"), ("golden", "id"),
@@ -202,10 +231,14 @@ class _Postgres:
 
     def close(self) -> None:
         try:
-            self._cm.__exit__(None, None, None)
+            if self._cm is not None:
+                self._cm.__exit__(None, None, None)
+            else:
+                self.conn.close()
         except Exception:  # the connection is gone (the error that ended the copy says so)
             pass
-        self.store.close()
+        if self.store is not None:
+            self.store.close()
 
 
 def _open(target: str | Path, dim: int | None = None, model: str | None = None) -> Any:
@@ -246,13 +279,14 @@ def _copy_store(src: str | Path, dst: str | Path, progress: Callable[[int, int],
 
 
 def _copy(source: Any, target: Any, meta: dict[str, str], progress: Callable[[int, int], None] | None) -> dict[str, int]:
-    if any(int(next(iter(target.rows(f"SELECT count(*) FROM {t}")))[0]) for t in ("entries", "audit")):
-        raise StoreError(f"store {target.label} is not empty: copy writes into a new store only (all or nothing)")
-    tmeta = target.meta()
-    if tmeta.get("dim") and tmeta["dim"] != meta["dim"]:
-        raise StoreError(f"store {target.label} holds {tmeta['dim']}-dimensional vectors, {source.label} {meta['dim']}")
     counts: dict[str, int] = {}
     with source.snapshot(), target.transaction():
+        # checked inside the transaction, under its locks: what another writer committed meanwhile is seen here
+        if target.has_rows():
+            raise StoreError(f"store {target.label} is not empty: copy writes into a new store only (all or nothing)")
+        tmeta = target.meta()
+        if tmeta.get("dim") and tmeta["dim"] != meta["dim"]:
+            raise StoreError(f"store {target.label} holds {tmeta['dim']}-dimensional vectors, {source.label} {meta['dim']}")
         total = int(next(iter(source.rows(f"SELECT count(*) FROM entries WHERE {_VISIBLE['entries'].format(p='')}")))[0])
         for table, cols, order in TABLES:
             where = f" WHERE {_VISIBLE[table].format(p='')}" if table in _VISIBLE else ""
