@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 
 import numpy as np
 import pytest
@@ -221,3 +222,39 @@ def test_a_failed_copy_into_an_existing_empty_store_leaves_it_as_it_was(tmp_path
     with pytest.raises(ZeroDivisionError):
         copy_mod.copy_store(src, pg_uri)
     assert _schema_of(pg_uri) == before
+
+
+@pytest.mark.parametrize("into", ["postgresql", "sqlite"])
+def test_the_loser_of_two_copies_into_one_new_store_says_so_in_one_line(into, tmp_path, settings, hash_embedder, pg_uri,
+                                                                         monkeypatch, capfd, caplog):
+    """Two copies into the same new store at once: the second to reach it finds it written by the first, says so in
+    one line (no driver error, no driver log line) and leaves the first one's store as it is."""
+    from memlens import Memory
+    from memlens.cli.main import main
+    from memlens.store.postgres import copy as copy_mod
+
+    mine, theirs = tmp_path / "mine.db", tmp_path / "theirs.db"
+    for path, n in ((mine, 3), (theirs, 2)):
+        with Memory.open(path, settings=settings, embedder=hash_embedder) as mem:
+            for i in range(n):
+                mem.add(f"{path.stem} entry {i}", wing="w")
+    dst = pg_uri if into == "postgresql" else str(tmp_path / "new.db")
+    real_snapshot = copy_mod._Sqlite.snapshot
+    raced: list[bool] = []
+
+    def snapshot_after_another_copy(self):  # the other copy runs between this one's start and its transaction
+        if not raced:
+            raced.append(True)
+            assert copy_mod.copy_store(theirs, dst)["entries"] == 2
+        return real_snapshot(self)
+
+    monkeypatch.setattr(copy_mod._Sqlite, "snapshot", snapshot_after_another_copy)
+    capfd.readouterr()
+    with caplog.at_level(logging.DEBUG):
+        assert main(["copy", str(mine), dst]) == 2
+    err = capfd.readouterr().err
+    assert raced and err.count("\n") == 1, err
+    assert err.startswith("memlens: error: store ") and "is no longer empty" in err and "nothing was copied" in err, err
+    assert not [r for r in caplog.records if r.name.startswith("psycopg")]
+    monkeypatch.undo()
+    assert copy_mod.copy_store(dst, tmp_path / "check.db")["entries"] == 2  # the first copy's store, untouched

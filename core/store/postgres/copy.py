@@ -279,11 +279,15 @@ def _copy_store(src: str | Path, dst: str | Path, progress: Callable[[int, int],
 
 
 def _copy(source: Any, target: Any, meta: dict[str, str], progress: Callable[[int, int], None] | None) -> dict[str, int]:
+    if target.has_rows():
+        raise StoreError(f"store {target.label} is not empty: copy writes into a new store only (all or nothing)")
     counts: dict[str, int] = {}
     with source.snapshot(), target.transaction():
-        # checked inside the transaction, under its locks: what another writer committed meanwhile is seen here
+        # again under the transaction's locks: another copy (or any writer) may have written there meanwhile, and
+        # this copy's rows would then clash with its rows
         if target.has_rows():
-            raise StoreError(f"store {target.label} is not empty: copy writes into a new store only (all or nothing)")
+            raise StoreError(f"store {target.label} is no longer empty: another copy (or a writer) wrote into it after "
+                             "this copy began; nothing was copied")
         tmeta = target.meta()
         if tmeta.get("dim") and tmeta["dim"] != meta["dim"]:
             raise StoreError(f"store {target.label} holds {tmeta['dim']}-dimensional vectors, {source.label} {meta['dim']}")
