@@ -258,3 +258,58 @@ def test_the_loser_of_two_copies_into_one_new_store_says_so_in_one_line(into, tm
     assert not [r for r in caplog.records if r.name.startswith("psycopg")]
     monkeypatch.undo()
     assert copy_mod.copy_store(dst, tmp_path / "check.db")["entries"] == 2  # the first copy's store, untouched
+
+
+def test_damaged_entries_are_named_and_never_carried_into_postgresql(tmp_path, settings, hash_embedder, pg_server, pg_uri,
+                                                                     capfd):
+    """A row changed behind the engine's back (what export leaves out with a warning): a copy into PostgreSQL, where
+    memlens cannot check or salvage, stops with one line naming them and writes nothing; a copy into a file stays
+    whole, names each one, and exits 1 (as export does), so that check and salvage can repair them there."""
+    import psycopg
+
+    from memlens import Memory
+    from memlens.cli.main import main
+    from memlens.store.postgres.copy import copy_store
+
+    src = tmp_path / "a.db"
+    with Memory.open(src, settings=settings, embedder=hash_embedder) as mem:
+        ids = [mem.add(f"entry number {i}", wing="w").id for i in range(5)]
+        mem.conn.execute("UPDATE entries SET meta = 'not json' WHERE id = ?", (ids[1],))
+        mem.conn.execute("UPDATE entries SET kind = 'alien' WHERE id = ?", (ids[2],))
+        mem.conn.execute("UPDATE entries SET overrides = id WHERE id = ?", (ids[4],))
+    capfd.readouterr()
+    assert main(["copy", str(src), pg_uri]) == 2
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("memlens: error: store "), err
+    assert "3 damaged entries" in err and all(repr(i) in err for i in (ids[1], ids[2], ids[4])), err
+    assert "meta is not valid JSON" in err and "salvage" in err and err.endswith("nothing was copied\n"), err
+    assert _schema_of(pg_uri)[0] == []
+
+    into = tmp_path / "b.db"
+    assert main(["copy", str(src), str(into)]) == 1
+    err = capfd.readouterr().err.splitlines()
+    assert [line.split("'")[1] for line in err if line.startswith("memlens: warning: entry ")] == [ids[1], ids[2], ids[4]]
+    assert err[-2].startswith("copied 5 entries (5 vectors)") and err[-1].startswith("memlens: 3 damaged entries were "
+                                                                                       "copied as they are"), err
+    assert main(["--store", str(into), "check"]) == 1  # the copy is whole: check finds the same rows
+    out = capfd.readouterr().out
+    assert all(i in out for i in (ids[1], ids[2], ids[4])), out
+    with pytest.raises(StoreError, match="3 damaged entries"):  # from Python, only when asked to carry them
+        copy_store(src, tmp_path / "c.db")
+
+    # the same from a PostgreSQL source damaged by hand: into a file (where it can be checked), not into PostgreSQL
+    sound = tmp_path / "sound.db"
+    with Memory.open(sound, settings=settings, embedder=hash_embedder) as mem:
+        first = mem.add("a sound entry", wing="w").id
+        mem.add("another sound entry", wing="w")
+    copy_store(sound, pg_uri)
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        conn.execute("UPDATE entries SET salience = 5 WHERE id = %s", (first,))
+    assert main(["copy", pg_uri, str(tmp_path / "d.db")]) == 1
+    assert f"warning: entry {first!r} is damaged (salience 5.0 is not a number from 0 to 1)" in capfd.readouterr().err
+    name, other = pg_server.create_db()
+    try:
+        with pytest.raises(StoreError, match=f"holds 1 damaged entry: {first!r} .*copy it into a SQLite file first"):
+            copy_store(pg_uri, other)
+    finally:
+        pg_server.drop_db(name)

@@ -6,6 +6,12 @@ new SQLite file is removed again). Not resumable: run it again. SRC is read in
 one snapshot and never written. Into PostgreSQL, the vector indexes are built
 after the copy (``PgStore.ensure_hnsw``) once the store holds enough vectors for
 searches to use them; until they are built, searches scan exactly.
+
+Damaged entries (rows edited by hand into something the data model rejects,
+which export leaves out with a warning): into a file they are copied as they
+are, each named in a warning, and the command exits 1 (``check`` and
+``salvage`` repair them there); into PostgreSQL, where neither runs, nothing is
+copied and the error names them.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from memlens.cli.args import PROG
 from memlens.cli.output import count, progress_stream
 from memlens.errors import StoreError
 from memlens.files import expand_user
@@ -30,7 +37,8 @@ def register(sub: Any) -> None:
                     "answer log, the retrieval log that replay reads, the golden queries and the ingestion catalog "
                     "from SRC into DST, a new or empty store. All or nothing: "
                     "one transaction in DST, so a failed or interrupted copy leaves DST as it was "
-                    "(run it again; it does not resume).",
+                    "(run it again; it does not resume). Damaged entries (see check) are copied as they are into "
+                    "a file, named in warnings, exit status 1; into PostgreSQL they stop the copy.",
     )
     s.add_argument("src", metavar="SRC", help="the store to copy from (a file or a postgresql:// URI; only read)")
     s.add_argument("dst", metavar="DST", help="the new store (a file that does not exist yet, or an empty database)")
@@ -69,11 +77,17 @@ def cmd_copy(args: argparse.Namespace) -> int:
     if isinstance(src, Path) and isinstance(dst, Path) and src.resolve() == dst.resolve() or src == dst:
         raise StoreError("copy: SRC and DST are the same store")
     interactive = sys.stderr.isatty()
+
+    def damaged(entry_id: str, problem: str) -> None:  # into a file: copied as it is, named here, exit 1
+        if interactive:
+            print(file=sys.stderr)  # off the progress bar's line
+        print(f"{PROG}: warning: entry {entry_id!r} is damaged ({problem}); copied as it is", file=sys.stderr)
+
     try:
         with terminate_as_exit():  # SIGTERM unwinds like Ctrl-C: the transaction rolls back, a new file goes
             if isinstance(dst, Path):
                 with removed_on_failure(dst):
-                    counts = copy_store(src, dst, progress=_bar if interactive else None)
+                    counts = copy_store(src, dst, progress=_bar if interactive else None, on_damaged=damaged)
             else:
                 counts = copy_store(src, dst, progress=_bar if interactive else None)
     finally:
@@ -83,6 +97,12 @@ def cmd_copy(args: argparse.Namespace) -> int:
           f"{count(counts['audit'], 'audit row')}, "
           f"{counts['wings']} wings, {counts['tasks']} tasks, {counts['blockers']} blockers, {counts['answers']} answers, "
           f"{counts['golden']} golden queries from {_shown(src)} into {_shown(dst)}", file=sys.stderr)
+    if counts["damaged"]:
+        n = counts["damaged"]
+        print(f"{PROG}: {count(n, 'damaged entry', 'damaged entries')} {'was' if n == 1 else 'were'} copied as "
+              f"{'it is' if n == 1 else 'they are'}: `memlens --store {dst} check` lists them, "
+              f"`memlens --store {dst} salvage NEW.db` makes a sound store", file=sys.stderr)
+        return 1
     if not isinstance(dst, Path):
         _vector_indexes(dst, counts["vectors"])
     return 0

@@ -34,8 +34,10 @@ from memlens.files import expand_user
 from memlens.store.postgres import lexical
 from memlens.store.postgres.compat import from_pg
 from memlens.store.postgres.connect import is_uri, label, translate
+from memlens.store.rows import COLUMNS, row_problem, rule_problem
 
 BATCH = 500
+SHOWN_DAMAGED = 5  # damaged entries named in the error
 ENTRY = ("rowid", "id", "wing", "room", "kind", "type", "status", "title", "text", "key", "salience", "overrides",
          "created_at", "updated_at", "meta", "content_hash", "model")
 VEC_META = ("wing", "room", "kind", "type", "status")
@@ -247,12 +249,19 @@ def _open(target: str | Path, dim: int | None = None, model: str | None = None) 
     return _Sqlite(expand_user(target), dim)
 
 
-def copy_store(src: str | Path, dst: str | Path, *, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+def copy_store(src: str | Path, dst: str | Path, *, progress: Callable[[int, int], None] | None = None,
+               on_damaged: Callable[[str, str], None] | None = None) -> dict[str, int]:
     """Copy the store ``src`` into the new store ``dst`` (a path or a ``postgresql://`` URI); returns rows per table.
     A PostgreSQL error (the server gone mid-copy, say) is one line naming that store; the copy's transaction rolled
-    back, so nothing was copied."""
+    back, so nothing was copied.
+
+    A damaged entry (a row edited by hand into something the data model rejects, which export leaves out) stops
+    the copy with a StoreError naming it, and nothing is written; unless ``dst`` is a SQLite file and ``on_damaged``
+    is given: the copy then stays whole, the damaged rows copied as they are (in a file, ``memlens check`` lists
+    them and ``memlens salvage`` repairs them), each reported to ``on_damaged(entry_id, problem)``;
+    ``counts["damaged"]`` says how many."""
     try:
-        return _copy_store(src, dst, progress)
+        return _copy_store(src, dst, progress, on_damaged)
     except Exception as exc:
         psycopg = sys.modules.get("psycopg")
         if psycopg is None or not isinstance(exc, psycopg.Error):
@@ -261,7 +270,8 @@ def copy_store(src: str | Path, dst: str | Path, *, progress: Callable[[int, int
         raise StoreError(f"{translate(exc, label(uri), uri)}; nothing was copied") from None
 
 
-def _copy_store(src: str | Path, dst: str | Path, progress: Callable[[int, int], None] | None) -> dict[str, int]:
+def _copy_store(src: str | Path, dst: str | Path, progress: Callable[[int, int], None] | None,
+                on_damaged: Callable[[str, str], None] | None) -> dict[str, int]:
     source = _open(src)
     try:
         meta = source.meta()
@@ -269,7 +279,7 @@ def _copy_store(src: str | Path, dst: str | Path, progress: Callable[[int, int],
             raise StoreError(f"store {source.label} records no vector size; it is not a complete memlens store")
         target = _open(dst, int(meta["dim"]), meta.get("model"))
         try:
-            counts = _copy(source, target, meta, progress)
+            counts = _copy(source, target, meta, progress, on_damaged)
             target.analyze()
             return counts
         finally:
@@ -278,10 +288,13 @@ def _copy_store(src: str | Path, dst: str | Path, progress: Callable[[int, int],
         source.close()
 
 
-def _copy(source: Any, target: Any, meta: dict[str, str], progress: Callable[[int, int], None] | None) -> dict[str, int]:
+def _copy(source: Any, target: Any, meta: dict[str, str], progress: Callable[[int, int], None] | None,
+          on_damaged: Callable[[str, str], None] | None) -> dict[str, int]:
     if target.has_rows():
         raise StoreError(f"store {target.label} is not empty: copy writes into a new store only (all or nothing)")
     counts: dict[str, int] = {}
+    damaged: list[tuple[str, str]] = []
+    keep_damaged = on_damaged is not None and isinstance(target, _Sqlite)  # where check and salvage can repair them
     with source.snapshot(), target.transaction():
         # again under the transaction's locks: another copy (or any writer) may have written there meanwhile, and
         # this copy's rows would then clash with its rows
@@ -298,6 +311,12 @@ def _copy(source: Any, target: Any, meta: dict[str, str], progress: Callable[[in
             batch: list[tuple[Any, ...]] = []
             order = order.format(cite_order=source.cite_order)
             for row in source.rows(f"SELECT {', '.join(cols)} FROM {table}{where} ORDER BY {order}"):
+                if table == "entries" and (problem := _damage(row)):
+                    damaged.append((row[1], problem))
+                    if keep_damaged and on_damaged is not None:
+                        on_damaged(row[1], problem)
+                if damaged and not keep_damaged:  # nothing more is written: the copy stops once the entries are read
+                    continue
                 batch.append(tuple(row))
                 if len(batch) >= BATCH:
                     target.put(table, cols, batch)
@@ -305,6 +324,8 @@ def _copy(source: Any, target: Any, meta: dict[str, str], progress: Callable[[in
                     batch = []
                     if progress and table == "entries":
                         progress(n, total)
+            if damaged and not keep_damaged:
+                raise StoreError(_damaged_message(source, target, damaged))
             if batch:
                 target.put(table, cols, batch)
                 n += len(batch)
@@ -314,7 +335,31 @@ def _copy(source: Any, target: Any, meta: dict[str, str], progress: Callable[[in
             if table == "entries":
                 counts["vectors"] = _copy_vectors(source, target, progress, total)
         target.put_meta(meta)
+    counts["damaged"] = len(damaged)
     return counts
+
+
+def _damage(row: tuple[Any, ...]) -> str | None:
+    """What is wrong with an entry row selected as ``ENTRY`` (a hand edit the data model rejects), as export sees it."""
+    entry = tuple(row[1:len(COLUMNS) + 1])  # ENTRY is the rowid, then COLUMNS
+    return row_problem(entry) or rule_problem(entry)
+
+
+def _damaged_message(source: Any, target: Any, damaged: list[tuple[str, str]]) -> str:
+    """One line: how many entries of ``source`` are damaged, the first few ids (the first with its problem), and
+    what to do."""
+    n = len(damaged)
+    shown = ", ".join([f"{damaged[0][0]!r} ({damaged[0][1]})", *(repr(i) for i, _ in damaged[1:SHOWN_DAMAGED])])
+    more = f" and {n - SHOWN_DAMAGED} more" if n > SHOWN_DAMAGED else ""
+    if isinstance(source, _Sqlite):
+        fix = ("`memlens --store SRC check` lists them, `memlens --store SRC salvage NEW.db` makes a sound store to "
+               "copy from")
+    else:
+        fix = ("copy it into a SQLite file first (damaged rows are copied there as they are, and `memlens check` "
+               "and `salvage` work on a file)")
+    why = "a copy into PostgreSQL does not carry them" if isinstance(target, _Postgres) else "not asked to carry them"
+    return (f"store {source.label} holds {n} damaged {'entry' if n == 1 else 'entries'}: {shown}{more}; {why}: {fix}; "
+            "nothing was copied")
 
 
 def _copy_vectors(source: Any, target: Any, progress: Callable[[int, int], None] | None, total: int) -> int:
