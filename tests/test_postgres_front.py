@@ -220,3 +220,53 @@ def test_store_set_in_the_config_file_to_a_uri(tmp_path, pg_uri, settings, hash_
     assert stats.returncode == 0, stats.stderr
     d = json.loads(stats.stdout)
     assert d["entries"] == 1 and d["per_wing"] == {"cfg": 1} and d["store"].startswith("postgresql://")
+
+
+def test_a_command_that_lost_its_connection_says_to_run_it_again(tmp_path, settings, hash_embedder, pg_uri, monkeypatch,
+                                                                  capfd):
+    """A CLI command has no next call: its lost-connection message says nothing half-written is kept and to run it
+    again; a long-lived process (the app, the MCP server, any library user) keeps 'the next call reconnects'."""
+    from memlens import Memory
+    from memlens.cli.main import main
+    from memlens.errors import StoreError
+    from memlens.store.postgres import open_store
+    from memlens.store.postgres.store import PgStore
+
+    with Memory.open(pg_uri, settings=settings, embedder=hash_embedder) as mem:
+        mem.add("one entry", wing="w")
+    real_count = PgStore.count
+    lost: list[bool] = []
+
+    def count_after_losing_the_connection(self):
+        if not lost:
+            lost.append(True)
+            with self.connection() as conn:  # as a server restarting under the command
+                conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        return real_count(self)
+
+    monkeypatch.setattr(PgStore, "count", count_after_losing_the_connection)
+    capfd.readouterr()
+    assert main(["--store", pg_uri, "stats"]) == 2
+    err = capfd.readouterr().err
+    assert lost and err.count("\n") == 1 and err.startswith("memlens: error: lost the connection to postgresql://"), err
+    assert "next call" not in err and err.endswith("nothing half-written is kept: run the command again\n"), err
+
+    lost.clear()  # the same process, no longer running a command: a library user's store reconnects on its next call
+    store = open_store(pg_uri)
+    try:
+        with pytest.raises(StoreError, match="; the next call reconnects$"):
+            store.count()
+        assert real_count(store) == 1
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(("argv", "one_shot"), [
+    (["stats"], True), (["copy", "a", "b"], True), (["index", "ws", "--wing", "w"], True),
+    (["mcp"], False), ([], False), (["index", "ws", "--wing", "w", "--watch"], False),
+])
+def test_only_commands_that_run_once_are_one_shot(argv, one_shot):
+    from memlens.cli.args import parse
+    from memlens.cli.main import build_parser, runs_once
+
+    assert runs_once(parse(build_parser(), argv)) is one_shot

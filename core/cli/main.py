@@ -87,12 +87,23 @@ def main(argv: list[str] | None = None) -> int:
         return _handle(args, handler)
 
 
+def runs_once(args: argparse.Namespace) -> bool:
+    """Whether the command runs once and ends: not the app, the MCP server or ``index --watch``, which keep their
+    store open and meet a lost connection again on their next call."""
+    return args.command not in (None, "tui", "mcp") and not (args.command == "index" and getattr(args, "watch", False))
+
+
 def _handle(args: argparse.Namespace, handler: Callable[[argparse.Namespace], int]) -> int:
+    from memlens.store.postgres.connect import one_shot
+
     try:
         _warn_stray_variables()
         check_text_args(args)
         if args.command in ("search", "context", "explain") and isinstance(getattr(args, "query", None), str):
             check_query(args.query)  # before the store opens
+        if runs_once(args):
+            with one_shot():  # a lost connection's message: run the command again (there is no next call)
+                return handler(args)
         return handler(args)
     except MemlensError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

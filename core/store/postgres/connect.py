@@ -31,6 +31,11 @@ from memlens.secrets import redact, url_secrets, usable
 
 SCHEMES = ("postgresql://", "postgres://")
 CONNECT_TIMEOUT_S = 10
+# what a lost connection's message says next: a long-lived process (the app, the MCP server, a program holding a
+# store) opens a new connection on its next call; a command that runs once has no next call (``one_shot``)
+NEXT_CALL = "the next call reconnects"
+RUN_AGAIN = "nothing half-written is kept: run the command again"
+_after_lost = [NEXT_CALL]
 
 
 def is_uri(target: object) -> TypeGuard[str]:
@@ -86,6 +91,22 @@ def uri_secrets(uri: str) -> tuple[str, ...]:
     return usable(found)
 
 
+@contextmanager
+def one_shot() -> Iterator[None]:
+    """While the block runs, this process runs one command and then ends (the CLI, but not its app or MCP server):
+    a lost connection's message asks to run the command again instead of promising a next call."""
+    _after_lost.append(RUN_AGAIN)
+    try:
+        yield
+    finally:
+        _after_lost.pop()
+
+
+def after_lost() -> str:
+    """What a lost connection's message ends with (``one_shot``)."""
+    return _after_lost[-1]
+
+
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0].strip()
@@ -117,7 +138,7 @@ def _translate(exc: BaseException, store: str) -> StoreError:
     if sqlstate in ("40001", "40P01", "55P03") or "lock timeout" in low:
         return StoreLockedError(f"store {store} is busy (a conflicting writer); try again")
     if lost(exc):
-        return StoreError(f"lost the connection to {store} ({msg}); the next call reconnects")
+        return StoreError(f"lost the connection to {store} ({msg}); {after_lost()}")
     return StoreError(f"store {store}: {msg}")
 
 

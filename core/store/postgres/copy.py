@@ -31,13 +31,15 @@ import numpy as np
 
 from memlens.errors import StoreError
 from memlens.files import expand_user
+from memlens.secrets import redact
 from memlens.store.postgres import lexical
 from memlens.store.postgres.compat import from_pg
-from memlens.store.postgres.connect import is_uri, label, translate
+from memlens.store.postgres.connect import first_line, is_uri, label, lost, translate, uri_secrets
 from memlens.store.rows import COLUMNS, row_problem, rule_problem
 
 BATCH = 500
 SHOWN_DAMAGED = 5  # damaged entries named in the error
+_AGAIN = "nothing was copied: run the copy again"
 ENTRY = ("rowid", "id", "wing", "room", "kind", "type", "status", "title", "text", "key", "salience", "overrides",
          "created_at", "updated_at", "meta", "content_hash", "model")
 VEC_META = ("wing", "room", "kind", "type", "status")
@@ -200,7 +202,7 @@ class _Postgres:
                 self.conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', '{col}'), "
                                   f"greatest((SELECT max({col}) FROM {table}), 1), (SELECT max({col}) FROM {table}) IS NOT NULL)")
         if tx.status != tx.Status.COMMITTED:
-            raise StoreError(f"lost the connection to {self.label} before the copy committed; nothing was written")
+            raise StoreError(f"lost the connection to {self.label} before the copy committed; {_AGAIN}")
 
     def put(self, table: str, cols: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
         if table == "entries":  # each row with its FTS5 tokens (memlens.store.postgres.lexical)
@@ -267,6 +269,9 @@ def copy_store(src: str | Path, dst: str | Path, *, progress: Callable[[int, int
         if psycopg is None or not isinstance(exc, psycopg.Error):
             raise
         uri = str(dst) if is_uri(dst) else str(src)
+        if lost(exc):  # no "next call" to promise: the copy is simply run again
+            raise StoreError(redact(f"lost the connection to {label(uri)} ({first_line(exc)}); {_AGAIN}",
+                                    uri_secrets(uri))) from None
         raise StoreError(f"{translate(exc, label(uri), uri)}; nothing was copied") from None
 
 

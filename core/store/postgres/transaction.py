@@ -71,7 +71,7 @@ class PgTransactions:
                     failed = writer.synced.failed if writer.synced is not None else None
                     if failed is not None or _gone(conn):  # the block went on after a statement of it failed
                         raise StoreError(f"lost the connection to {self.label} before the write committed; nothing was "
-                                         "written; the next call reconnects" if failed is None or connect.lost(failed)
+                                         f"written; {connect.after_lost()}" if failed is None or connect.lost(failed)
                                          else f"a statement of this write to {self.label} failed ({connect.first_line(failed)}); "
                                          "nothing was written")
                     done = conn.execute("COMMIT") if writer.finish(then=flush) else None
