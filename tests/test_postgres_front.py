@@ -270,3 +270,22 @@ def test_only_commands_that_run_once_are_one_shot(argv, one_shot):
     from memlens.cli.main import build_parser, runs_once
 
     assert runs_once(parse(build_parser(), argv)) is one_shot
+
+
+def test_a_wrong_port_on_a_socket_uri_is_named_in_the_error(pg_server, pg_uri, capfd):
+    """A unix-socket URI with a port nothing listens on: the error shows the port and the socket file tried (the
+    port picks the file), never the password."""
+    from memlens.cli.main import main
+    from memlens.store.postgres.connect import label
+
+    host = pg_uri.split("host=")[1].split("&")[0]
+    dbname = pg_uri.split("/")[3].split("?")[0]
+    for uri in (f"postgresql://postgres:s3cret@:5433/{dbname}?host={host}",
+                f"postgresql://postgres:s3cret@/{dbname}?host={host}&port=5433"):
+        assert label(uri) == f"postgresql://postgres@/{dbname}?host={host}&port=5433"
+        capfd.readouterr()
+        assert main(["--store", uri, "stats"]) == 2
+        err = capfd.readouterr().err
+        assert err.count("\n") == 1 and "port=5433" in err and f"{host}/.s.PGSQL.5433" in err, err
+        assert "s3cret" not in err
+    assert label(f"postgresql://postgres:s3cret@/{dbname}?host={host}") == f"postgresql://postgres@/{dbname}?host={host}"

@@ -73,8 +73,10 @@ def label(uri: str) -> str:
     host = p.get("host", "")
     where = f"{host}:{p['port']}" if "port" in p and host and not host.startswith("/") else host
     user = p.get("user", "")
+    # on a unix socket the port picks the socket file (.s.PGSQL.<port>): shown too, or a wrong one goes unseen
+    port = f"&port={p['port']}" if "port" in p and where.startswith("/") else ""
     return f"postgresql://{user + '@' if user else ''}{where if not where.startswith('/') else ''}/{p.get('dbname', '')}" + (
-        f"?host={where}" if where.startswith("/") else ""
+        f"?host={where}{port}" if where.startswith("/") else ""
     )
 
 
@@ -132,7 +134,9 @@ def _translate(exc: BaseException, store: str) -> StoreError:
     if sqlstate == "3D000" or ("database" in low and "does not exist" in low):
         return StoreError(f"cannot connect to {store}: {msg} (create it first: createdb)")
     if "no such file or directory" in low and "socket" in low:
-        return StoreError(f"cannot connect to {store}: no server listens on that socket")
+        tried = re.search(r'on socket "([^"]+)"', str(exc))  # libpq names the socket file it tried
+        return StoreError(f"cannot connect to {store}: no server listens on "
+                          f"{'socket ' + tried.group(1) if tried else 'that socket'}")
     if "timeout expired" in low or "timed out" in low:
         return StoreError(f"cannot connect to {store}: no answer within {CONNECT_TIMEOUT_S} s")
     if sqlstate in ("40001", "40P01", "55P03") or "lock timeout" in low:
