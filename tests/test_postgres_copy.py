@@ -314,3 +314,22 @@ def test_damaged_entries_are_named_and_never_carried_into_postgresql(tmp_path, s
             copy_store(pg_uri, other)
     finally:
         pg_server.drop_db(name)
+
+
+def test_a_source_that_records_no_model_still_gives_a_store_that_opens(tmp_path, settings, hash_embedder, pg_uri):
+    """The destination's store records a model and a creation time even when the source's meta lacks them (as
+    opening a new store would), so it opens without being given a model."""
+    from memlens import Memory
+    from memlens.store.postgres import open_store
+    from memlens.store.postgres.copy import copy_store
+
+    src = tmp_path / "a.db"
+    with Memory.open(src, settings=settings, embedder=hash_embedder) as mem:
+        mem.add("one entry", wing="w")
+        mem.conn.execute("DELETE FROM store_meta WHERE key IN ('model', 'created_at')")
+    copy_store(src, pg_uri)
+    pg = open_store(pg_uri, create=False)
+    try:
+        assert pg.count() == 1 and pg.meta()["model"] == "" and pg.meta()["created_at"]
+    finally:
+        pg.close()

@@ -11,9 +11,10 @@ All or nothing: the destination must be a new (or empty) store, and every
 row is written in ONE transaction there, so an interrupted copy leaves the
 destination as empty as it was; run it again. In a PostgreSQL database, that
 transaction also makes the store's tables (and enables pgvector if needed):
-one without a store before a failed copy holds none after it either. It is not resumable. The
-source is read in one snapshot (a read transaction), so writers may keep
-writing to it meanwhile; the copy holds the store as it was when it began.
+one without a store before a failed copy holds none after it either. It is
+not resumable. The source is read in one snapshot (a read transaction), so
+writers may keep writing to it meanwhile; the copy holds the store as it was
+when it began.
 
 A vector with no direction (all zeros, NaN or infinite) arrives as zeros in
 PostgreSQL, which cannot hold NaN; it is never a search neighbour either way.
@@ -62,11 +63,6 @@ TABLES: list[tuple[str, tuple[str, ...], str]] = [  # (table, columns, order)
 _VISIBLE = {"entries": "({p}import_id IS NULL OR {p}import_id NOT IN (SELECT id FROM imports))",
             "audit": "({p}import_id IS NULL OR {p}import_id NOT IN (SELECT id FROM imports))",
             "retrieval_log": "seq IN (SELECT seq FROM audit WHERE action = 'retrieval')"}
-
-
-class _Model:
-    def __init__(self, model_id: str, dim: int) -> None:
-        self.model_id, self.dim = model_id, dim
 
 
 class _Sqlite:
@@ -144,7 +140,7 @@ class _Postgres:
         from memlens.store.postgres import open_store, split_options
         from memlens.store.postgres.connect import connect
 
-        self.dim = dim
+        self.dim, self.model = dim, model
         if dim is None:  # a source must be a memlens store already: nothing is created in it
             self.store: Any = open_store(uri, create=False)
             self.label = self.store.label
@@ -222,6 +218,10 @@ class _Postgres:
         self.put("entries_vec", ("rowid", "embedding", "usable", *VEC_META), out)
 
     def put_meta(self, meta: dict[str, str]) -> None:
+        from memlens.models import format_ts, utcnow
+
+        # what opening a new store records (its model, vector size, creation time), then the source's values
+        meta = {"model": self.model or "", "dim": str(self.dim), "created_at": format_ts(utcnow()), **meta}
         with self.conn.cursor() as cur:
             cur.executemany("INSERT INTO store_meta(key, value) VALUES (%s, %s) "
                             "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
