@@ -839,3 +839,30 @@ def test_a_read_only_database_refuses_writes_in_one_line(pg_server, pg_uri, hash
         assert "\n" not in str(info.value) and store.count() == 0
     finally:
         store.close()
+
+
+def test_a_batch_that_fails_on_the_server_logs_nothing_beside_its_error(pg_uri, caplog):
+    """A batch insert (psycopg sends it as a pipeline) failing on the server raises its error, the one a command
+    reports in one line; psycopg's own warning about ending the aborted pipeline must not reach stderr too."""
+    import logging
+    import threading
+
+    import psycopg
+
+    from memlens.store.postgres.connect import connect
+
+    other = psycopg.connect(pg_uri, autocommit=True)
+    conn = connect(pg_uri, "the store")
+    try:
+        other.execute("CREATE TABLE t (k int PRIMARY KEY)")
+        tx = other.transaction()
+        tx.__enter__()
+        other.execute("INSERT INTO t VALUES (1)")  # the batch below waits for this row, then clashes with it
+        threading.Timer(0.5, lambda: tx.__exit__(None, None, None)).start()
+        with caplog.at_level(logging.DEBUG), pytest.raises(psycopg.errors.UniqueViolation):
+            with conn.transaction(), conn.cursor() as cur:
+                cur.executemany("INSERT INTO t VALUES (%s)", [(i,) for i in range(1, 600)])
+        assert not [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")]
+    finally:
+        conn.close()
+        other.close()

@@ -158,9 +158,22 @@ def lost(exc: BaseException) -> bool:
     )
 
 
+def _not_the_pipelines_end(record: Any) -> bool:
+    """A logging filter: psycopg's warning that ending a pipeline failed too, after an error inside it (a batch
+    insert the server refused). That error is raised, and reported in one line; the warning would add a second."""
+    return not str(record.msg).startswith("error ignored terminating")
+
+
+def _quiet_pipeline_ends() -> None:
+    logger = logging.getLogger("psycopg")
+    if _not_the_pipelines_end not in logger.filters:
+        logger.addFilter(_not_the_pipelines_end)
+
+
 def connect(uri: str, store: str, *, configure: Callable[[Any], None] | None = None) -> Any:
     """One autocommit connection (transactions are explicit: ``conn.transaction()``)."""
     psycopg = _driver()
+    _quiet_pipeline_ends()
     try:
         conn = psycopg.connect(uri, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, application_name="memlens")
     except psycopg.Error as exc:
@@ -283,6 +296,7 @@ class Pool:
         logger = logging.getLogger("psycopg.pool")
         if _one_line not in logger.filters:
             logger.addFilter(_one_line)
+        _quiet_pipeline_ends()
         self._pool = pool_class(
             uri, min_size=min_size, max_size=max_size, timeout=timeout_s, open=False, configure=configure,
             check=ConnectionPool.check_connection, name="memlens",
