@@ -190,7 +190,7 @@ class _Postgres:
                 schema.ensure_extension(self.conn, self.label)
                 register_vector(self.conn)
                 schema.migrate(self.conn, self.label, self.dim)
-            self.conn.execute(schema.LOCK_WRITES)
+            self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.WRITE_LOCK,))
             yield
             lexical.rebuild(self.conn)  # the rows' tokens counted once, at the end, every row folded
             for table, col in (("entries", "rowid"), ("audit", "seq"), ("blockers", "id"), ("answers", "id"), ("golden", "id"),

@@ -17,18 +17,13 @@ FTS5's ``porter unicode61`` tokens. The PostgreSQL store ranks them the same way
   progress count, as they do in FTS5's index).
 - **Folding**: the postings and ``lex_df`` cover the rows up to
   ``lex_state.folded_upto``; newer rows are *pending* and read from their own
-  ``lex_terms`` by every search, beside the tables. Once there are ``FOLD_EVERY``
-  pending rows they are folded into the tables in bulk, so a write pays the
-  statistics' upkeep once per fold for each token instead of once per row. An add
-  folds in a transaction of its own right after its commit (``FOLD``, in the same
-  message), outside the write lock, so the other writers' adds go on meanwhile;
-  a write of several statements folds inside its transaction (``fold_parts``).
+  ``lex_terms`` by every search, beside the tables. A statement that stores a row
+  folds the pending rows into the tables once there are ``FOLD_EVERY`` of them
+  (``fold_parts``, under the write lock), so a write pays the statistics' upkeep in
+  bulk: each token's count is updated once per fold instead of once per row.
   Statement triggers keep the folded rows in step with every update and delete.
-  Rowids are drawn under the write lock and committed before it is released, so
-  the committed rows above the mark are every row a fold must take, and every
-  row above the mark is pending. A fold and a write that may change or delete
-  rows hold the fold lock (``schema.FOLD_LOCK``), so neither reads rows the
-  other is changing; a fold only tries it (one running is enough).
+  Rowids are drawn under the write lock, so every row at or below the mark is
+  folded and every row above it is pending.
 - **Score**: a search reads its tokens' counts, computes each idf and the
   average row length in Python as FTS5 does, and scores the matching rows in
   SQL with FTS5's expression, term after term in the query's order: the same
@@ -49,7 +44,6 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from memlens.store.postgres.schema import FOLD_LOCK
 from memlens.store.speed.lexindex import K1, PROBE, WEIGHTS, B
 from memlens.store.speed.porter import stem
 
@@ -130,14 +124,13 @@ _COUNTED = ("SELECT t, sum(d), sum(n) FROM (SELECT unnest(lex_terms) AS t, 1 AS 
 _ADD_COUNTS = "ON CONFLICT (term) DO UPDATE SET docs = lex_df.docs + excluded.docs, tokens = lex_df.tokens + excluded.tokens"
 
 
-def fold_parts(newest: str, due: str = "") -> str:
+def fold_parts(newest: str) -> str:
     """WITH parts of a statement that stores the row ``newest`` (an expression of its rowid): when ``FOLD_EVERY`` rows
     are pending, their postings and counts go into the tables and the mark moves past them (rows this statement
-    stores stay pending: they are not in its snapshot). The statement runs under both locks, so the rows it
+    stores stay pending: they are not in its snapshot). The statement runs under the write lock, so the rows it
     folds are every row from the mark up to the newest it sees: a row stored after its snapshot was taken has a
-    higher rowid than those. ``due``: a further condition (SQL) for folding at all."""
+    higher rowid than those."""
     return (f"fp AS (SELECT rowid, lex_terms, lex_freqs, lex_len FROM entries WHERE {newest} - {_MARK} >= {FOLD_EVERY} "
-            f"{due}"
             # the mark as it is now: the statement's snapshot may predate the lock, and a fold committed meanwhile
             "AND rowid > (SELECT folded_upto FROM lex_state FOR UPDATE)), "
             "fi AS (INSERT INTO lex_postings(term, rowid, freq, len) "
@@ -145,14 +138,6 @@ def fold_parts(newest: str, due: str = "") -> str:
             f"fd AS (INSERT INTO lex_df(term, docs, tokens) {_COUNTED.format(rows='fp')} {_ADD_COUNTS}), "
             "fm AS (UPDATE lex_state SET folded_upto = m.top FROM (SELECT max(rowid) AS top FROM fp) m "
             "WHERE m.top IS NOT NULL)")
-
-
-# an add's fold, a transaction of its own after the add's commit (``PgWriter.finish``): the pending rows it sees
-# once there are FOLD_EVERY of them (the newest row is the table's last: its rowid is the primary key's end), when
-# the fold lock is free (tried, never waited for: a fold running already, or a write that may change rows, and the
-# next add folds); it locks nothing else, so adds go on while it runs
-FOLD = (f"WITH k AS MATERIALIZED (SELECT pg_try_advisory_xact_lock({FOLD_LOCK}) AS got), "
-        f"{fold_parts('(SELECT max(rowid) FROM entries)', 'AND (SELECT got FROM k) ')} SELECT 1")
 
 
 # migration 6: pending rows (see Folding above); the triggers keep only the folded rows' postings and counts

@@ -88,12 +88,11 @@ def _prepare(conn: Any, stmt: Statement) -> None:
     names.add(stmt.name)
 
 
-def run(conn: Any, stmt: Statement, args: Sequence[Any], after: Sequence[str], optional: int = 0) -> None:
+def run(conn: Any, stmt: Statement, args: Sequence[Any], after: Sequence[str]) -> None:
     """``stmt`` with ``args``, then each statement of ``after`` (no parameters), then a Sync, in one message on
-    ``conn`` (idle, autocommit, not in a pipeline); the first error raised once every result is read, except an
-    error of the last ``optional`` statements (work that may fail without failing what came before it). A
-    statement deallocated meanwhile (``DEALLOCATE ALL`` by someone else on this connection) is prepared again, once."""
-    _again_if_deallocated(conn, lambda: _run(conn, stmt, args, after, optional))
+    ``conn`` (idle, autocommit, not in a pipeline); the first error raised once every result is read. A statement
+    deallocated meanwhile (``DEALLOCATE ALL`` by someone else on this connection) is prepared again, once."""
+    _again_if_deallocated(conn, lambda: _run(conn, stmt, args, after))
 
 
 def _again_if_deallocated(conn: Any, call: Callable[[], T]) -> T:
@@ -113,7 +112,7 @@ def _params(stmt: Statement, args: Sequence[Any], encoding: str) -> tuple[list[b
     return params, [1 if b else 0 for b in stmt.binary]
 
 
-def _run(conn: Any, stmt: Statement, args: Sequence[Any], after: Sequence[str], optional: int) -> None:
+def _run(conn: Any, stmt: Statement, args: Sequence[Any], after: Sequence[str]) -> None:
     from psycopg import errors, generators, pq
 
     thens = [_statement(sql) for sql in after]  # prepared too: parsed once per connection
@@ -123,8 +122,6 @@ def _run(conn: Any, stmt: Statement, args: Sequence[Any], after: Sequence[str], 
     params, formats = _params(stmt, args, encoding)
     pg = conn.pgconn
     failed: Any = None
-    required = 1 + len(thens) - optional  # the results (one per statement, in order) whose error is raised
-    seen = 0
     with conn.lock:
         pg.enter_pipeline_mode()
         try:
@@ -136,9 +133,8 @@ def _run(conn: Any, stmt: Statement, args: Sequence[Any], after: Sequence[str], 
             while True:
                 results = conn.wait(generators.fetch_many(pg))
                 for r in results:
-                    if failed is None and r.status == pq.ExecStatus.FATAL_ERROR and seen < required:
+                    if failed is None and r.status == pq.ExecStatus.FATAL_ERROR:
                         failed = r
-                    seen += r.status != pq.ExecStatus.PIPELINE_SYNC
                 if results and results[-1].status == pq.ExecStatus.PIPELINE_SYNC:
                     break
         finally:

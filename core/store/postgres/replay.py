@@ -157,10 +157,10 @@ class PgReplay:
         is ever committed (nor any NOTIFY sent). It holds the write lock from the start, as SQLite's preview does."""
         import psycopg
 
-        from memlens.store.postgres.schema import LOCK_WRITES
+        from memlens.store.postgres.schema import WRITE_LOCK
 
         with self.connection() as conn:
             with conn.transaction() as tx:
-                conn.execute(LOCK_WRITES)
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
                 yield self.on_connection(conn)
                 raise psycopg.Rollback(tx)

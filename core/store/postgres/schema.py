@@ -31,10 +31,6 @@ from memlens.errors import StoreError
 SCHEMA_VERSION = 6
 MIGRATION_LOCK = 0x6D656D6C  # "meml": pg_advisory_xact_lock key of migrations
 WRITE_LOCK = 0x6D656D77  # "memw": every write transaction holds it (writers serialise, as on SQLite)
-# "memf": a fold of pending rows into the text statistics holds it (``lexical.FOLD``, after an add's commit, outside
-# the write lock), and so does every write transaction but a lone add, which may change or delete rows a fold reads
-FOLD_LOCK = 0x6D656D66
-LOCK_WRITES = f"SELECT pg_advisory_xact_lock({WRITE_LOCK}), pg_advisory_xact_lock({FOLD_LOCK})"  # both, in this order
 NOTIFY_CHANNEL = "memlens_generations"
 
 

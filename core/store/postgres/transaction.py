@@ -60,7 +60,7 @@ class PgTransactions:
         with self.connection() as conn:
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:  # inside a preview's transaction
                 with conn.transaction():
-                    conn.execute(schema.LOCK_WRITES)
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.WRITE_LOCK,))
                     yield PgWriter(conn, self.model_id)
                 return
             flush = self._durable(conn)

@@ -5,8 +5,6 @@ Every write transaction first takes ``pg_advisory_xact_lock(WRITE_LOCK)``:
 writers serialise as they do on SQLite (``BEGIN IMMEDIATE``), so a check made
 inside the transaction (the same content already stored, an entry changed
 since it was read) still holds when the transaction commits, on any machine.
-Every one but a lone add also takes the fold lock (``schema.FOLD_LOCK``): it
-may change or delete rows that a fold of the text statistics reads.
 A bump also sends ``NOTIFY memlens_generations``, delivered at commit, so a
 long-lived process that listens hears every write at once.
 """
@@ -24,9 +22,9 @@ from memlens.limits import printable
 from memlens.models import Entry, format_ts, utcnow
 from memlens.store.postgres import oneshot
 from memlens.store.postgres.compat import BLOCKER_COLUMNS, COLUMNS, TASK_COLUMNS, as_vector, entry_values, row_to_entry, stamp
-from memlens.store.postgres.lexical import FOLD, LEX_COLUMNS, LEX_VALUES, fold_parts, packed
+from memlens.store.postgres.lexical import LEX_COLUMNS, LEX_VALUES, fold_parts, packed
 from memlens.store.postgres.reads import visible
-from memlens.store.postgres.schema import FOLD_LOCK, NOTIFY_CHANNEL, WRITE_LOCK
+from memlens.store.postgres.schema import NOTIFY_CHANNEL, WRITE_LOCK
 
 
 def _usable(v: np.ndarray) -> bool:
@@ -48,8 +46,6 @@ _AUDIT_COLUMNS = "ts, action, entry_id, wing, before, after, detail, import_id"
 # the write lock, and (``relaxed``: 'off', else None) a commit that does not wait for the disk (``PgStore.write``)
 LOCK = ("SELECT pg_advisory_xact_lock(%s), "
         "set_config('synchronous_commit', coalesce(%s, current_setting('synchronous_commit')), true)")
-# the same, then the fold lock: what a transaction of several statements takes first
-LOCK_BOTH = LOCK.replace("), ", f"), pg_advisory_xact_lock({FOLD_LOCK}), ", 1)
 # the types of the entry's values (``entry_values``; its postings, ``packed``, are typed by ``LEX_VALUES``) and of an
 # audit row's: an INSERT ... SELECT does not take them from the columns as a VALUES list does
 _ENTRY_TYPES = ["text"] * 9 + ["float8"] + ["text"] * 6
@@ -71,7 +67,8 @@ _ADD = (  # PgWriter.add, one statement that is its own transaction when sent al
     "SELECT e.rowid, %b, %s, %s, %s, %s, %s, %s FROM e RETURNING rowid), "
     f"a AS (INSERT INTO audit({_AUDIT_COLUMNS}) SELECT {_typed(_AUDIT_TYPES)} FROM l RETURNING seq), "
     "b AS (INSERT INTO wings(wing, generation, last_write_seq) SELECT %s, 1, a.seq FROM a "
-    "ON CONFLICT (wing) DO UPDATE SET generation = wings.generation + 1, last_write_seq = excluded.last_write_seq RETURNING 1) "
+    "ON CONFLICT (wing) DO UPDATE SET generation = wings.generation + 1, last_write_seq = excluded.last_write_seq RETURNING 1), "
+    f"{fold_parts('(SELECT rowid FROM e)')} "
     "SELECT pg_notify(%s, %s), (SELECT count(*) FROM v), (SELECT count(*) FROM b)"
 )
 
@@ -202,7 +199,7 @@ class PgWriter:
             self.pipeline = self._stack.enter_context(self._raw.pipeline())
             self.sent = True
             self._raw.execute("BEGIN")
-            self._raw.execute(LOCK_BOTH, (WRITE_LOCK, self.relaxed))
+            self._raw.execute(LOCK, (WRITE_LOCK, self.relaxed))
         held, self._held = self._held, []
         for sql, args in held:
             self._raw.execute(sql, args)
@@ -212,18 +209,16 @@ class PgWriter:
         when the block wrote nothing, nor when it is one statement that is its own transaction (an ``add``): that
         one is sent with its sync in the same message, so the lock it takes is held only while the server runs it
         and commits, never while the server waits for this process; ``then`` (the flush of the WAL) follows it
-        in the same message, after a COMMIT that ends the statement's implicit transaction (``flushed``), and the
-        fold of the pending rows last (``lexical.FOLD``, a transaction of its own: the other writers' adds go on
-        while it runs, and its failure leaves the add as it is): one round trip (a failed add skips the rest, and
-        its error is raised). A transaction of several statements that added rows folds before its commit."""
+        in the same message, after a COMMIT that ends the statement's implicit transaction (``flushed``): one
+        round trip (a failed statement skips both, and its error is raised)."""
         if self.pipeline is None and self._held is not None and (not self._held or (self._alone and len(self._held) == 1)):
             if self._held:
                 sql, args = self._held[0]
                 # the statement commits (the lock goes) before the flush runs
                 after = ["COMMIT", then] if then else []
                 self.sent = True
-                if sql is _ADD:  # in one message (``oneshot``), the fold last: its error would not undo the add
-                    oneshot.run(self._raw, ADD_STATEMENT, args, [*after, "COMMIT", FOLD], optional=1)
+                if sql is _ADD:  # in one message (``oneshot``)
+                    oneshot.run(self._raw, ADD_STATEMENT, args, after)
                 else:
                     with self._raw.pipeline():
                         self._raw.execute(sql, args)
@@ -232,8 +227,6 @@ class PgWriter:
                 self.flushed = bool(then)
             self._held = []
             return False
-        if self.adding and self._held is not None:  # the rows added fold in this transaction (it holds the fold lock)
-            self._held.append((FOLD, None))
         self.send()
         return True
 
