@@ -44,6 +44,30 @@ def test_a_call_that_needs_the_model_waits_for_it(mem):
     assert got["mem"] is mem and got["waited_ms"] > 0
 
 
+def test_a_stop_fails_the_calls_still_waiting_for_the_model(mem):
+    """A server told to stop does not hold the stop until the model loads, only to write after it: a call still
+    waiting fails at once, unrun; a call that no longer waits is not affected."""
+    from memlens.mcp.tools import Engine
+
+    engine = Engine(memory=mem)
+    got: dict = {}
+
+    def call():
+        try:
+            engine.memory(need_model=True)
+        except MemlensError as exc:
+            got["error"] = str(exc)
+
+    t = threading.Thread(target=call)
+    t.start()
+    t.join(0.3)
+    assert t.is_alive()  # waiting for the model
+    engine.stop_waiting()
+    t.join(5)
+    assert not t.is_alive() and got["error"] == "the server is stopping: this call was not run (nothing was written)"
+    assert engine.memory(need_model=False)[0] is mem  # the store is ready: no wait, nothing refused
+
+
 def test_an_engine_that_failed_to_start_answers_every_call_with_one_line(tmp_path):
     from memlens.mcp.tools import Engine
 

@@ -143,28 +143,81 @@ def _serve_stdio(store: str | None, read_only: bool) -> int:
           flush=True)
     from memlens.store.staging import terminate_as_exit
 
+    stop = Stop(engine)
     try:
-        with terminate_as_exit():  # SIGTERM (how a host stops its server) unwinds like Ctrl-C: the store closes and
-            anyio.run(_serve_wire, server, wire)  # writes the log rows still waiting in its spool
-    except KeyboardInterrupt:
+        with terminate_as_exit():  # SIGTERM before the loop runs (or after) unwinds like Ctrl-C: the store closes
+            anyio.run(_serve_wire, server, wire, stop)  # and writes the log rows still waiting in its spool
+    except KeyboardInterrupt:  # a signal while the server starts: nothing was running yet
         pass
     finally:
         _close(engine)
-    return 0
+    return stop.exit_code
 
 
 DRAIN_S = 300.0  # after the end of input, how long requests still running may take to be answered
+STOP_GRACE_S = 10.0  # after SIGINT or SIGTERM, how long requests already running may take to be answered
 
 
-async def _serve_wire(server: Any, wire: Any) -> None:
+class Stop:
+    """SIGINT or SIGTERM while serving (how a person or a host stops a server): a graceful stop.
+
+    Nothing new is taken on; calls still waiting for the store or the model fail unrun; the requests
+    already running finish and are answered, for ``STOP_GRACE_S`` at most. Then the server exits with
+    status 0, the status of a server that stopped when asked with nothing left undone (as a host's
+    stop expects). A second signal stops at once, and so does the end of the grace with requests still
+    running: one line on stderr says how many were left unanswered, and the status is 128 + the signal
+    (130 for Ctrl-C, as for any interrupted memlens command; 143 for SIGTERM). A request cut off so
+    has either committed its write or written nothing (every write is one transaction): only its answer
+    is missing.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.signum = 0  # the first signal; 0 while serving
+        self.exit_code = 0
+
+    @property
+    def stopping(self) -> bool:
+        return self.signum != 0
+
+    def begin(self, signum: int, running: int) -> bool:
+        """The first signal: False when this is a second one, which must stop at once (``force``)."""
+        if self.stopping:
+            return False
+        self.signum = signum
+        self.engine.stop_waiting()
+        if running:
+            print(f"memlens mcp: stopping: answering the {running} request{'s' if running != 1 else ''} still "
+                  f"running (at most {STOP_GRACE_S:.0f} s; {_signal_name(signum)} again stops at once)",
+                  file=sys.stderr, flush=True)
+        return True
+
+    def force(self, signum: int, running: int, why: str) -> None:
+        """Stop now: one line, status 128 + the signal, no interpreter teardown (a tool's worker thread may be
+        inside a write; the store rolls back what did not commit)."""
+        print(f"memlens mcp: stopped {why}; {running} request{'s' if running != 1 else ''} left unanswered",
+              file=sys.stderr, flush=True)
+        os._exit(128 + signum)
+
+
+def _signal_name(signum: int) -> str:
+    import signal
+
+    return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+
+
+async def _serve_wire(server: Any, wire: Any, stop: Stop | None = None) -> None:
     """The SDK server on the wire's lines: what the SDK's ``stdio_server`` does, minus its extra thread hops.
 
     At the end of input the session does not end at once (the SDK would cancel the requests still
     running, some of them already committed, and answer none of them): it ends when every request
-    read has been answered, or after ``DRAIN_S``.
+    read has been answered, or after ``DRAIN_S``. SIGINT and SIGTERM end it the same way, after
+    ``STOP_GRACE_S`` at most (``Stop``); a request read after the signal is answered with an error,
+    unrun.
     """
     import asyncio
     import math
+    import signal
 
     import anyio
     import mcp_types as types
@@ -183,6 +236,11 @@ async def _serve_wire(server: Any, wire: Any) -> None:
     def receive(item: Any) -> None:  # on the loop
         msg = item.message
         if isinstance(msg, types.JSONRPCRequest):
+            if stop is not None and stop.stopping:
+                from memlens.mcp.stdio import SERVER_STOPPING, error_line
+
+                wire.write(error_line(msg.id, SERVER_STOPPING, "the server is stopping: this request was not run"))
+                return
             unanswered.add(msg.id)
         elif isinstance(msg, types.JSONRPCNotification) and msg.method == "notifications/cancelled":
             unanswered.discard((msg.params or {}).get("requestId"))  # a request the client cancelled gets no answer
@@ -194,6 +252,21 @@ async def _serve_wire(server: Any, wire: Any) -> None:
         if unanswered:
             loop.call_later(DRAIN_S, read_send.close)
         end_if_drained()
+
+    def on_signal(signum: int) -> None:  # on the loop
+        nonlocal ended
+        assert stop is not None
+        if not stop.begin(signum, len(unanswered)):
+            stop.force(signum, len(unanswered), f"at once ({_signal_name(signum)} again)")
+        ended = True
+        if unanswered:
+            loop.call_later(STOP_GRACE_S, grace_over)
+        end_if_drained()
+
+    def grace_over() -> None:  # on the loop
+        assert stop is not None
+        if unanswered:
+            stop.force(stop.signum, len(unanswered), f"after {STOP_GRACE_S:.0f} s")
 
     def deliver(line: bytes | None) -> None:  # on the reader thread
         try:
@@ -226,14 +299,23 @@ async def _serve_wire(server: Any, wire: Any) -> None:
                     unanswered.discard(message.message.id)
                     end_if_drained()
 
-    wire.attach(deliver)
-    low = server._lowlevel_server  # the SDK's own run_stdio_async drives it the same way
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(write_out)
-        try:
-            await low.run(read_recv, write_send, low.create_initialization_options())
-        finally:
-            await write_send.aclose()
+    signals = (signal.SIGINT, signal.SIGTERM) if stop is not None else ()
+    previous = {sig: signal.getsignal(sig) for sig in signals}
+    for sig in signals:
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        wire.attach(deliver)
+        low = server._lowlevel_server  # the SDK's own run_stdio_async drives it the same way
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write_out)
+            try:
+                await low.run(read_recv, write_send, low.create_initialization_options())
+            finally:
+                await write_send.aclose()
+    finally:
+        for sig in signals:  # the handlers from before the loop (KeyboardInterrupt) again while the store closes
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, previous[sig])
 
 
 def _has_id(line: bytes) -> bool:

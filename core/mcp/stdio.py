@@ -41,6 +41,7 @@ from memlens.mcp.meta import initialize_result
 MAX_LINE = 64 << 20  # bytes in one request line (an entry of 10M characters, JSON-escaped, still fits)
 _HEAD = 64 << 10  # of a longer line, the bytes kept to find its id
 PARSE_ERROR, INVALID_REQUEST = -32700, -32600
+SERVER_STOPPING = -32000  # JSON-RPC server error: a request read after the server began to stop, not run
 _DELIMS = re.compile(r'["\[\]{}]')
 _SCALAR_END = re.compile(r"[\s,\]}]")
 _WS = re.compile(r"\s*")

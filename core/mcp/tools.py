@@ -54,6 +54,7 @@ class Engine:
         self.model_ready = threading.Event()
         self.timings: dict[str, float] = {}
         self._closing = threading.Event()
+        self._stopping = threading.Event()  # the server is stopping: a call still waiting for the engine is not run
         self._thread: threading.Thread | None = None
         if memory is not None:
             self.store_ready.set()
@@ -106,15 +107,23 @@ class Engine:
         """The Memory (waiting for the store, or also the model), and how long this call waited in ms."""
         event = self.model_ready if need_model else self.store_ready
         t0 = time.perf_counter()
-        if not event.wait(ENGINE_WAIT_S):
-            what = "the embedding model is still loading" if need_model else "the store is still opening"
-            raise MemlensError(f"{what}; try again in a moment")
+        while not event.wait(0.05):  # in slices: a stop ends the wait
+            if self._stopping.is_set():
+                raise MemlensError("the server is stopping: this call was not run (nothing was written)")
+            if time.perf_counter() - t0 >= ENGINE_WAIT_S:
+                what = "the embedding model is still loading" if need_model else "the store is still opening"
+                raise MemlensError(f"{what}; try again in a moment")
         for error in (self._error, self._model_error if need_model else None):
             if isinstance(error, MemlensError):
                 raise MemlensError(str(error))
             if error is not None:
                 raise MemlensError(f"the memory engine failed to start: {error}")
         return self._mem, (time.perf_counter() - t0) * 1000
+
+    def stop_waiting(self) -> None:
+        """The server is stopping: calls still waiting for the store or the model fail at once, unrun (they would
+        otherwise hold the stop for as long as the model takes to load); calls already running finish."""
+        self._stopping.set()
 
     def close(self, timeout: float = 60.0) -> bool:
         """Let a model load in progress finish (native code must not be torn down mid-load), then close.
