@@ -1,8 +1,8 @@
-"""Stopping ``memlens mcp`` with SIGINT or SIGTERM while requests run.
+"""Stopping ``memlens mcp`` with SIGINT or SIGTERM while requests run, over stdio and HTTP.
 
 A graceful stop takes nothing new on, lets the requests already running finish and answers them, then exits 0 with
 at most one line on stderr. It lasts a bounded time: a second signal, or the end of the grace with something still
-running, stops at once with one line and status 128 + the signal.
+running (a client that sent only part of its body), stops at once with one line and status 128 + the signal.
 Nothing prints a traceback. A write is slowed down here so that a signal surely finds it running.
 """
 
@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import sqlite3
+import subprocess
 import sys
 import time
 
 import pytest
 
-from tests.mcp_helpers import RawClient, server_env
+from tests.mcp_helpers import LineReader, RawClient, result_data, sdk_client, server_env
 
 # the server, with every memory_add held in its write for MEMLENS_TEST_SLOW_ADD seconds (said on stderr when it
 # starts), and the grace of a stop shortened to MEMLENS_TEST_STOP_GRACE seconds
@@ -114,3 +116,109 @@ def test_stdio_a_second_signal_stops_at_once(tmp_path):
         "memlens mcp: stopped at once (Ctrl-C again); 1 request left unanswered"]
     assert stored(store, "takes a minute") == 0
     assert b"Traceback" not in b"".join(c.err.seen)
+
+
+def http_serve(store, slow_add: float = 0, grace: float = 10) -> tuple[subprocess.Popen, LineReader, int]:
+    proc = subprocess.Popen([sys.executable, "-c", SLOW, "--store", str(store), "mcp", "--transport", "http", "--port",
+                             "0"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=server_env(MEMLENS_TEST_SLOW_ADD=str(slow_add), MEMLENS_TEST_STOP_GRACE=str(grace)))
+    err = LineReader(proc.stderr)
+    line = err.wait_for(b"serving http://").decode()
+    err.wait_for(b"model ready")  # (a stop while the model loads waits for the load to end)
+    return proc, err, int(line.split("serving http://127.0.0.1:", 1)[1].split("/", 1)[0])
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(10)
+
+
+@pytest.mark.model
+def test_http_stop_answers_the_requests_running(tmp_path):
+    """The clients of writes in flight were told 'SSE stream ended without a response': their writes had committed."""
+    import anyio
+
+    store = tmp_path / "s.db"
+    proc, err, port = http_serve(store, slow_add=1.5)
+
+    async def main() -> list:
+        with anyio.fail_after(120):
+            return await writes()
+
+    async def writes() -> list:
+        async with sdk_client(f"http://127.0.0.1:{port}/mcp") as client:
+            # once first: the SDK's client then knows the tool (it would ask for the list again after the answer)
+            result_data(await client.call_tool("memory_add", {"text": "The first write.", "wing": "stop"}))
+            results: list = []
+
+            async def write(n: int) -> None:
+                results.append(await client.call_tool("memory_add", {"text": f"In flight at the stop, {n}.",
+                                                                     "wing": "stop"}))
+
+            async with anyio.create_task_group() as tg:
+                for n in range(3):
+                    tg.start_soon(write, n)
+                await anyio.to_thread.run_sync(lambda: [err.wait_for(b"test: add started") for _ in range(4)])
+                proc.send_signal(signal.SIGINT)
+            return results
+
+    try:
+        results = anyio.run(main)
+        assert proc.wait(30) == 0
+    finally:
+        stop(proc)
+    assert [result_data(r)["status"] for r in results] == ["created"] * 3
+    assert stored(store, "In flight at the stop") == 3
+    assert b"Traceback" not in b"".join(err.seen)
+    assert after(err.seen, b"test: add started")[-1:] == [
+        "memlens mcp: stopping: answering the 3 requests still running (at most 10 s; Ctrl-C again stops at once)"]
+
+
+def stalled_body(port: int) -> socket.socket:
+    """A client that sends its headers and part of its body, then nothing."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json, text/event-stream\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"jsonrpc\":")
+    return sock
+
+
+@pytest.mark.model
+def test_http_a_stalled_client_holds_the_stop_for_the_grace_only(tmp_path):
+    """It held the server for as long as the client kept its socket open."""
+    proc, err, port = http_serve(tmp_path / "s.db", grace=2)
+    sock = stalled_body(port)
+    try:
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(20) == 130
+        assert time.monotonic() - t0 < 10
+    finally:
+        sock.close()
+        stop(proc)
+    assert b"Traceback" not in b"".join(err.seen)
+    assert after(err.seen, b"model ready") == [
+        "memlens mcp: stopping: answering the 1 request still running (at most 2 s; Ctrl-C again stops at once)",
+        "memlens mcp: stopped after 2 s; 1 request left unanswered"]
+
+
+@pytest.mark.model
+def test_http_a_second_ctrl_c_stops_at_once(tmp_path):
+    """A second Ctrl-C printed a traceback (and a stalled client still held the first one)."""
+    proc, err, port = http_serve(tmp_path / "s.db", grace=60)
+    sock = stalled_body(port)
+    try:
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        err.wait_for(b"stopping: answering the 1 request")
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(20) == 130
+        assert time.monotonic() - t0 < 5
+    finally:
+        sock.close()
+        stop(proc)
+    assert b"Traceback" not in b"".join(err.seen)
+    assert after(err.seen, b"stopping: answering") == [
+        "memlens mcp: stopped at once (Ctrl-C again); 1 request left unanswered"]

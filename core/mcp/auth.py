@@ -83,11 +83,22 @@ class Front:
         self.app = app
         self.tokens = tokens
         self.max_body = max_body
+        self.running = 0  # POST requests being read, run or answered: what a graceful stop waits for
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":  # lifespan
             await self.app(scope, receive, send)
             return
+        if scope.get("method") != "POST":  # a GET event stream is open until the server ends it: not waited for
+            await self._serve(scope, receive, send)
+            return
+        self.running += 1
+        try:
+            await self._serve(scope, receive, send)
+        finally:
+            self.running -= 1
+
+    async def _serve(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         scope = {**scope, "headers": [(k, normal_host(v) if k == b"host" else v) for k, v in scope.get("headers", [])]}
         if self.tokens is not None:
             header = next((v for k, v in scope.get("headers", []) if k == b"authorization"), b"")

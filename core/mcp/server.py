@@ -431,7 +431,8 @@ def _serve_http(store: str | None, host: str, port: int, read_only: bool) -> int
     print(f"memlens mcp: serving http://{shown}:{actual}/mcp ({mode}pid {os.getpid()})", file=sys.stderr, flush=True)
     engine.start()
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
-    served = uvicorn.Server(config)
+    stop = Stop(engine)
+    served = _graceful_server(config, app, stop)
     # stopping while a client holds its event stream open ends that stream unanswered: expected then, not an error
     logging.getLogger("uvicorn.error").addFilter(
         lambda r: not (served.should_exit and r.getMessage().startswith("ASGI callable returned without completing")))
@@ -439,4 +440,52 @@ def _serve_http(store: str | None, host: str, port: int, read_only: bool) -> int
         served.run(sockets=[sock])
     finally:
         _close(engine)
-    return 0
+    return stop.exit_code
+
+
+def _graceful_server(config: Any, front: Any, stop: Stop) -> Any:
+    """uvicorn's server, stopping as ``Stop`` says: at SIGINT or SIGTERM it stops accepting, lets the POST requests
+    already running (``front.running``) finish and be answered, then ends the clients' event streams and exits.
+
+    Left to themselves, uvicorn and the SDK's event streams (sse-starlette) would end every event stream at the first
+    signal, the answers of requests still running with them (their writes committed, their clients told nothing);
+    a client that sent part of a body would hold the stop for as long as it liked; and uvicorn raises the signal again
+    once stopped (a traceback-free but interrupted-looking exit)."""
+    import asyncio
+    import contextlib
+    import signal
+    import time
+
+    import uvicorn
+    from sse_starlette.sse import AppStatus
+
+    AppStatus.disable_automatic_graceful_drain()  # type: ignore[no-untyped-call]  # event streams end when shutdown() says so
+
+    class GracefulServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:  # a signal handler, on the main thread
+            if not stop.begin(sig, front.running):
+                stop.force(sig, front.running, f"at once ({_signal_name(sig)} again)")
+            self.should_exit = True
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Any:
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+        async def shutdown(self, sockets: list[Any] | None = None) -> None:
+            for server in self.servers:  # no new connection (uvicorn's shutdown does it too, later)
+                server.close()
+            deadline = time.monotonic() + STOP_GRACE_S
+            while front.running and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            if front.running:  # a request still running, or a client still sending its body
+                stop.force(stop.signum, front.running, f"after {STOP_GRACE_S:.0f} s")
+            AppStatus.should_exit = True  # the event streams (GET) end: sse-starlette looks every 0.5 s
+            self.config.timeout_graceful_shutdown = 5  # for them, and for keep-alive connections to close
+            await super().shutdown(sockets)
+
+    return GracefulServer(config)
