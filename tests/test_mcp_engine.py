@@ -68,6 +68,31 @@ def test_a_stop_fails_the_calls_still_waiting_for_the_model(mem):
     assert engine.memory(need_model=False)[0] is mem  # the store is ready: no wait, nothing refused
 
 
+def test_task_complete_errors_name_what_the_tool_takes(mem):
+    """Without an intent, task_complete's error offered requires_context=false, an argument the tool refuses; a blank
+    task id was shown stripped, as ''."""
+    import anyio
+    from mcp import Client
+
+    from memlens.mcp.server import build
+    from memlens.mcp.tools import Engine
+    from tests.conftest import bounded
+
+    engine = Engine(memory=mem)
+    engine.model_ready.set()
+
+    async def body():
+        async with Client(build(engine)) as client:
+            return [(await client.call_tool("task_complete", args)).content[0].text
+                    for args in ({"task_id": "t1", "intent": ""}, {"task_id": "t1", "intent": "  "},
+                                 {"task_id": " ", "intent": "ship it"})]
+
+    no_intent, blank_intent, blank_id = bounded(lambda: anyio.run(body), 60)
+    assert no_intent == blank_intent == "task_complete: an intent is required: what the task set out to do, in one sentence"
+    assert blank_id == "task_complete: field 'task_id': ' ' is not a valid task id (1-128 letters, digits, _ . : -)"
+    assert mem.tasks.window().tasks == []
+
+
 def test_an_engine_that_failed_to_start_answers_every_call_with_one_line(tmp_path):
     from memlens.mcp.tools import Engine
 

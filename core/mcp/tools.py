@@ -413,6 +413,8 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         report: Annotated[dict[str, Any] | None, Field(description="validation report, e.g. {'tests': 'passed'}")] = None,
         ctx: Context | None = None,
     ) -> dict[str, Any]:
+        if not intent.strip():  # the engine's own message offers requires_context=false, which this tool does not take
+            raise ToolError("an intent is required: what the task set out to do, in one sentence")
         return record(ctx, lambda mem, _w: mem.tasks.complete(task_id, intent, outcome=outcome,
                                                             validation_report=report).to_record())
 

@@ -36,7 +36,7 @@ def _check_id(v: Any) -> str:
         raise ValueError("must be a string")
     text = v.strip()
     if not ID_RE.match(text):
-        raise ValueError(f"{text!r} is not a valid task id (1-128 letters, digits, _ . : -)")
+        raise ValueError(f"{v!r} is not a valid task id (1-128 letters, digits, _ . : -)")  # as given (' ', not '')
     return text
 
 
