@@ -118,3 +118,16 @@ def test_stopping_while_a_client_holds_its_event_stream_logs_no_error(tmp_path):
         assert stream.getresponse().status == 200  # held open by the server until it stops
         time.sleep(0.5)
     assert b"memlens mcp: serving" in b"".join(seen) and b"ERROR" not in b"".join(seen), b"".join(seen)
+
+
+def test_an_initialize_without_params_names_what_is_missing(tmp_path):
+    """It was answered "Invalid request parameters" with empty data."""
+    with http_server(tmp_path / "s.db") as url:
+        port = int(url.split(":")[2].split("/")[0])
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("POST", "/mcp", json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize"}),
+                     {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+        body = conn.getresponse().read().decode()
+    answer = json.loads(next(line for line in body.splitlines() if line.startswith("data: "))[6:])
+    assert answer["id"] == 1 and answer["error"]["code"] == -32602
+    assert answer["error"]["message"] == "Invalid request parameters: initialize: 'params': Field required"

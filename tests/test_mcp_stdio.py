@@ -218,3 +218,19 @@ def test_lines_the_sdk_cannot_parse_are_answered_or_reported(store):
     finally:
         assert c.close() == 0
     assert b"Traceback" not in b"".join(c.err.seen)
+
+
+def test_params_the_sdk_refuses_are_named_in_the_error(tmp_path):
+    """The SDK answered them "Invalid request parameters" with empty data: neither the field nor what was wrong."""
+    c = RawClient([MEMLENS, "--store", str(tmp_path / "s.db"), "mcp"])
+    try:
+        c.initialize()
+        answers = [c.request("tools/call", params)["error"] for params in (
+            {"name": "memory_wings", "arguments": [1]}, {"name": 5}, {"arguments": {}})]
+    finally:
+        assert c.close() == 0
+    assert {a["code"] for a in answers} == {-32602}
+    assert [a["message"] for a in answers] == [
+        "Invalid request parameters: tools/call: 'params.arguments': Input should be a valid dictionary",
+        "Invalid request parameters: tools/call: 'params.name': Input should be a valid string",
+        "Invalid request parameters: tools/call: 'params.name': Field required"]

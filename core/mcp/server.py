@@ -66,9 +66,37 @@ def build(engine: Any, *, read_only: bool = False) -> Any:
             except ToolError as exc:
                 raise ToolError(one_line_error(name, exc)) from exc.__cause__
 
-    server = MemlensMCPServer(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+    server = MemlensMCPServer(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
+                              middleware=[_params_detail])
     register(server, engine, read_only=read_only)
     return server
+
+
+async def _params_detail(ctx: Any, call_next: Any) -> Any:
+    """A request whose params the SDK refuses (``tools/call`` with ``"arguments": [1]``, ``initialize`` without
+    params) is answered "Invalid request parameters" with nothing else: the same code and words, followed by the
+    method, the field and what is wrong with it, in one line."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import INVALID_PARAMS
+    from pydantic import ValidationError
+
+    try:
+        return await call_next(ctx)
+    except ValidationError as exc:
+        raise MCPError(code=INVALID_PARAMS, message=f"Invalid request parameters: {params_problem(ctx.method, exc)}",
+                       data="") from None
+
+
+def params_problem(method: str, exc: Any) -> str:
+    """``tools/call: 'arguments': Input should be a valid dictionary``, from a pydantic ValidationError."""
+    errs = exc.errors()
+    if not errs:
+        return method
+    err = errs[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+    text = " ".join(str(err["msg"]).split())[:MAX_ERROR_CHARS]
+    return f"{method}: {loc!r}: {text}{more}" if loc else f"{method}: {text}{more}"
 
 
 def _plain_logging(level: str = "WARNING") -> None:
