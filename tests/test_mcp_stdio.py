@@ -234,3 +234,19 @@ def test_params_the_sdk_refuses_are_named_in_the_error(tmp_path):
         "Invalid request parameters: tools/call: 'params.arguments': Input should be a valid dictionary",
         "Invalid request parameters: tools/call: 'params.name': Input should be a valid string",
         "Invalid request parameters: tools/call: 'params.name': Field required"]
+
+
+def test_a_line_starting_with_a_byte_order_mark_is_answered_for_its_id(tmp_path):
+    """Its parse error had a null id: the id was looked for before the mark was skipped."""
+    c = RawClient([MEMLENS, "--store", str(tmp_path / "s.db"), "mcp"])
+    try:
+        c.initialize()
+        c.proc.stdin.write(b'\xef\xbb\xbf{"jsonrpc": "2.0", "id": 5, "method": "ping"}\n')
+        c.proc.stdin.flush()
+        reply = c.recv()
+        assert c.request("ping")["result"] == {}  # the session goes on
+    finally:
+        assert c.close() == 0
+    assert reply["id"] == 5 and reply["error"]["code"] == -32700
+    assert reply["error"]["message"] == ("parse error: the line starts with a byte order mark (U+FEFF); a JSON-RPC line is "
+                                         "UTF-8 without one")

@@ -364,9 +364,10 @@ def invalid_message_answer(line: bytes, exc: Exception) -> bytes | None:
     \\u escape that is half a surrogate pair, as the HTTP transport says too) gets a parse error
     (-32700); a JSON request the SDK refuses (a wrong field) gets an invalid-request error (-32600).
     Either answers the request's id when it can be read (for a parse error, from the top of the
-    line without parsing the rest), else null. JSON that is no request (a batch, a number, an
-    object without a method) gets an invalid-request error with a null id (or its own); a
-    malformed notification or answer is only reported on stderr.
+    line without parsing the rest, after a byte order mark if the line starts with one), else
+    null. JSON that is no request (a batch, a number, an object without a method) gets an
+    invalid-request error with a null id (or its own); a malformed notification or answer is
+    only reported on stderr.
     """
     import json
 
@@ -382,6 +383,9 @@ def invalid_message_answer(line: bytes, exc: Exception) -> bytes | None:
     except UnicodeDecodeError:
         return error_line(request_id(line.decode("utf-8", "replace")), PARSE_ERROR, "parse error: the line is not UTF-8")
     except (ValueError, RecursionError):
+        if text.startswith("\ufeff"):  # some Windows tools write one: the id is read after it
+            return error_line(request_id(text[1:]), PARSE_ERROR, "parse error: the line starts with a byte order mark "
+                                                                 "(U+FEFF); a JSON-RPC line is UTF-8 without one")
         return error_line(request_id(text), PARSE_ERROR, f"parse error: {detail}")
     if isinstance(msg, list):
         return error_line(None, INVALID_REQUEST, "invalid request: a batch (a JSON list) is not part of MCP; send "
