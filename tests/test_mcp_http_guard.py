@@ -131,3 +131,18 @@ def test_an_initialize_without_params_names_what_is_missing(tmp_path):
     answer = json.loads(next(line for line in body.splitlines() if line.startswith("data: "))[6:])
     assert answer["id"] == 1 and answer["error"]["code"] == -32602
     assert answer["error"]["message"] == "Invalid request parameters: initialize: 'params': Field required"
+
+
+def test_half_a_surrogate_pair_is_named_as_the_parse_error(tmp_path):
+    """The SDK's parser called it "unexpected end of hex escape" (the stdio server names it right)."""
+    body = (b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", '
+            b'"capabilities": {}, "clientInfo": {"name": "\\ud800", "version": "1"}}}')
+    with http_server(tmp_path / "s.db") as url:
+        port = int(url.split(":")[2].split("/")[0])
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("POST", "/mcp", body, {"Content-Type": "application/json",
+                                            "Accept": "application/json, text/event-stream"})
+        resp = conn.getresponse()
+        status, answer = resp.status, json.loads(resp.read())
+    assert status == 400 and answer["error"]["code"] == -32700
+    assert answer["error"]["message"] == "Parse error: a \\u escape in the body is half of a surrogate pair, not a character"

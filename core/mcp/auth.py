@@ -3,7 +3,8 @@
 A request body over ``[mcp] max_body_bytes`` gets 413 with a JSON-RPC error
 body before the SDK sees it (the SDK's own bound answers in plain text), and a
 POST body that is JSON but no JSON-RPC message (a list, a number, an object
-with neither a method nor a result) gets 400 with a one-line error. The Host
+with neither a method nor a result) gets 400 with a one-line error, as does a
+body with a ``\\u`` escape that is half of a surrogate pair (a parse error). The Host
 header is compared in lower case and without a trailing dot.
 
 With tokens configured (``memlens.mcp.tokens``), every HTTP request must carry
@@ -20,12 +21,14 @@ request's state.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from memlens.mcp.tokens import Token, TokenSet
 
 UNAUTHORIZED = -32001  # JSON-RPC server error: the request carries no valid credentials
 INVALID_REQUEST = -32600  # JSON-RPC invalid request: the body is over the bound, or is no JSON-RPC message
+PARSE_ERROR = -32700  # JSON-RPC parse error: the body is JSON's syntax but not text (half a surrogate pair)
 _MESSAGE = ('a JSON-RPC 2.0 message is one JSON object with "jsonrpc": "2.0" and a "method" (a request or a '
             'notification), or an "id" with a "result" or an "error" (a response)')
 
@@ -64,6 +67,26 @@ def not_a_message(body: bytes) -> str | None:
     if "params" in value and not isinstance(value["params"], dict):
         return f"Invalid Request: params is a JSON object, not a JSON {type(value['params']).__name__}"
     return None
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def half_surrogate(body: bytes) -> bool:
+    """Whether a JSON body holds a ``\\u`` escape that is half of a surrogate pair (``"\\ud800"`` alone): JSON's
+    syntax, but no character. The SDK's parser refuses it as "unexpected end of hex escape", which points at the
+    wrong thing."""
+    if not _SURROGATE_ESCAPE.search(body):
+        return False
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 async def _refuse(send: Any, status: int, code: int, message: str, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
@@ -119,6 +142,10 @@ class Front:
         problem = not_a_message(body) if scope.get("method") == "POST" and body else None
         if problem:
             await _refuse(send, 400, INVALID_REQUEST, problem)
+            return
+        if scope.get("method") == "POST" and half_surrogate(body):  # as the stdio server says it
+            await _refuse(send, 400, PARSE_ERROR, "Parse error: a \\u escape in the body is half of a surrogate pair, "
+                                                  "not a character")
             return
         replayed = False
 
