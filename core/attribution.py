@@ -14,6 +14,7 @@ It depends on nothing else in memlens: the store's audit writer and the front en
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -23,18 +24,28 @@ _client: ContextVar[dict[str, str] | None] = ContextVar("memlens_audit_client", 
 _review: ContextVar[dict[str, Any] | None] = ContextVar("memlens_audit_review", default=None)
 
 MAX_LEN = 80  # a client names itself: keep what lands in the audit short
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def client_record(name: Any, version: Any = None, via: str | None = None) -> dict[str, str] | None:
     """A clean ``{name, version?, via?}`` from what a client said about itself; None without a name."""
-    if not isinstance(name, str) or not name.strip():
+    name, version = _plain(name), _plain(version)
+    if not name:
         return None
-    rec = {"name": " ".join(name.split())[:MAX_LEN]}
-    if isinstance(version, str) and version.strip():
-        rec["version"] = " ".join(version.split())[:MAX_LEN]
+    rec = {"name": name}
+    if version:
+        rec["version"] = version
     if via:
         rec["via"] = via
     return rec
+
+
+def _plain(value: Any) -> str:
+    """One line of at most ``MAX_LEN`` characters: control characters (NUL, escapes) count as spaces, as whitespace
+    runs do; a client's self-description reaches the audit, the review inbox and the app."""
+    if not isinstance(value, str):
+        return ""
+    return " ".join(_CONTROL.sub(" ", value).split())[:MAX_LEN]
 
 
 def current() -> dict[str, str] | None:

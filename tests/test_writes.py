@@ -156,6 +156,9 @@ def test_client_record_is_cleaned():
     assert attribution.client_record(None) is None and attribution.client_record("  ") is None
     rec = attribution.client_record("  my\nagent ", "x" * 500)
     assert rec == {"name": "my agent", "version": "x" * attribution.MAX_LEN}
+    # a NUL or an escape sequence from a client's initialize is no part of a name (the NUL was kept in the audit)
+    assert attribution.client_record("bad\nname\x00", "1\x1b[31m") == {"name": "bad name", "version": "1 [31m"}
+    assert attribution.client_record("\x00\x07") is None
     assert attribution.describe({"name": "cursor", "version": "1.0", "via": "mcp"}) == "cursor 1.0 (mcp)"
     assert attribution.describe(None) == ""
 
