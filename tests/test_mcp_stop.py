@@ -175,6 +175,48 @@ def test_http_stop_answers_the_requests_running(tmp_path):
         "memlens mcp: stopping: answering the 3 requests still running (at most 10 s; Ctrl-C again stops at once)"]
 
 
+@pytest.mark.model
+def test_http_a_request_that_comes_after_the_stop_began_is_not_run(tmp_path):
+    """On a connection kept alive, a request sent during the stop was run (and could keep the stop going): it gets
+    503, unrun, while the request already running is answered."""
+    import http.client
+    import threading
+
+    store = tmp_path / "s.db"
+    proc, err, port = http_serve(store, slow_add=1.5)
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+    def post(conn: http.client.HTTPConnection, message: dict, session: dict | None = None) -> tuple[int, str, dict]:
+        conn.request("POST", "/mcp", json.dumps(message), {**headers, **(session or {})})
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode(), dict(resp.getheaders())
+
+    kept = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "kept-alive", "version": "1"}}}
+    _, _, got = post(kept, init)
+    session = {"mcp-session-id": got["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
+    assert post(kept, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)[0] == 202
+    running: list = []
+    writer = threading.Thread(target=lambda: running.append(post(
+        http.client.HTTPConnection("127.0.0.1", port, timeout=30), add(2, "Running at the stop."), session)))
+    try:
+        writer.start()
+        err.wait_for(b"test: add started")
+        proc.send_signal(signal.SIGINT)
+        err.wait_for(b"stopping: answering the 1 request")
+        late = post(kept, add(3, "Sent during the stop."), session)
+        writer.join(30)
+        assert proc.wait(30) == 0
+    finally:
+        stop(proc)
+    assert late[0] == 503 and json.loads(late[1])["error"] == {
+        "code": -32000, "message": "the server is stopping: this request was not run"}
+    answer = json.loads(next(line for line in running[0][1].splitlines() if line.startswith("data: {"))[6:])
+    assert running[0][0] == 200 and answer["id"] == 2 and answer["result"]["structuredContent"]["status"] == "created"
+    assert stored(store, "Running at the stop") == 1 and stored(store, "during the stop") == 0
+
+
 def stalled_body(port: int) -> socket.socket:
     """A client that sends its headers and part of its body, then nothing."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=30)

@@ -28,6 +28,7 @@ from memlens.mcp.tokens import Token, TokenSet
 
 UNAUTHORIZED = -32001  # JSON-RPC server error: the request carries no valid credentials
 INVALID_REQUEST = -32600  # JSON-RPC invalid request: the body is over the bound, or is no JSON-RPC message
+SERVER_STOPPING = -32000  # JSON-RPC server error: a request that came after the server began to stop, not run
 PARSE_ERROR = -32700  # JSON-RPC parse error: the body is JSON's syntax but not text (half a surrogate pair)
 _MESSAGE = ('a JSON-RPC 2.0 message is one JSON object with "jsonrpc": "2.0" and a "method" (a request or a '
             'notification), or an "id" with a "result" or an "error" (a response)')
@@ -107,6 +108,7 @@ class Front:
         self.tokens = tokens
         self.max_body = max_body
         self.running = 0  # POST requests being read, run or answered: what a graceful stop waits for
+        self.stopping = False  # set when the server begins to stop: a request that comes after is not run
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":  # lifespan
@@ -114,6 +116,10 @@ class Front:
             return
         if scope.get("method") != "POST":  # a GET event stream is open until the server ends it: not waited for
             await self._serve(scope, receive, send)
+            return
+        if self.stopping:  # on a connection kept alive: the listener no longer accepts new ones
+            await _refuse(send, 503, SERVER_STOPPING, "the server is stopping: this request was not run",
+                          ((b"connection", b"close"),))
             return
         self.running += 1
         try:

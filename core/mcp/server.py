@@ -476,8 +476,9 @@ def _serve_http(store: str | None, host: str, port: int, read_only: bool) -> int
 
 
 def _graceful_server(config: Any, front: Any, stop: Stop) -> Any:
-    """uvicorn's server, stopping as ``Stop`` says: at SIGINT or SIGTERM it stops accepting, lets the POST requests
-    already running (``front.running``) finish and be answered, then ends the clients' event streams and exits.
+    """uvicorn's server, stopping as ``Stop`` says: at SIGINT or SIGTERM it stops accepting (a POST that comes on a
+    connection kept alive gets 503, unrun), lets the POST requests already running (``front.running``) finish and be
+    answered, then ends the clients' event streams and exits.
 
     Left to themselves, uvicorn and the SDK's event streams (sse-starlette) would end every event stream at the first
     signal, the answers of requests still running with them (their writes committed, their clients told nothing);
@@ -497,6 +498,7 @@ def _graceful_server(config: Any, front: Any, stop: Stop) -> Any:
         def handle_exit(self, sig: int, frame: Any) -> None:  # a signal handler, on the main thread
             if not stop.begin(sig, front.running):
                 stop.force(sig, front.running, f"at once ({_signal_name(sig)} again)")
+            front.stopping = True  # a request on a connection kept alive gets 503, unrun
             self.should_exit = True
 
         @contextlib.contextmanager
