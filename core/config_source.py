@@ -130,3 +130,11 @@ def stray_variables(settings: Any) -> list[tuple[str, str | None, bool]]:
         close = difflib.get_close_matches(upper[len(ENV_PREFIX):], tails, n=1)
         out.append((name, ENV_PREFIX + close[0] if close else None, bool(nested)))
     return out
+
+
+def stray_warnings(settings: Any) -> list[str]:
+    """A warning line for each ``MEMLENS_*`` variable that sets nothing and names no table (``stray_variables``: one
+    that names a table is the settings' error)."""
+    return [f"warning: environment variable {var} is not a memlens setting and is ignored"
+            + (f" (did you mean {close}?)" if close else "") for var, close, mistyped in stray_variables(settings)
+            if not mistyped]

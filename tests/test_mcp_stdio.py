@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import sys
@@ -250,3 +251,16 @@ def test_a_line_starting_with_a_byte_order_mark_is_answered_for_its_id(tmp_path)
     assert reply["id"] == 5 and reply["error"]["code"] == -32700
     assert reply["error"]["message"] == ("parse error: the line starts with a byte order mark (U+FEFF); a JSON-RPC line is "
                                          "UTF-8 without one")
+
+
+def test_a_variable_that_sets_nothing_is_warned_about_once_initialize_is_answered(store):
+    """A setting's name mistyped in a client's server entry (MEMLENS_SEARCH_K, one underscore) is named on stderr,
+    after the server answered initialize (what decides the warning imports the settings, which the early answer must
+    not wait for)."""
+    c = raw(store, env={**os.environ, "MEMLENS_SEARCH_K": "3"})
+    try:
+        assert c.initialize()["result"]["serverInfo"]["name"] == "memlens"
+        c.err.wait_for(b"memlens mcp: warning: environment variable MEMLENS_SEARCH_K is not a memlens setting and is "
+                       b"ignored (did you mean MEMLENS_SEARCH__K?)")
+    finally:
+        assert c.close() == 0

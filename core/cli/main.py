@@ -97,7 +97,8 @@ def _handle(args: argparse.Namespace, handler: Callable[[argparse.Namespace], in
     from memlens.store.postgres.connect import one_shot
 
     try:
-        _warn_stray_variables()
+        if args.command != "mcp":  # the server warns once it has answered initialize (pydantic is heavy to import)
+            _warn_stray_variables()
         check_text_args(args)
         if args.command in ("search", "context", "explain") and isinstance(getattr(args, "query", None), str):
             check_query(args.query)  # before the store opens
@@ -132,12 +133,10 @@ def _warn_stray_variables() -> None:
     """One line for each ``MEMLENS_*`` variable memlens does not read (a mistyped setting would otherwise be ignored
     without a word); one naming a table that does not exist is the settings' error when they load."""
     from memlens.config import Settings
-    from memlens.config_source import stray_variables
+    from memlens.config_source import stray_warnings
 
-    for var, close, mistyped in stray_variables(Settings):
-        if not mistyped:
-            print(f"{PROG}: warning: environment variable {var} is not a memlens setting and is ignored"
-                  + (f" (did you mean {close}?)" if close else ""), file=sys.stderr)
+    for line in stray_warnings(Settings):
+        print(f"{PROG}: {line}", file=sys.stderr)
 
 
 _OUTPUT_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EIO, getattr(errno, "EDQUOT", errno.ENOSPC)}

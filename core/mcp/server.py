@@ -151,6 +151,16 @@ def _shown(store: str | None) -> str:
     return label(store) if is_uri(store) else store
 
 
+def _warn_stray_variables() -> None:
+    """A line on stderr for each ``MEMLENS_*`` variable that sets nothing (a setting's name mistyped in the client's
+    server entry would otherwise be ignored without a word)."""
+    from memlens.config import Settings
+    from memlens.config_source import stray_warnings
+
+    for line in stray_warnings(Settings):
+        print(f"memlens mcp: {line}", file=sys.stderr, flush=True)
+
+
 def _serve_stdio(store: str | None, read_only: bool) -> int:
     from memlens import __version__
     from memlens.mcp.stdio import Wire
@@ -169,6 +179,7 @@ def _serve_stdio(store: str | None, read_only: bool) -> int:
     mode = "read-only, " if read_only else ""
     print(f"memlens mcp: serving {_shown(store)} over stdio ({mode}pid {os.getpid()})", file=sys.stderr,
           flush=True)
+    _warn_stray_variables()
     from memlens.store.staging import terminate_as_exit
 
     stop = Stop(engine)
@@ -461,6 +472,7 @@ def _serve_http(store: str | None, host: str, port: int, read_only: bool) -> int
     if tokens:
         mode += f"{len(tokens)} bearer token{'s' if len(tokens) != 1 else ''} from {tokens.source}, "
     print(f"memlens mcp: serving http://{shown}:{actual}/mcp ({mode}pid {os.getpid()})", file=sys.stderr, flush=True)
+    _warn_stray_variables()
     engine.start()
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     stop = Stop(engine)
