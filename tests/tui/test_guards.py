@@ -198,6 +198,39 @@ def test_the_apps_own_delete_does_not_mark_its_fresh_results_stale(make_app):
     run(app, body)
 
 
+def test_a_search_over_every_wing_goes_stale_when_another_process_writes_a_new_wing(make_app):
+    """Without an active wing and without wing=, a search covers every wing there is, and a wing created after it
+    (a first entry on an empty store) may hold its answer: that write marks the results stale. A search narrowed to
+    some wings stays fresh after a write elsewhere."""
+    from memlens import Memory
+
+    app = make_app(watch=True, poll_interval=0.1)
+
+    async def body(pilot):
+        app.lens.active_wing = None
+        await search(pilot, "zebra stripes pattern")
+        assert app.main.bundle is not None and "zoo" not in app.main.bundle.trace.wings_searched
+        assert await until(pilot, lambda: app._generations is not None)
+        with Memory.open(app.lens.store_path, embedder=app.lens.mem.embedder) as other:
+            other.add("Zebra stripes are a pattern unique to each animal.", wing="zoo", id="zoo-001")
+        assert await until(pilot, lambda: app.main.stale is not None)
+        assert app.main.stale.get("entry_id") == "zoo-001" and status(app).startswith("⚠ stale since add zoo-001 in zoo")
+        await pilot.press("enter")  # re-runs from the search box
+        await settle(pilot)
+        assert app.main.stale is None and "zoo-001" in [r.entry.id for r in app.main.bundle.results]
+
+        app.lens.active_wing = "lifecore_ros2"  # narrowed to lifecore_ros2 and _global: a write to zoo is elsewhere
+        await search(pilot, "callbacks blocking")
+        seen = app.lens.generations()
+        with Memory.open(app.lens.store_path, embedder=app.lens.mem.embedder) as other:
+            other.add("Giraffes sleep standing up.", wing="zoo", id="zoo-002")
+        assert await until(pilot, lambda: app._generations is not None and app._generations != seen)
+        await settle(pilot)
+        assert app.main.stale is None, app.main.stale
+
+    run(app, body)
+
+
 def test_opening_an_entry_deleted_elsewhere_says_so_instead_of_a_blank_form(make_app):
     from memlens import Memory, attribution
     from memlens.tui.screens.entry import EntryScreen

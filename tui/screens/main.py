@@ -25,9 +25,16 @@ from ..widgets.trace_view import TracePane
 from ..widgets.working_memory import WorkingMemoryPane
 
 if TYPE_CHECKING:
-    from memlens.trace import Bundle, Result
+    from memlens.trace import Bundle, Result, Trace
 
 DEBOUNCE_S = 0.3
+
+
+def covers_every_wing(trace: Trace) -> bool:
+    """Whether the search behind ``trace`` ran over every wing of the store: neither the query (``wing=``) nor an
+    active wing narrowed it. Its ``wings_searched`` lists only the wings there were then, so a write to any wing,
+    a new one too, may change its results."""
+    return trace.active_wing is None and not trace.filters.get("wing")
 
 
 class MainScreen(FooterFits, KeysWhereTheCursorIs, Screen[None]):
@@ -176,8 +183,13 @@ class MainScreen(FooterFits, KeysWhereTheCursorIs, Screen[None]):
 
     def mark_stale(self, write: dict | None, wings: list[str], generations: dict[str, int] | None = None) -> None:
         """Another write touched a searched wing: keep the rows, say they are stale and why. Not when the results
-        were searched after that write (the app's own edit re-runs its search before the poll hears of it)."""
-        if self.bundle is None or not set(wings) & set(self.bundle.trace.wings_searched):
+        were searched after that write (the app's own edit re-runs its search before the poll hears of it).
+        A search without a wing (no wing= and no active wing) covers every wing, a wing created since included."""
+        if self.bundle is None:
+            return
+        if not covers_every_wing(self.bundle.trace):
+            wings = [w for w in wings if w in self.bundle.trace.wings_searched]
+        if not wings:
             return
         seen = getattr(self, "_seen", {})
         if generations and all(generations.get(w, 0) <= seen.get(w, -1) for w in wings):
