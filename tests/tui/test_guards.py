@@ -20,6 +20,11 @@ def status(app) -> str:
     return str(app.main.query_one("#status").render())
 
 
+def screen_text(app) -> str:
+    """What the terminal shows, as text."""
+    return html.unescape(re.sub(r"<[^>]+>", "", app.export_screenshot())).replace("\xa0", " ")
+
+
 def test_a_query_over_the_limit_is_an_inline_error_and_the_app_goes_on(make_app):
     app = make_app()
 
@@ -247,8 +252,26 @@ def test_opening_an_entry_deleted_elsewhere_says_so_instead_of_a_blank_form(make
         screen = app.screen
         assert isinstance(screen, EntryScreen) and screen.query_one("#entry-form").disabled
         said = str(screen.query_one("#entry-error").render())
-        assert said.startswith("✗ lc-arch-004 was deleted by cleanup-agent 2 (mcp) at ") and "nothing to edit" in said, said
+        assert said.startswith("✗ entry lc-arch-004 was deleted by cleanup-agent 2 (mcp) at ") and "nothing to edit" in said, said
         assert screen.unsaved_edits() == ""
+        # no fields (they showed the selects' first values, turn / invariant / active, as if they were the entry's)
+        def visible(widget) -> bool:
+            while widget is not screen:
+                if not widget.display:
+                    return False
+                widget = widget.parent
+            return True
+
+        assert not [w.id for w in screen.query("#entry-form Input, #entry-form Select, #f-text") if visible(w)]
+        # and no key that writes: the footer offers esc only
+        shown = {a.binding.action for a in screen.active_bindings.values() if a.enabled and a.binding.show}
+        assert not {"save", "delete", "undo_review"} & shown and not any(a.startswith("set_status") for a in shown), shown
+        assert "close" in shown
+        await pilot.press("ctrl+t")  # does nothing: no question about deleting what is gone
+        await settle(pilot)
+        assert app.screen is screen
+        said = screen_text(app)
+        assert "Audit history" in said and "by cleanup-agent 2 (mcp)" in said  # the history the audit kept
         await pilot.press("escape")
         await settle(pilot)
         assert app.screen is app.main

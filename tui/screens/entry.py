@@ -34,7 +34,7 @@ from textual.worker import Worker, WorkerState
 
 from memlens.attribution import describe as describe_client
 from memlens.errors import MemlensError, NotFoundError
-from memlens.models import KINDS, STATUSES, TYPES, Entry
+from memlens.models import KINDS, STATUSES, TYPES, Entry, parse_ts
 
 from ..widgets.code import language, lines_of, location
 from ..widgets.entry_view import audit_history, metadata
@@ -53,6 +53,16 @@ def form_values(entry: Entry | None, wing: str | None) -> dict[str, str]:
     return {"title": entry.title, "wing": entry.wing, "room": entry.room, "key": entry.key or "",
             "overrides": entry.overrides or "", "salience": f"{entry.salience:g}", "kind": entry.kind.value,
             "type": entry.type.value, "status": entry.status.value, "text": entry.text}
+
+
+def gone_text(entry_id: str, audit: list[dict[str, Any]]) -> str:
+    """``entry {id} was deleted by {client} at {time}`` from its newest audit row, as far as the history tells."""
+    last = audit[0] if audit else None
+    if last is None or last.get("action") != "delete":
+        return f"entry {entry_id} is not in the store (deleted meanwhile); nothing to edit · esc closes"
+    who = describe_client((last.get("detail") or {}).get("client"))
+    when = f"{parse_ts(last['ts']):%Y-%m-%d %H:%M:%S} UTC"
+    return f"entry {entry_id} was deleted{f' by {who}' if who else ''} at {when}; nothing to edit · esc closes"
 
 
 def field(label: str, widget: Any, classes: str = "field") -> Vertical:
@@ -94,6 +104,7 @@ class EntryScreen(Screen[None]):
         display: none;
     }
     EntryScreen.accessed #entry-access-box { display: block; }
+    EntryScreen.gone #entry-form .row, EntryScreen.gone #f-text-label, EntryScreen.gone #f-text { display: none; }
     EntryScreen #entry-audit-box { height: 1fr; border: round $primary-darken-1; border-title-color: $text-muted; padding: 0 1; }
     EntryScreen .row { height: 4; }
     EntryScreen .field { width: 1fr; height: 4; margin-right: 1; }
@@ -116,9 +127,11 @@ class EntryScreen(Screen[None]):
 
     @dataclass
     class Gone(Message):
-        """The entry is not in the store (deleted since it was listed): what its history says of its end."""
+        """The entry is not in the store (deleted since it was listed): what its history says of its end, and that
+        history (newest first)."""
 
         text: str
+        audit: list[dict[str, Any]]
 
     @dataclass
     class Previewed(Message):
@@ -146,6 +159,8 @@ class EntryScreen(Screen[None]):
         self.entry: Entry | None = None
         self.original: dict[str, str] = {}
         self._busy = False
+        self.gone = False
+        """The entry was not in the store when the screen read it: nothing to show in a form, nor to write."""
 
     @property
     def lens(self):  # type: ignore[no-untyped-def]
@@ -210,25 +225,29 @@ class EntryScreen(Screen[None]):
             self.post_message(self.Loaded(self.lens.entry_info(entry_id), self.lens.audit(entry_id),
                                           self.lens.entry_access(entry_id, ACCESS_ROWS)))
         except NotFoundError:
-            self.post_message(self.Gone(self._gone(entry_id)))
+            try:
+                audit = self.lens.audit(entry_id)
+            except MemlensError:
+                audit = []
+            self.post_message(self.Gone(gone_text(entry_id, audit), audit))
         except MemlensError as exc:
             self.post_message(self.Refused(str(exc)))
 
-    def _gone(self, entry_id: str) -> str:
-        """``{id} was deleted by {client} at {ts}`` from its last audit row, as far as the history tells."""
-        try:
-            last = next(iter(self.lens.audit(entry_id)), None)
-        except MemlensError:
-            last = None
-        if last is None or last.get("action") != "delete":
-            return f"{entry_id} is not in the store (deleted meanwhile); nothing to edit · esc closes"
-        who = describe_client((last.get("detail") or {}).get("client"))
-        return f"{entry_id} was deleted{f' by {who}' if who else ''} at {last['ts']}; nothing to edit · esc closes"
-
     def on_entry_screen_gone(self, message: Gone) -> None:
-        self.query_one("#entry-form").loading = False
-        self.query_one("#entry-form").disabled = True  # no blank form to type into and save
+        """No form (its fields would show the selects' first values as if they were the entry's) and no write keys:
+        the line that says what happened, and the history the audit kept."""
+        self.gone = True
+        self.add_class("gone")
+        form = self.query_one("#entry-form")
+        form.loading = False
+        form.disabled = True
+        form.border_title = f"Entry {self.entry_id} · deleted"
         self._error(f"✗ {message.text}")
+        now = self.lens.now()
+        self.query_one("#entry-meta", Static).update(Text("Not in the store: deleted since the results were read.",
+                                                          style="dim"))
+        self.query_one("#entry-audit", Static).update(audit_history(message.audit, now))
+        self.refresh_bindings()
 
     def on_entry_screen_loaded(self, message: Loaded) -> None:
         self.entry = message.info["entry"]
@@ -334,9 +353,12 @@ class EntryScreen(Screen[None]):
             self._error("not promoted: nothing written", "muted")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """A new entry has nothing to delete; the details key matters only on a narrow terminal."""
+        """A new entry has nothing to delete; the details key matters only on a narrow terminal; an entry deleted
+        elsewhere leaves only esc (and the details, which hold its history)."""
         if action == "toggle_details":
             return self.has_class("narrow")
+        if self.gone:
+            return action == "close"
         return not (action in ("delete", "undo_review") and self.entry_id is None)
 
     def on_resize(self) -> None:
