@@ -436,3 +436,43 @@ def test_help_fits_an_80_column_terminal(make_app):
         assert box.x >= 0 and box.right <= 80 and box.width > 40, box
 
     run(app, body, size=(80, 24))
+
+
+def test_t_shows_the_working_memory_a_narrow_terminal_hides(make_app):
+    """Under 100 columns the working memory pane gives its room to the results, and it had no way back: t (in the
+    footer) shows it in the search's place, t or esc goes back. A wide terminal always shows it: no t there."""
+    from textual.widgets._footer import FooterKey
+
+    app = make_app()
+
+    def shown() -> list[str]:
+        return [k.description for k in app.screen.query(FooterKey) if "-command-palette" not in k.classes]
+
+    def on_screen(selector: str) -> bool:
+        return app.main.query_one(selector).region.width > 0
+
+    async def body(pilot):
+        await search(pilot, "callbacks blocking")
+        await pilot.press("escape")  # out of the search box: the letter keys act
+        await settle(pilot)
+        assert not on_screen("#wm-box") and "Tasks" in shown(), shown()
+        await pilot.press("t")
+        await settle(pilot)
+        assert on_screen("#wm-box") and not on_screen("#search-box")
+        assert "Recent tasks" in screen_text(app) and "Active blockers" in screen_text(app)
+        assert app.main.query_one("#wm-box").region.width >= 70  # the search's width, not the 36 of a wide screen
+        await pilot.press("t")
+        await settle(pilot)
+        assert not on_screen("#wm-box") and on_screen("#search-box") and app.focused is app.main.query_one("#results")
+        await pilot.press("t", "escape")
+        await settle(pilot)
+        assert not on_screen("#wm-box") and on_screen("#search-box")
+        await pilot.press("t", "slash")  # / goes to the search box, which is back in view
+        await settle(pilot)
+        assert on_screen("#search-box") and app.focused is app.main.query_one("#query")
+        await pilot.resize_terminal(120, 40)
+        await pilot.press("escape")
+        await settle(pilot)
+        assert on_screen("#wm-box") and on_screen("#search-box") and "Tasks" not in shown(), shown()
+
+    run(app, body, size=(80, 24))

@@ -35,13 +35,15 @@ min-max normalised per kind, using the bounds shown. The call section shows late
 ## Working memory
 The last completed tasks (✓ success, ✗ failure) and the active blockers, with their age.
 The pane updates within a second when an agent completes or blocks a task in another process.
+On a narrow terminal (under 100 columns) it is hidden: **t** shows it in place of the search and the trace,
+**t** or **esc** goes back.
 """,
 }
 GENERAL = """\
 ## Keys
 Outside the search box: `/` search · `r` re-run · `d` dropped · `enter` entry · `n` new entry · `x` why not? ·
 `c` context preview · `s` assistant shell · `v` review inbox · `m` metrics · `i` code index ·
-`w` next active wing · `q` quit.
+`w` next active wing · `t` working memory (narrow terminal) · `q` quit.
 In the search box: `esc` leaves it, `enter` runs the query. Anywhere: `ctrl+p` command palette, `F1` help.
 
 Entry screen: `ctrl+s` save · `ctrl+o` deprecate · `ctrl+r` under review · `ctrl+t` delete · `esc` close.

@@ -60,6 +60,8 @@ class MainScreen(FooterFits, KeysWhereTheCursorIs, Screen[None]):
         Binding("v", "review", "Review", id="main.review",
                 tooltip="What agents wrote, with the evidence to accept, reject or merge it"),
         Binding("w", "next_wing", "Wing", id="main.wing", tooltip="Switch the active wing"),
+        Binding("t", "toggle_working_memory", "Tasks", id="main.tasks",
+                tooltip="On a narrow terminal: the working memory (recent tasks, active blockers) in place of the search"),
         Binding("f1", "help", "Help", id="main.help", tooltip="Help for the focused pane"),
     ]
 
@@ -97,9 +99,11 @@ class MainScreen(FooterFits, KeysWhereTheCursorIs, Screen[None]):
         yield Footer()
 
     def on_resize(self) -> None:
-        # at 80 columns the working memory pane gives its room to the results
+        # at 80 columns the working memory pane gives its room to the results (t shows it in their place)
         self.set_class(self.size.width < 100, "narrow")
         self.set_class(self.size.height < 34, "short")
+        if not self.has_class("narrow") and self.has_class("working-memory"):
+            self._show_working_memory(False)
 
     def on_mount(self) -> None:
         self.query_one(TracePane).show(None, None, False)
@@ -243,14 +247,33 @@ class MainScreen(FooterFits, KeysWhereTheCursorIs, Screen[None]):
     # -- actions ----------------------------------------------------------------------------
 
     def action_focus_search(self) -> None:
+        self._show_working_memory(False)
         self.query_one("#query", Input).focus()
 
     def action_leave_search(self) -> None:
+        self._show_working_memory(False)
         self.query_one(ResultsTable).focus()
 
+    def action_toggle_working_memory(self) -> None:
+        self._show_working_memory(not self.has_class("working-memory"))
+
+    def _show_working_memory(self, show: bool) -> None:
+        """On a narrow terminal the working memory takes the place of the search and the trace (t), and gives it back
+        (t, esc, /)."""
+        self.set_class(show, "working-memory")
+        if show:
+            self.query_one("#wm-box").focus()
+        elif self.focused is None or self.focused.id == "wm-box":
+            self.query_one(ResultsTable).focus()
+        self.refresh_bindings()
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "leave_search":  # Escape means something only inside the search box
-            return types_text(self.focused)
+        if action == "leave_search":  # Escape means something only inside the search box, or over the working memory
+            return types_text(self.focused) or self.has_class("working-memory")
+        if action == "toggle_working_memory" and not self.has_class("narrow"):  # a wide screen always shows it
+            return False
+        if action == "open_entry" and self.has_class("working-memory"):  # the results are out of sight
+            return False
         return super().check_action(action, parameters)
 
     def action_rerun(self) -> None:
@@ -297,6 +320,7 @@ class MainScreen(FooterFits, KeysWhereTheCursorIs, Screen[None]):
         topic = None
         while focused is not None and topic is None:
             topic = focused.id if focused.id in ("query", "results", "trace", "wm") else None
+            topic = "wm" if focused.id == "wm-box" else topic
             focused = focused.parent  # type: ignore[assignment]
         from .help import HelpScreen
 
