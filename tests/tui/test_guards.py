@@ -476,3 +476,25 @@ def test_t_shows_the_working_memory_a_narrow_terminal_hides(make_app):
         assert on_screen("#wm-box") and on_screen("#search-box") and "Tasks" not in shown(), shown()
 
     run(app, body, size=(80, 24))
+
+
+@pytest.mark.parametrize("query, token", [("wing=x callbacks", "wing=x"), ('abcdefghij "x', '"'),
+                                          ('  コールバック 🚀 émoji ↔ "unclosed', '"')])
+def test_an_error_caret_sits_under_the_token_it_names(make_app, query, token):
+    """The ^ under the search box started two cells left of the bad token (the box's border and padding were not
+    counted), and further left after wide characters (a CJK character or an emoji takes two cells)."""
+    from rich.cells import cell_len
+
+    app = make_app()
+
+    async def body(pilot):
+        app.main.query_one("#query").value = query
+        await settle(pilot)
+        update = app.screen._compositor.render_full_update()  # the terminal's lines, spaces and wide characters kept
+        lines = ["".join(seg.text for strip in line for seg in strip if not seg.control) for line in update.strips]
+        typed = next(line for line in lines if query.strip() in line)
+        carets = next(line for line in lines if "^" in line)
+        assert cell_len(carets[: carets.index("^")]) == cell_len(typed[: typed.index(token)]), (typed, carets)
+        assert status(app).lstrip().startswith("^")
+
+    run(app, body)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich.cells import cell_len
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -128,7 +129,7 @@ class MainScreen(FooterFits, KeysWhereTheCursorIs, Screen[None]):
         text = event.value.strip()
         error = check(text, getattr(self, "known_wings", []), getattr(self, "known_rooms", []))
         if error is not None:
-            self._status(caret_line(error), "error")
+            self._status(caret_line(error, text, self._caret_indent(event.value)), "error")
             return
         if not text:  # an emptied box: no results of a query no longer there (nor an r that would run it again)
             self._status("")
@@ -138,6 +139,13 @@ class MainScreen(FooterFits, KeysWhereTheCursorIs, Screen[None]):
             return
         self._status("…", "pending")
         self._debounce = self.set_timer(DEBOUNCE_S, lambda: self.search(text))
+
+    def _caret_indent(self, value: str) -> int:
+        """Cells from the status line's first character to where the box draws the checked (stripped) query's first:
+        the box's border and padding, the spaces the check strips, less what the box has scrolled off to the left."""
+        box, status = self.query_one("#query", Input), self.query_one("#status", Static)
+        lead = value[: len(value) - len(value.lstrip())]
+        return box.content_region.x - status.content_region.x + cell_len(lead) - box.scroll_offset.x
 
     @on(Input.Submitted, "#query")
     def _query_submitted(self, event: Input.Submitted) -> None:

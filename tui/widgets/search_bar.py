@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from textual.binding import Binding
 from textual.suggester import Suggester
 
@@ -66,6 +67,10 @@ def check(query: str, wings: list[str], rooms: list[str]) -> ScopeError | None:
     return None
 
 
-def caret_line(error: ScopeError) -> str:
-    """``    ^^^^^ message`` under the offending token (input has a 1-cell border + padding)."""
-    return " " * error.start + "^" * max(1, error.end - error.start) + " " + str(error)
+def caret_line(error: ScopeError, query: str = "", indent: int = 0) -> str:
+    """``    ^^^^^ message`` under the offending token of ``query`` (the text checked): ``indent`` cells, where the
+    query's first character is drawn, then the token's place and width in terminal cells (a CJK character or an
+    emoji takes two, where ``start``/``end`` count characters)."""
+    start = cell_len(query[: error.start]) if query else error.start
+    width = cell_len(query[error.start:error.end]) if query else error.end - error.start
+    return " " * max(0, indent + start) + "^" * max(1, width) + " " + str(error)
