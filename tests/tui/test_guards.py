@@ -498,3 +498,43 @@ def test_an_error_caret_sits_under_the_token_it_names(make_app, query, token):
         assert status(app).lstrip().startswith("^")
 
     run(app, body)
+
+
+
+def test_a_dialog_has_a_footer_of_its_own_keys(make_app):
+    """Under a dialog the footer named the screen underneath's keys (^s Save, ^t Delete, …), which do nothing while
+    it is open, and not the dialog's own (y / n). Each dialog now shows its own keys, named as its buttons are."""
+    from textual.widgets._footer import FooterKey
+
+    from memlens.tui.screens.confirm import ConfirmScreen
+    from memlens.tui.screens.first_run import FirstRunScreen
+    from memlens.tui.screens.help import HelpScreen
+    from memlens.tui.screens.review import ReasonScreen
+
+    app = make_app()
+
+    def shown() -> list[tuple[str, str]]:
+        return [(k.key_display, k.description) for k in app.screen.query(FooterKey)
+                if "-command-palette" not in k.classes and k.region.width > 0]
+
+    async def body(pilot):
+        await search(pilot, "callbacks blocking")
+        app.open_entry("lc-arch-015")
+        await settle(pilot)
+        await pilot.press("ctrl+t")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmScreen)
+        assert shown() == [("y", "Delete"), ("n", "Keep")], shown()
+        footer = app.screen.query_one("Footer").region
+        assert all(b.region.bottom <= footer.y for b in app.screen.query("Button"))  # the answers stay above it
+        await pilot.press("n")
+        await settle(pilot)
+        for dialog, keys in ((ReasonScreen("lc-arch-015"), [("esc", "Cancel")]), (HelpScreen(None), [("esc", "Close")]),
+                             (FirstRunScreen("app.db"), [("d", "Load demo"), ("esc", "Start empty")])):
+            app.push_screen(dialog)
+            await settle(pilot)
+            assert shown() == keys, (type(dialog).__name__, shown())
+            await pilot.press("escape")
+            await settle(pilot)
+
+    run(app, body, size=(80, 24))

@@ -6,11 +6,14 @@ next: it passes a callback to ``push_screen`` and acts only on True.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Static
+from textual.widgets import Button, Footer, Static
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -43,6 +46,18 @@ class ConfirmScreen(ModalScreen[bool]):
             with Horizontal():
                 yield Button(f"{self.yes} (y)", id="yes", variant="error")
                 yield Button(f"{self.no} (n / esc)", id="no", variant="primary")
+        yield Footer()  # this question's keys: the footer underneath named the screen's keys, which do nothing here
+
+    @property
+    def active_bindings(self) -> dict[str, Any]:
+        """The footer names the answers as the buttons do ("y Delete  n Keep"), not yes and no."""
+        out: dict[str, Any] = dict(super().active_bindings)
+        labels = {"confirm.yes": self.yes, "confirm.no": self.no}
+        for key, active in out.items():
+            label = labels.get(active.binding.id or "")
+            if label:
+                out[key] = active._replace(binding=dataclasses.replace(active.binding, description=label))
+        return out
 
     def on_mount(self) -> None:
         # the safe answer has focus: a stray enter never deletes anything

@@ -15,7 +15,7 @@ from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Button, Static
+from textual.widgets import Button, Footer, Static
 
 from memlens.models import parse_ts
 
@@ -82,6 +82,7 @@ class ImpactConfirmScreen(ConfirmScreen):
             with Horizontal():
                 yield Button(f"{self.yes} (y)", id="yes", variant="error")
                 yield Button(f"{self.no} (n / esc)", id="no", variant="primary")
+        yield Footer()
 
 
 def access_table(rows: list[dict[str, Any]], now: datetime, width: int = 48) -> Table:

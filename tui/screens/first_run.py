@@ -6,7 +6,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Center, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Markdown
+from textual.widgets import Button, Footer, Markdown
 
 TEXT = """\
 # Welcome to memlens
@@ -48,6 +48,7 @@ class FirstRunScreen(ModalScreen[bool]):
             with Center():
                 yield Button("Load the demo memory (d)", id="demo", variant="primary")
                 yield Button("Start empty (esc)", id="empty")
+        yield Footer()  # this dialog's keys (the footer underneath names the main screen's, which wait)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "demo")

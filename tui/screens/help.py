@@ -6,7 +6,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Markdown
+from textual.widgets import Footer, Markdown
 
 HELP = {
     "query": """\
@@ -67,6 +67,7 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Markdown(HELP.get(self.topic or "", "") + "\n" + GENERAL)
+        yield Footer()  # esc closes (the footer underneath names the screen's keys, which wait)
 
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)

@@ -154,6 +154,7 @@ class ReasonScreen(ModalScreen[str | None]):
         with Vertical():
             yield Static(f"Reject {self.entry_id}: why? (enter rejects, esc cancels)")
             yield OrderedInput(placeholder="reason, kept in the audit", id="reason")
+        yield Footer()  # esc cancels (the footer underneath names the review's keys, which wait)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value.strip() or "rejected in the app")
