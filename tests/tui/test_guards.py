@@ -538,3 +538,34 @@ def test_a_dialog_has_a_footer_of_its_own_keys(make_app):
             await settle(pilot)
 
     run(app, body, size=(80, 24))
+
+
+@pytest.mark.parametrize("budget", [None, 400])
+def test_the_budget_decisions_keep_a_long_id_out_of_the_type_column(tui_demo_store, tmp_path, settings, real_embedder,
+                                                                     budget):
+    """An id the CLI or an agent generated (a ULID, 26 characters) ran into the type ("…6FQHdecision") and pushed
+    the action onto a line of its own in the context preview's Budget decisions pane (46 cells wide). Such an id
+    now has a line of its own, and its row keeps the columns."""
+    import shutil
+
+    from rich.console import Console
+
+    from memlens import Memory
+    from memlens.tui.screens.context import decisions
+
+    id_cells = 16  # the entry column's width (the demo's ids and a space)
+
+    path = tmp_path / "ulid.db"
+    shutil.copy(tui_demo_store, path)
+    with Memory.open(path, settings=settings, embedder=real_embedder) as m:
+        added = m.add("Gripper calibration runs once per power cycle, before the first grasp.", wing="lifecore_ros2",
+                      type="decision")
+        bundle = m.search("gripper calibration power cycle", active_wing="lifecore_ros2", budget=budget, k=50)
+    assert len(added.id) > id_cells
+    console = Console(width=46, record=True, color_system=None)
+    console.print(decisions(bundle))
+    lines = console.export_text().splitlines()
+    at = lines.index(added.id)  # alone on its line
+    row = lines[at + 1]
+    assert row[:id_cells].strip() == "" and row[id_cells:].startswith("decision"), row
+    assert ("kept" in row) if budget is None else any(a in row for a in ("kept", "summarised", "dropped")), row

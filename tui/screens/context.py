@@ -64,23 +64,33 @@ def totals(bundle: Bundle) -> Text:
     return out
 
 
+ID_CELLS = 16  # the entry column: the demo's ids ("lc-arch-015") and a space
+
+
+def _entry_cell(entry_id: str) -> list[Text]:
+    """The entry column's cell, and a line of its own before it for an id too long for the column (a ULID has 26
+    characters): it ran into the type, and the action wrapped onto the next line."""
+    if len(entry_id) < ID_CELLS:
+        return [Text(f"{entry_id:<{ID_CELLS}}", style="bold")]
+    return [Text(entry_id, style="bold"), Text(" " * ID_CELLS)]
+
+
 def decisions(bundle: Bundle) -> RenderableType:
     """One line per retrieved entry: tokens and what the budget did, with the reason under it."""
     b = bundle.trace.budget
     if not b:
-        rows = [
-            Text.assemble(
-                (f"{r.entry.id:<16}", "bold"),
-                (f"{r.entry.type.value:<10}", TYPE_STYLE.get(r.entry.type.value, "")),
-                ("kept", "green"),
-            )
-            for r in bundle.results
-        ]
+        rows: list[RenderableType] = []
+        for r in bundle.results:
+            *alone, cell = _entry_cell(r.entry.id)
+            rows += [*alone, Text.assemble(cell, (f"{r.entry.type.value:<10}", TYPE_STYLE.get(r.entry.type.value, "")),
+                                           ("kept", "green"))]
         return Group(Text("no budget: nothing is cut", style="dim"), *rows) if rows else Text("nothing retrieved", style="dim")
-    lines: list[RenderableType] = [Text.assemble((f"{'entry':<16}{'type':<10}{'tokens':>6}  action", "bold underline"))]
+    lines: list[RenderableType] = [Text.assemble((f"{'entry':<{ID_CELLS}}{'type':<10}{'tokens':>6}  action",
+                                                  "bold underline"))]
     for item in b["items"]:
-        lines.append(Text.assemble((f"{item['id']:<16}", "bold"), (f"{item['type']:<10}", TYPE_STYLE.get(item["type"], "")),
-                                   f"{item['tokens']:>6}  ", (item["action"], ACTION_STYLE.get(item["action"], ""))))
+        *alone, cell = _entry_cell(item["id"])
+        lines += [*alone, Text.assemble(cell, (f"{item['type']:<10}", TYPE_STYLE.get(item["type"], "")),
+                                        f"{item['tokens']:>6}  ", (item["action"], ACTION_STYLE.get(item["action"], "")))]
         if item.get("reason"):
             lines.append(Text(f"  ↳ {item['reason']}", style="grey62"))
     entries = sum(i["tokens"] for i in b["items"] if i["action"] != "dropped")
