@@ -144,8 +144,9 @@ WRITES = (SetStatus, CompleteTask, BlockTask, UnblockTask)
 # -- parsing -------------------------------------------------------------------------------------
 
 
-def parse(line: str) -> Command | None:
-    """The command a line stands for; None for an empty line; ShellError when it is wrong."""
+def parse(line: str, profiles: list[str] | None = None) -> Command | None:
+    """The command a line stands for; None for an empty line; ShellError when it is wrong. ``profiles``: the store's
+    profile names, which an ``@PROFILE`` question must name (checked here, while the line is still in the input)."""
     text = line.strip()
     if not text:
         return None
@@ -165,6 +166,10 @@ def parse(line: str) -> Command | None:
             raise ShellError("usage: @PROFILE QUESTION (e.g. @academic executor scheduling)")
         if len(head) == 1:
             raise ShellError(f"usage: @{name} QUESTION")
+        if profiles and name not in profiles:
+            close = difflib.get_close_matches(name, profiles, n=1)
+            hint = f"; did you mean @{close[0]}?" if close else ""
+            raise ShellError(f"unknown profile {name!r}{hint} (profiles: {', '.join(profiles)})")
         return Ask(head[1].strip(), name)
     return Ask(text)
 

@@ -80,6 +80,19 @@ def test_parse_bad_lines(line, message):
     assert "\n" not in str(err.value)
 
 
+def test_an_unknown_profile_is_refused_before_the_line_leaves_the_input():
+    """The engine refused an unknown @profile only after the shell had emptied the input: the question typed was
+    lost, where every other error leaves the line to be fixed. The store's profiles are checked while parsing."""
+    profiles = sc.Known().profiles
+    with pytest.raises(sc.ShellError) as err:
+        sc.parse("@acadmic why do callbacks block", profiles)
+    assert str(err.value) == ("unknown profile 'acadmic'; did you mean @academic? "
+                              "(profiles: memory, academic, personal, conversation)")
+    with pytest.raises(sc.ShellError, match="unknown profile 'bogus' \\(profiles: "):
+        sc.parse("@bogus executor", profiles)
+    assert sc.parse("@academic executor scheduling", profiles) == sc.Ask("executor scheduling", "academic")
+
+
 def test_suggest_completes_commands_profiles_and_ids():
     known = sc.Known(entry_ids=["lc-arch-001", "lc-arch-004", "ros2-arch-001"], task_ids=["task-101", "task-121"],
                      blocked_ids=["task-121"])
@@ -167,6 +180,23 @@ def test_deprecate_writes_status_and_audit(make_app):
         row = mem.audit("lc-arch-004", limit=1)[0]
         assert row["action"] == "update"
         assert (row["before"]["status"], row["after"]["status"]) == ("active", "deprecated")
+
+
+def test_a_question_with_a_misspelt_profile_stays_in_the_input(make_app):
+    """An unknown @profile emptied the input (the engine refused it after the line was taken), unlike every other
+    error: the line now stays to be fixed, the status line suggests the profile meant, and nothing was asked."""
+    app = make_app()
+
+    async def run():
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            screen = await open_shell(pilot)
+            await submit(pilot, "@acadmic why do callbacks block")
+            assert screen.query_one("#prompt").value == "@acadmic why do callbacks block"
+            assert status_text(screen).startswith("✗ unknown profile 'acadmic'; did you mean @academic?"), status_text(screen)
+            assert not screen.query(".exchange") and not screen.query("Exchange")
+
+    asyncio.run(run())
 
 
 def test_task_complete_lands_in_working_memory(make_app):

@@ -246,7 +246,7 @@ class ShellScreen(Screen[None]):
     def _submitted(self, event: Input.Submitted) -> None:
         line = event.value
         try:
-            cmd = sc.parse(line)
+            cmd = sc.parse(line, self.known.profiles)
         except sc.ShellError as exc:
             self.history.add(line)
             self._status(str(exc), error=True)
