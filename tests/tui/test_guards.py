@@ -293,6 +293,27 @@ async def burst(pilot) -> None:
     await settle(pilot)
 
 
+def test_letters_typed_in_one_burst_after_slash_land_in_the_search_box(make_app):
+    """/ moved the focus to the search box only once the keys already read had been handled: letters typed in the
+    same burst (tmux send-keys, a macro, a fast typist) fired the results' keys instead (w switched the active wing,
+    i opened the code index, n a new entry; q would quit). They are now typed into the box."""
+    from textual import events
+
+    app = make_app()
+
+    async def body(pilot):
+        await pilot.press("escape")  # the cursor on the results: letters are keys there
+        await settle(pilot)
+        wing = app.lens.active_wing
+        for key, char in [("slash", "/"), ("w", "w"), ("i", "i"), ("n", "n"), ("g", "g")]:
+            app.post_message(events.Key(key, char))
+        await settle(pilot)
+        assert app.screen is app.main and app.lens.active_wing == wing
+        assert app.main.query_one("#query").value == "wing"
+
+    run(app, body)
+
+
 def test_editing_keys_typed_in_one_burst_apply_in_order(make_app):
     """A field's own editing keys (backspace, arrows) keep their place among the characters typed after them: the
     query box, an entry's text and the shell's prompt."""

@@ -254,13 +254,16 @@ class MainScreen(FooterFits, KeysWhereTheCursorIs, Screen[None]):
 
     # -- actions ----------------------------------------------------------------------------
 
+    # These two move the focus at once (set_focus): focus() moves it only after the keys already read, so letters
+    # typed in the same burst as / fired the results' keys (w switched the wing, q quit) instead of being typed.
+
     def action_focus_search(self) -> None:
         self._show_working_memory(False)
-        self.query_one("#query", Input).focus()
+        self.set_focus(self.query_one("#query", Input))
 
     def action_leave_search(self) -> None:
         self._show_working_memory(False)
-        self.query_one(ResultsTable).focus()
+        self.set_focus(self.query_one(ResultsTable))
 
     def action_toggle_working_memory(self) -> None:
         self._show_working_memory(not self.has_class("working-memory"))
@@ -270,9 +273,9 @@ class MainScreen(FooterFits, KeysWhereTheCursorIs, Screen[None]):
         (t, esc, /)."""
         self.set_class(show, "working-memory")
         if show:
-            self.query_one("#wm-box").focus()
+            self.set_focus(self.query_one("#wm-box"))
         elif self.focused is None or self.focused.id == "wm-box":
-            self.query_one(ResultsTable).focus()
+            self.set_focus(self.query_one(ResultsTable))  # at once: / moves it on to the search box right after
         self.refresh_bindings()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
