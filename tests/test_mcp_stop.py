@@ -20,19 +20,19 @@ import pytest
 
 from tests.mcp_helpers import LineReader, RawClient, result_data, sdk_client, server_env
 
-# the server, with every memory_add held in its write for MEMLENS_TEST_SLOW_ADD seconds (said on stderr when it
-# starts), and the grace of a stop shortened to MEMLENS_TEST_STOP_GRACE seconds
+# the server, with every memory_add held in its write for TEST_MEMLENS_SLOW_ADD seconds (said on stderr when it
+# starts), and the grace of a stop shortened to TEST_MEMLENS_STOP_GRACE seconds
 SLOW = """
 import os, sys, time
-import memlens.memory, memlens.mcp.server
+import memlens.memory, memlens.mcp.stop
 
 add_unique = memlens.memory.Memory.add_unique
 def slow_add(self, *a, **kw):
     os.write(2, b"test: add started\\n")  # one write: the three threads' lines do not interleave
-    time.sleep(float(os.environ["MEMLENS_TEST_SLOW_ADD"]))
+    time.sleep(float(os.environ["TEST_MEMLENS_SLOW_ADD"]))
     return add_unique(self, *a, **kw)
 memlens.memory.Memory.add_unique = slow_add
-memlens.mcp.server.STOP_GRACE_S = float(os.environ.get("MEMLENS_TEST_STOP_GRACE", "10"))
+memlens.mcp.stop.STOP_GRACE_S = float(os.environ.get("TEST_MEMLENS_STOP_GRACE", "10"))
 from memlens.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -40,7 +40,7 @@ sys.exit(main(sys.argv[1:]))
 
 def stdio_server(store, slow_add: float) -> RawClient:
     return RawClient([sys.executable, "-c", SLOW, "--store", str(store), "mcp"],
-                     env=server_env(MEMLENS_TEST_SLOW_ADD=str(slow_add)))
+                     env=server_env(TEST_MEMLENS_SLOW_ADD=str(slow_add)))
 
 
 def stored(store, marker: str) -> int:
@@ -121,7 +121,7 @@ def test_stdio_a_second_signal_stops_at_once(tmp_path):
 def http_serve(store, slow_add: float = 0, grace: float = 10) -> tuple[subprocess.Popen, LineReader, int]:
     proc = subprocess.Popen([sys.executable, "-c", SLOW, "--store", str(store), "mcp", "--transport", "http", "--port",
                              "0"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=server_env(MEMLENS_TEST_SLOW_ADD=str(slow_add), MEMLENS_TEST_STOP_GRACE=str(grace)))
+                            env=server_env(TEST_MEMLENS_SLOW_ADD=str(slow_add), TEST_MEMLENS_STOP_GRACE=str(grace)))
     err = LineReader(proc.stderr)
     line = err.wait_for(b"serving http://").decode()
     err.wait_for(b"model ready")  # (a stop while the model loads waits for the load to end)

@@ -22,6 +22,8 @@ import os
 import sys
 from typing import Any
 
+from memlens.mcp import stop as stopping
+
 DEFAULT_PORT = 8765
 
 
@@ -182,7 +184,7 @@ def _serve_stdio(store: str | None, read_only: bool) -> int:
     _warn_stray_variables()
     from memlens.store.staging import terminate_as_exit
 
-    stop = Stop(engine)
+    stop = stopping.Stop(engine)
     try:
         with terminate_as_exit():  # SIGTERM before the loop runs (or after) unwinds like Ctrl-C: the store closes
             anyio.run(_serve_wire, server, wire, stop)  # and writes the log rows still waiting in its spool
@@ -194,64 +196,15 @@ def _serve_stdio(store: str | None, read_only: bool) -> int:
 
 
 DRAIN_S = 300.0  # after the end of input, how long requests still running may take to be answered
-STOP_GRACE_S = 10.0  # after SIGINT or SIGTERM, how long requests already running may take to be answered
 
 
-class Stop:
-    """SIGINT or SIGTERM while serving (how a person or a host stops a server): a graceful stop.
-
-    Nothing new is taken on; calls still waiting for the store or the model fail unrun; the requests
-    already running finish and are answered, for ``STOP_GRACE_S`` at most. Then the server exits with
-    status 0, the status of a server that stopped when asked with nothing left undone (as a host's
-    stop expects). A second signal stops at once, and so does the end of the grace with requests still
-    running: one line on stderr says how many were left unanswered, and the status is 128 + the signal
-    (130 for Ctrl-C, as for any interrupted memlens command; 143 for SIGTERM). A request cut off so
-    has either committed its write or written nothing (every write is one transaction): only its answer
-    is missing.
-    """
-
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-        self.signum = 0  # the first signal; 0 while serving
-        self.exit_code = 0
-
-    @property
-    def stopping(self) -> bool:
-        return self.signum != 0
-
-    def begin(self, signum: int, running: int) -> bool:
-        """The first signal: False when this is a second one, which must stop at once (``force``)."""
-        if self.stopping:
-            return False
-        self.signum = signum
-        self.engine.stop_waiting()
-        if running:
-            print(f"memlens mcp: stopping: answering the {running} request{'s' if running != 1 else ''} still "
-                  f"running (at most {STOP_GRACE_S:.0f} s; {_signal_name(signum)} again stops at once)",
-                  file=sys.stderr, flush=True)
-        return True
-
-    def force(self, signum: int, running: int, why: str) -> None:
-        """Stop now: one line, status 128 + the signal, no interpreter teardown (a tool's worker thread may be
-        inside a write; the store rolls back what did not commit)."""
-        print(f"memlens mcp: stopped {why}; {running} request{'s' if running != 1 else ''} left unanswered",
-              file=sys.stderr, flush=True)
-        os._exit(128 + signum)
-
-
-def _signal_name(signum: int) -> str:
-    import signal
-
-    return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-
-
-async def _serve_wire(server: Any, wire: Any, stop: Stop | None = None) -> None:
+async def _serve_wire(server: Any, wire: Any, stop: stopping.Stop | None = None) -> None:
     """The SDK server on the wire's lines: what the SDK's ``stdio_server`` does, minus its extra thread hops.
 
     At the end of input the session does not end at once (the SDK would cancel the requests still
     running, some of them already committed, and answer none of them): it ends when every request
     read has been answered, or after ``DRAIN_S``. SIGINT and SIGTERM end it the same way, after
-    ``STOP_GRACE_S`` at most (``Stop``); a request read after the signal is answered with an error,
+    ``STOP_GRACE_S`` at most (``memlens.mcp.stop``); a request read after the signal is answered with an error,
     unrun.
     """
     import asyncio
@@ -296,16 +249,16 @@ async def _serve_wire(server: Any, wire: Any, stop: Stop | None = None) -> None:
         nonlocal ended
         assert stop is not None
         if not stop.begin(signum, len(unanswered)):
-            stop.force(signum, len(unanswered), f"at once ({_signal_name(signum)} again)")
+            stop.force(signum, len(unanswered), f"at once ({stopping.signal_name(signum)} again)")
         ended = True
         if unanswered:
-            loop.call_later(STOP_GRACE_S, grace_over)
+            loop.call_later(stopping.STOP_GRACE_S, grace_over)
         end_if_drained()
 
     def grace_over() -> None:  # on the loop
         assert stop is not None
         if unanswered:
-            stop.force(stop.signum, len(unanswered), f"after {STOP_GRACE_S:.0f} s")
+            stop.force(stop.signum, len(unanswered), f"after {stopping.STOP_GRACE_S:.0f} s")
 
     def deliver(line: bytes | None) -> None:  # on the reader thread
         try:
@@ -475,8 +428,8 @@ def _serve_http(store: str | None, host: str, port: int, read_only: bool) -> int
     _warn_stray_variables()
     engine.start()
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
-    stop = Stop(engine)
-    served = _graceful_server(config, app, stop)
+    stop = stopping.Stop(engine)
+    served = stopping.graceful_server(config, app, stop)
     # stopping while a client holds its event stream open ends that stream unanswered: expected then, not an error
     logging.getLogger("uvicorn.error").addFilter(
         lambda r: not (served.should_exit and r.getMessage().startswith("ASGI callable returned without completing")))
@@ -485,53 +438,3 @@ def _serve_http(store: str | None, host: str, port: int, read_only: bool) -> int
     finally:
         _close(engine)
     return stop.exit_code
-
-
-def _graceful_server(config: Any, front: Any, stop: Stop) -> Any:
-    """uvicorn's server, stopping as ``Stop`` says: at SIGINT or SIGTERM it stops accepting (a POST that comes on a
-    connection kept alive gets 503, unrun), lets the POST requests already running (``front.running``) finish and be
-    answered, then ends the clients' event streams and exits.
-
-    Left to themselves, uvicorn and the SDK's event streams (sse-starlette) would end every event stream at the first
-    signal, the answers of requests still running with them (their writes committed, their clients told nothing);
-    a client that sent part of a body would hold the stop for as long as it liked; and uvicorn raises the signal again
-    once stopped (a traceback-free but interrupted-looking exit)."""
-    import asyncio
-    import contextlib
-    import signal
-    import time
-
-    import uvicorn
-    from sse_starlette.sse import AppStatus
-
-    AppStatus.disable_automatic_graceful_drain()  # type: ignore[no-untyped-call]  # event streams end when shutdown() says so
-
-    class GracefulServer(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: Any) -> None:  # a signal handler, on the main thread
-            if not stop.begin(sig, front.running):
-                stop.force(sig, front.running, f"at once ({_signal_name(sig)} again)")
-            front.stopping = True  # a request on a connection kept alive gets 503, unrun
-            self.should_exit = True
-
-        @contextlib.contextmanager
-        def capture_signals(self) -> Any:
-            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
-            try:
-                yield
-            finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
-
-        async def shutdown(self, sockets: list[Any] | None = None) -> None:
-            for server in self.servers:  # no new connection (uvicorn's shutdown does it too, later)
-                server.close()
-            deadline = time.monotonic() + STOP_GRACE_S
-            while front.running and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-            if front.running:  # a request still running, or a client still sending its body
-                stop.force(stop.signum, front.running, f"after {STOP_GRACE_S:.0f} s")
-            AppStatus.should_exit = True  # the event streams (GET) end: sse-starlette looks every 0.5 s
-            self.config.timeout_graceful_shutdown = 5  # for them, and for keep-alive connections to close
-            await super().shutdown(sockets)
-
-    return GracefulServer(config)
