@@ -590,3 +590,15 @@ def test_the_budget_decisions_keep_a_long_id_out_of_the_type_column(tui_demo_sto
     row = lines[at + 1]
     assert row[:id_cells].strip() == "" and row[id_cells:].startswith("decision"), row
     assert ("kept" in row) if budget is None else any(a in row for a in ("kept", "summarised", "dropped")), row
+
+
+def test_a_deleted_entrys_line_shows_an_audit_time_edited_by_hand_as_it_is():
+    """The line for an entry deleted elsewhere reads the time of its newest audit row: one edited by hand into no
+    time is shown as it is (it failed the screen's worker, which would end the app)."""
+    from memlens.tui.screens.entry import gone_text
+
+    rows = [{"action": "delete", "ts": "yesterday-ish", "detail": {"client": {"name": "agent-7"}}}]
+    assert gone_text("e1", rows) == "entry e1 was deleted by agent-7 at yesterday-ish; nothing to edit · esc closes"
+    rows[0]["ts"] = "2026-11-28T09:00:00Z"
+    assert gone_text("e1", rows) == ("entry e1 was deleted by agent-7 at 2026-11-28 09:00:00 UTC; nothing to edit · "
+                                     "esc closes")

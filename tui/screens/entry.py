@@ -61,7 +61,10 @@ def gone_text(entry_id: str, audit: list[dict[str, Any]]) -> str:
     if last is None or last.get("action") != "delete":
         return f"entry {entry_id} is not in the store (deleted meanwhile); nothing to edit · esc closes"
     who = describe_client((last.get("detail") or {}).get("client"))
-    when = f"{parse_ts(last['ts']):%Y-%m-%d %H:%M:%S} UTC"
+    try:
+        when = f"{parse_ts(last['ts']):%Y-%m-%d %H:%M:%S} UTC"
+    except (TypeError, ValueError):  # an audit row's time edited by hand: shown as it is
+        when = str(last.get("ts"))
     return f"entry {entry_id} was deleted{f' by {who}' if who else ''} at {when}; nothing to edit · esc closes"
 
 
