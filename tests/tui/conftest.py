@@ -157,3 +157,46 @@ async def until(pilot, done, timeout: float = 10.0) -> bool:
             return True
         await pilot.pause(0.05)
     return done()
+
+
+def screen_lines(svg: str, styled: bool = False) -> list[str]:
+    """The text of a snapshot's SVG, one string per terminal row (for reading a mismatch in a log); ``styled``
+    puts each run's style (its CSS) and each row's background blocks in, for mismatches of colour or style."""
+    import html
+    import re
+
+    svg = re.sub(r"terminal-\d+-", "terminal-", svg)  # a fresh screenshot's class names carry a number
+    css = dict(re.findall(r"\.(terminal-r\d+) \{ ([^}]*) \}", svg))
+    rows: dict[float, list[str]] = {}
+    for m in re.finditer(r'<text class="([^"]*)"[^>]*y="([0-9.]+)"[^>]*>(.*?)</text>', svg):
+        text = html.unescape(re.sub("<[^>]+>", "", m.group(3))).replace("\xa0", " ")
+        rows.setdefault(float(m.group(2)), []).append(f"[{css.get(m.group(1), m.group(1))}]{text}" if styled else text)
+    if styled:
+        for m in re.finditer(r'<rect fill="([^"]*)" x="([0-9.]+)" y="([0-9.]+)" width="([0-9.]+)"', svg):
+            rows.setdefault(float(m.group(3)), []).append(f"<{m.group(1)} x={m.group(2)} w={m.group(4)}>")
+    return ["".join(rows[y]) for y in sorted(rows)]
+
+
+@pytest.fixture
+def snap_compare(snap_compare, request):
+    """The plugin's comparison; a mismatch fails with the rows that differ, by text or else by style (a CI log
+    has no report file; snapshot_report.html shows the pictures)."""
+    import difflib
+    import pickle
+
+    from pytest_textual_snapshot import node_to_report_path
+
+    def compare(*args, **kwargs) -> bool:
+        __tracebackhide__ = True
+        if snap_compare(*args, **kwargs):
+            return True
+        data = pickle.loads(node_to_report_path(request.node).read_bytes())
+        for styled in (False, True):
+            expected, actual = screen_lines(data[1], styled), screen_lines(data[2], styled)
+            diff = list(difflib.unified_diff(expected, actual, "snapshot", "this run", n=1, lineterm=""))
+            if diff:
+                break
+        raise AssertionError(f"snapshot mismatch; the rows that differ{' in style' if styled else ''}:\n"
+                             + "\n".join(diff[:80]))
+
+    return compare

@@ -11,9 +11,20 @@ SIZE = (120, 40)
 
 
 def test_empty_store_offers_the_demo(make_app, snap_compare):
+    from textual.widgets import Footer
+
+    from memlens.tui.screens.first_run import FirstRunScreen
+
     app = make_app(empty=True)
 
+    def shown() -> bool:  # the dialog comes from a worker's answer; its footer fills in after its first bindings
+        screen = app.screen
+        return (isinstance(screen, FirstRunScreen) and screen.query_one("#demo").has_focus
+                and bool(screen.query_one(Footer).children))
+
     async def run_before(pilot):
+        await settle(pilot)
+        assert await until(pilot, shown), f"the first-run dialog is not shown whole: {app.screen!r}"
         await settle(pilot)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
