@@ -7,7 +7,9 @@ import shutil
 
 import pytest
 
-from tests.review_session import run_in_process
+from memlens import attribution
+from memlens.errors import StaleUpdateError
+from tests.review_session import AGENT, run_in_process
 
 pytest.importorskip("psycopg")
 
@@ -59,5 +61,16 @@ def test_inbox_actions_and_lint_agree_across_backends(request, demo_store, tmp_p
             desk.undo("agent-plain-02")
             assert mem.get("agent-plain-02").text.startswith("The arm_driver hardware-in-the-loop rig")
             assert "found_in" not in mem.get("agent-plain-01").meta and "found_in" not in mem.get("agent-plain-10").meta
+            # an accept the agent's later deletion blocks: the refusal names the reject that brings the entry back
+            desk.accept(["agent-plain-03"])
+            with attribution.acting_as(AGENT):
+                mem.delete("agent-plain-03")
+            with pytest.raises(StaleUpdateError, match=r"deletion waits for review: rejecting it brings the entry back "
+                                                       r".*\(memlens review reject agent-plain-03; an undo after that "
+                                                       r"reverses the reject, not this review\)$"):
+                desk.undo("agent-plain-03")
+            desk.reject(["agent-plain-03"])
+            assert mem.get("agent-plain-03").status.value == "active"  # as the accept left it
+            assert desk.undo("agent-plain-03")["undid"] == "reject"
             seen[mem.store.backend] = (inbox, lint, _seen(mem))
     assert seen["sqlite"] == seen["postgresql"]

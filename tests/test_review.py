@@ -301,6 +301,51 @@ def test_an_undo_after_an_agents_later_write_names_the_agent_and_the_fields(stor
     assert store.get("new-1").text.startswith("Agents record what they learn") and "new-1" in ids(store)
 
 
+def test_an_undo_after_an_agents_deletion_names_the_reject_that_brings_the_entry_back(store):
+    """An agent deleted the entry after the accept: the refusal says its deletion waits for review and names the reject
+    that brings the entry back, and that an undo after it reverses the reject (it used to say only that nothing brings
+    the entry back). A person's deletion answers the entry's item, and rejecting an entry the agent added and deleted
+    brings nothing back: no reject is offered for either."""
+    from tests.conftest import snapshot_store
+
+    desk = store.review
+    desk.accept(["new-1"])
+    accepted = _records(store, "new-1")
+    with attribution.acting_as(AGENT):
+        store.delete("new-1")
+    before = snapshot_store(store.path)
+    with pytest.raises(StaleUpdateError, match=r"^cannot undo the accept of new-1: entry 'new-1' was deleted after it "
+                                               r"\(audit row \d+, delete by unit-agent 1 \(mcp\)\); this review can no "
+                                               r"longer be undone, but the agent's deletion waits for review: rejecting "
+                                               r"it brings the entry back as it was before the agent's writes \(memlens "
+                                               r"review reject new-1; an undo after that reverses the reject, not this "
+                                               r"review\)$"):
+        desk.undo("new-1")
+    assert snapshot_store(store.path) == before
+    desk.reject(["new-1"])  # what the message names
+    assert _records(store, "new-1") == accepted  # back as the accept left it: active
+    assert desk.undo("new-1")["undid"] == "reject"  # and an undo now takes the reject, as the message says
+    with pytest.raises(NotFoundError):
+        store.get("new-1")
+    desk.accept(["rule-2"])
+    store.delete("rule-2")  # a person's deletion: nothing waits for review
+    with pytest.raises(StaleUpdateError, match=r"^cannot undo the accept of rule-2: entry 'rule-2' was deleted after it "
+                                               r"\(audit row \d+, delete\), and nothing brings it back as the review "
+                                               r"left it; this review can no longer be undone$"):
+        desk.undo("rule-2")
+
+    with attribution.acting_as(AGENT):
+        store.add("Session notes go to the agents wing.", wing="agents", id="new-2", status="under_review")
+        store.add("Each session ends with a short summary.", wing="agents", id="new-3", status="under_review")
+    desk.merge(["new-3"], into="new-2")  # new-2's own item (the agent added it) stays open
+    with attribution.acting_as(AGENT):
+        store.delete("new-2")
+    with pytest.raises(StaleUpdateError, match=r"^cannot undo the merge of new-3: entry 'new-2' was deleted after it "
+                                               r".*, and nothing brings it back as the review left it; this review can "
+                                               r"no longer be undone$"):
+        desk.undo("new-3")  # rejecting an agent's add and deletion brings nothing back: no reject offered
+
+
 def test_the_cli_offers_no_undo_of_an_undo(store, capsys, monkeypatch):
     from memlens import embed
     from memlens.cli.main import main

@@ -275,10 +275,22 @@ class ReviewDesk:
                     f"{', '.join(exc.fields)} {'differs' if one else 'differ'} from what the review left; set "
                     f"{'it' if one else 'them'} back (memlens edit {entry_id} FIELD=VALUE), then undo again")
         if self.store.get_row(entry_id) is None:
-            return (f"cannot undo the {what}: entry {entry_id!r} was deleted after it{by}, and nothing brings it back "
-                    "as the review left it; this review can no longer be undone")
+            gone = f"cannot undo the {what}: entry {entry_id!r} was deleted after it{by}"
+            if self._deletion_waiting(entry_id):
+                return (f"{gone}; this review can no longer be undone, but the agent's deletion waits for review: "
+                        f"rejecting it brings the entry back as it was before the agent's writes (memlens review reject "
+                        f"{entry_id}; an undo after that reverses the reject, not this review)")
+            return f"{gone}, and nothing brings it back as the review left it; this review can no longer be undone"
         return (f"cannot undo the {what}: entry {entry_id!r} exists again since the review deleted it{by}; "
                 f"delete it first (memlens delete {entry_id}), then undo again")
+
+    def _deletion_waiting(self, entry_id: str) -> bool:
+        """Whether the entry's deletion was an agent's and waits for review (a person's deletion answers the entry's
+        item) and rejecting it would bring the entry back (not when the agent also added it). That is no way to the
+        undo refused: the reject becomes the entry's newest review action, the one an undo takes, and undoing it
+        deletes the entry again."""
+        item = inbox.find(self.store, entry_id)
+        return item is not None and item.after is None and item.before is not None
 
 
 _TYPE = COLUMNS.index("type")
