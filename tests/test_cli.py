@@ -136,6 +136,19 @@ def test_delete_names_the_entries_that_overrode_it_and_the_store_stays_sound(dem
     assert run_cli("--store", str(demo_db), "check").returncode == 0
 
 
+def test_delete_json_says_the_entry_was_deleted_and_which_overrides_it_released(demo_db):
+    """`delete --json` printed the entry exactly as `deprecate --json` prints a live one: nothing told a program it was
+    gone. Its keys stay; `deleted` and `released` are added, and only to a deletion's output."""
+    exported = run_cli("--store", str(demo_db), "export").stdout.splitlines()
+    was = next(r for r in map(json.loads, exported) if r["id"] == "ros2-conv-005")
+    out = run_cli("--store", str(demo_db), "delete", "ros2-conv-005", "--json")
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert list(got)[:len(was)] == list(was) and got == {**was, "deleted": True, "released": ["lc-conv-010"]}
+    kept = json.loads(run_cli("--store", str(demo_db), "deprecate", "lc-conv-010", "--json").stdout)
+    assert kept["id"] == "lc-conv-010" and "deleted" not in kept and "released" not in kept
+
+
 def test_restore_refuses_an_entry_that_is_not_deprecated(demo_db):
     waiting = run_cli("--store", str(demo_db), "export")
     entry = next(json.loads(line) for line in waiting.stdout.splitlines() if '"under_review"' in line)

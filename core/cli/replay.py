@@ -287,6 +287,13 @@ def _released(mem: Any, entry_id: str) -> list[str]:
     return overriders(mem.reads, entry_id)
 
 
+def _written(entry: Any, command: str, released: list[str]) -> dict[str, Any]:
+    """The ``--json`` of a write: the entry as it is stored now; for ``delete``, as it was, with ``"deleted": true``
+    and ``released``: the entries that overrode it and now override nothing."""
+    record: dict[str, Any] = entry.to_record()
+    return {**record, "deleted": True, "released": released} if command == "delete" else record
+
+
 def cmd_write(args: argparse.Namespace) -> int:
     change = _change(args)  # bad FIELD=VALUE fails before the store opens
     eid = args.entry_id
@@ -299,7 +306,8 @@ def cmd_write(args: argparse.Namespace) -> int:
             released = _released(mem, eid) if args.command == "delete" else []
             entry = change(mem)
         same = " (nothing changed: it already had these values)" if entry.to_record() == before else ""
-        print(json.dumps(entry.to_record(), ensure_ascii=False) if args.json else f"{args.command}: {entry.id}{same}")
+        print(json.dumps(_written(entry, args.command, released), ensure_ascii=False) if args.json
+              else f"{args.command}: {entry.id}{same}")
         if released and not args.json:
             print(f"  {', '.join(released)} overrode it and now override{'s' if len(released) == 1 else ''} nothing")
         return 0
