@@ -13,10 +13,9 @@ import platformdirs
 APP = "memlens"
 ENV_PREFIX = "MEMLENS_"
 # MEMLENS_* variables that are not settings and are no typo: what memlens reads besides its settings (the file, the
-# MCP server's early answer), the name the README gives a client's bearer token, and what the project's tests and
-# benchmarks read
-OTHER_VARIABLES = frozenset({"MEMLENS_CONFIG", "MEMLENS_MCP_EARLY_INIT", "MEMLENS_TOKEN", "MEMLENS_GUARD_REPO",
-                             "MEMLENS_BENCH_CACHE"})
+# MCP server's early answer) and the name the README gives a client's bearer token. The project's tests and benchmarks
+# name their own variables without the prefix.
+OTHER_VARIABLES = frozenset({"MEMLENS_CONFIG", "MEMLENS_MCP_EARLY_INIT", "MEMLENS_TOKEN"})
 
 
 def config_file() -> Path:

