@@ -252,7 +252,8 @@ def test_opening_an_entry_deleted_elsewhere_says_so_instead_of_a_blank_form(make
         screen = app.screen
         assert isinstance(screen, EntryScreen) and screen.query_one("#entry-form").disabled
         said = str(screen.query_one("#entry-error").render())
-        assert said.startswith("✗ entry lc-arch-004 was deleted by cleanup-agent 2 (mcp) at ") and "nothing to edit" in said, said
+        assert said.startswith("✗ deleted by cleanup-agent 2 (mcp) at ") and said.endswith(" UTC"), said
+        assert screen.query_one("#entry-form").border_title == "Entry lc-arch-004 · deleted"
         assert screen.unsaved_edits() == ""
         # no fields (they showed the selects' first values, turn / invariant / active, as if they were the entry's)
         def visible(widget) -> bool:
@@ -277,6 +278,33 @@ def test_opening_an_entry_deleted_elsewhere_says_so_instead_of_a_blank_form(make
         assert app.screen is app.main
 
     run(app, body)
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24)])
+def test_a_deleted_entrys_line_takes_one_line_at_120_and_80_columns(make_app, size):
+    """The line beside the side panel (64 cells at 120 columns) wrapped onto a second line: it named the id again (the
+    form's title has it) and the keys (the footer has them). Deleted by a client with a version, as an agent is."""
+    from memlens import Memory, attribution
+    from memlens.tui.screens.entry import EntryScreen
+
+    app = make_app()
+
+    async def body(pilot):
+        with Memory.open(app.lens.store_path, embedder=app.lens.mem.embedder) as other, \
+                attribution.acting_as({"name": "claude-code", "version": "1.0.51", "via": "mcp"}):
+            other.delete("lc-arch-004")
+        app.open_entry("lc-arch-004")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, EntryScreen) and screen.gone
+        line = screen.query_one("#entry-error")
+        said = str(line.render())
+        assert line.size.height == 1, (line.size, said)
+        assert said.startswith("✗ deleted by claude-code 1.0.51 (mcp) at "), said
+        shown = [part.strip() for row in screen_text(app).splitlines() for part in row.split("│")]
+        assert said in shown, said  # whole, between the form's borders
+
+    run(app, body, size)
 
 
 BURST = [("a", "a"), ("b", "b"), ("c", "c"), ("backspace", None), ("backspace", None), ("d", "d"), ("e", "e"), ("f", "f"),
@@ -598,7 +626,6 @@ def test_a_deleted_entrys_line_shows_an_audit_time_edited_by_hand_as_it_is():
     from memlens.tui.screens.entry import gone_text
 
     rows = [{"action": "delete", "ts": "yesterday-ish", "detail": {"client": {"name": "agent-7"}}}]
-    assert gone_text("e1", rows) == "entry e1 was deleted by agent-7 at yesterday-ish; nothing to edit · esc closes"
+    assert gone_text(rows) == "deleted by agent-7 at yesterday-ish"
     rows[0]["ts"] = "2026-11-28T09:00:00Z"
-    assert gone_text("e1", rows) == ("entry e1 was deleted by agent-7 at 2026-11-28 09:00:00 UTC; nothing to edit · "
-                                     "esc closes")
+    assert gone_text(rows) == "deleted by agent-7 at 2026-11-28 09:00:00 UTC"

@@ -55,17 +55,18 @@ def form_values(entry: Entry | None, wing: str | None) -> dict[str, str]:
             "type": entry.type.value, "status": entry.status.value, "text": entry.text}
 
 
-def gone_text(entry_id: str, audit: list[dict[str, Any]]) -> str:
-    """``entry {id} was deleted by {client} at {time}`` from its newest audit row, as far as the history tells."""
+def gone_text(audit: list[dict[str, Any]]) -> str:
+    """``deleted by {client} at {time}`` from the newest audit row, as far as the history tells: one line beside the
+    side panel at 120 columns (the id is in the form's title, the keys in the footer)."""
     last = audit[0] if audit else None
     if last is None or last.get("action") != "delete":
-        return f"entry {entry_id} is not in the store (deleted meanwhile); nothing to edit · esc closes"
+        return "not in the store (deleted meanwhile)"
     who = describe_client((last.get("detail") or {}).get("client"))
     try:
         when = f"{parse_ts(last['ts']):%Y-%m-%d %H:%M:%S} UTC"
     except (TypeError, ValueError):  # an audit row's time edited by hand: shown as it is
         when = str(last.get("ts"))
-    return f"entry {entry_id} was deleted{f' by {who}' if who else ''} at {when}; nothing to edit · esc closes"
+    return f"deleted{f' by {who}' if who else ''} at {when}"
 
 
 def field(label: str, widget: Any, classes: str = "field") -> Vertical:
@@ -232,7 +233,7 @@ class EntryScreen(Screen[None]):
                 audit = self.lens.audit(entry_id)
             except MemlensError:
                 audit = []
-            self.post_message(self.Gone(gone_text(entry_id, audit), audit))
+            self.post_message(self.Gone(gone_text(audit), audit))
         except MemlensError as exc:
             self.post_message(self.Refused(str(exc)))
 
@@ -247,8 +248,8 @@ class EntryScreen(Screen[None]):
         form.border_title = f"Entry {self.entry_id} · deleted"
         self._error(f"✗ {message.text}")
         now = self.lens.now()
-        self.query_one("#entry-meta", Static).update(Text("Not in the store: deleted since the results were read.",
-                                                          style="dim"))
+        self.query_one("#entry-meta", Static).update(Text(
+            "Not in the store: deleted since the results were read. Nothing to edit.", style="dim"))
         self.query_one("#entry-audit", Static).update(audit_history(message.audit, now))
         self.refresh_bindings()
 
