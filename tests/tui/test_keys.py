@@ -195,3 +195,51 @@ def test_tab_completes_in_the_search_box_and_an_emptied_box_shows_no_results(mak
             assert main.bundle is None and main.query_text == ""
 
     asyncio.run(run())
+
+
+async def burst(pilot, keys) -> None:
+    """``keys`` all queued before the app handles the first (pilot.press waits after each key, a terminal does not)."""
+    for key in keys:
+        pilot.app.post_message(key)
+    await settle(pilot)
+
+
+def test_escape_and_a_letter_in_one_burst_act_on_the_results(make_app):
+    """Escape left the search box only once the field had typed the letters read with it: escape then w typed w into
+    the query (escape then q typed q rather than quit). The letter now acts where escape moved the focus."""
+    from textual import events
+
+    app = make_app()
+
+    async def run() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await search(pilot, "callbacks blocking")
+            main, query = app.main, app.main.query_one("#query")
+            wing = app.lens.active_wing
+            assert app.focused is query
+            await burst(pilot, [events.Key("escape", "\x1b"), events.Key("w", "w")])
+            assert query.value == "callbacks blocking"
+            assert app.focused is main.query_one("#results") and app.lens.active_wing != wing
+
+    asyncio.run(run())
+
+
+def test_escape_and_a_letter_in_one_burst_leave_the_shell_and_act_on_the_main_screen(make_app):
+    """Escape closes the shell: the letter typed with it acts on the main screen, not in the shell's prompt."""
+    from textual import events
+
+    app = make_app()
+
+    async def run() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await search(pilot, "callbacks blocking")
+            await pilot.press("escape", "s")  # the results, then the shell
+            await settle(pilot)
+            prompt = app.screen.query_one("#prompt")
+            assert app.focused is prompt
+            wing = app.lens.active_wing
+            await burst(pilot, [events.Key("escape", "\x1b"), events.Key("w", "w")])
+            assert app.screen is app.main and app.lens.active_wing != wing
+            assert prompt.value == "" and app.main.query_one("#query").value == "callbacks blocking"
+
+    asyncio.run(run())

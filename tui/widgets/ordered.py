@@ -7,7 +7,10 @@ one read (a fast typist, a macro, tmux send-keys, a slow moment of the app),
 the characters typed after such a key reach the field first: ``abc``, two
 backspaces, ``def`` became ``abcd`` instead of ``adef`` (textual#6605). Here the
 field runs its own bindings where it receives the key, so each key applies in
-turn; keys it does not bind (the screen's and the app's) travel on as before.
+turn. A key it leaves to the screen or the app (escape, tab) acts there at once
+too, for the same reason: escape and q in one burst left the query box only
+after q had been typed into it. A key that reaches the field once the focus has
+left it goes where the focus is now.
 """
 
 from __future__ import annotations
@@ -19,10 +22,18 @@ from textual.widgets import Input, TextArea
 
 
 class _OwnKeysInOrder:
-    """For a text field: its own non-priority bindings run inline, in ``_on_key``."""
+    """For a text field: every key applies in turn, where the keys before it left the focus."""
 
     async def _on_key(self, event: events.Key) -> None:
         field: Any = self
+        app = field.app
+        if app.focused is not field:
+            # handed to the field before a key of the same burst moved the focus away (escape to the results, tab, a
+            # screen closed or opened): it goes where the focus is now, not into a field the user has left
+            event.stop()
+            event.prevent_default()
+            app.post_message(events.Key(event.key, event.character))
+            return
         if not event.is_printable:
             for binding in field._bindings.key_to_bindings.get(event.key, ()):
                 # the app's run_action says whether it ran (a disabled action leaves the key to travel on)
@@ -32,6 +43,12 @@ class _OwnKeysInOrder:
                     event.prevent_default()
                     return
         await super()._on_key(event)  # type: ignore[misc]
+        # (_stop_propagation: the field's class took the key itself, as a TextArea takes enter and tab)
+        if not event.is_printable and not event._stop_propagation and await app._check_bindings(event.key):
+            # a key the field leaves to the screen or the app (escape, tab, f1) acts now, as it would once it had
+            # travelled up to the app, but before the field reads the keys typed after it
+            event.stop()
+            event.prevent_default()
 
 
 class OrderedInput(_OwnKeysInOrder, Input):
