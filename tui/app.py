@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.segment import Segment
-from textual import events, work
+from textual import work
 from textual.app import App
 from textual.binding import Binding
 from textual.color import Color
@@ -24,7 +24,7 @@ from memlens.errors import MemlensError
 from memlens.visible import strip_controls
 
 from .commands import MemlensCommands
-from .keys import KeysWhereTheCursorIs, types_text
+from .keys import KeysInTheirTurn, KeysWhereTheCursorIs
 from .messages import ModelFailed, ModelReady, StoreChanged, WorkingMemoryLoaded
 from .screens.confirm import ConfirmScreen
 from .screens.impact import ImpactCommands
@@ -48,7 +48,7 @@ class NoControls(LineFilter):
 _NO_CONTROLS = NoControls()
 
 
-class MemlensApp(KeysWhereTheCursorIs, App[None]):
+class MemlensApp(KeysInTheirTurn, KeysWhereTheCursorIs, App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "memlens"
     COMMANDS = App.COMMANDS | {MemlensCommands, ReplayCommands, ImpactCommands}
@@ -105,22 +105,6 @@ class MemlensApp(KeysWhereTheCursorIs, App[None]):
             self.screen.action_copy_text()
         else:
             self.action_help_quit()
-
-    # -- keys typed in one burst ------------------------------------------------------------
-
-    async def _on_key(self, event: events.Key) -> None:
-        """A character no binding took, reaching the app while a text field has focus, was typed in the burst that
-        moved the focus there (/ and a query in one read of the terminal): it had been handed to the widget that had
-        the focus then. It goes to the field, in its turn. (A field types the characters it receives itself: one
-        that comes back from the field, a read-only one, is left alone.)"""
-        field = self.focused
-        if field is None or not types_text(field) or not event.is_printable or getattr(event, "redirected", False):
-            return  # App._on_key as ever: the bindings, then the app's own key methods
-        event.prevent_default()  # App._on_key would look for the bindings a second time
-        if not await self._check_bindings(event.key):
-            again = events.Key(event.key, event.character)
-            again.redirected = True  # type: ignore[attr-defined]
-            field.post_message(again)
 
     # -- start-up ---------------------------------------------------------------------------
 

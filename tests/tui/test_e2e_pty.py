@@ -66,3 +66,16 @@ def test_ctrl_c_only_says_how_to_quit_and_ctrl_q_quits(store):
         assert app.proc is not None and app.proc.poll() is None
         app.send(CTRL_Q)
         assert app.wait_exit(10) == 0
+
+
+def test_escape_and_q_in_one_read_leave_the_search_box_and_quit(store):
+    """Esc and q typed fast reach the app in one read, the same bytes as alt+q: the search box typed q and the app
+    stayed open. An arrow's escape sequence still moves the cursor in the box."""
+    with PtyApp([MEMLENS, "--store", str(store)]) as app:
+        _started(app)
+        app.send("callbacks blocking")
+        app.wait_for(lambda s: "Callbacks must not block" in s, SEARCH_S)
+        app.send("\x1b[D\x1b[DX")  # left, left, X
+        app.wait_for("callbacks blockiXng", START_S)
+        app.send("\x1bq")
+        assert app.wait_exit(10) == 0

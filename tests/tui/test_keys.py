@@ -197,6 +197,15 @@ def test_tab_completes_in_the_search_box_and_an_emptied_box_shows_no_results(mak
     asyncio.run(run())
 
 
+def terminal_keys(data: str) -> list:
+    """The keys Textual's terminal driver reads from ``data`` arriving in one read (the bytes of tmux send-keys, a
+    fast typist, a macro), as the app receives them."""
+    from textual._xterm_parser import XTermParser
+
+    parser = XTermParser()
+    return [*parser.feed(data), *parser.feed("")]  # the end of the input ends a pending ESC sequence as a pause does
+
+
 async def burst(pilot, keys) -> None:
     """``keys`` all queued before the app handles the first (pilot.press waits after each key, a terminal does not)."""
     for key in keys:
@@ -220,6 +229,29 @@ def test_escape_and_a_letter_in_one_burst_act_on_the_results(make_app):
             await burst(pilot, [events.Key("escape", "\x1b"), events.Key("w", "w")])
             assert query.value == "callbacks blocking"
             assert app.focused is main.query_one("#results") and app.lens.active_wing != wing
+
+    asyncio.run(run())
+
+
+def test_escape_and_a_letter_from_a_terminal_act_on_the_results_and_arrows_still_move(make_app):
+    """A terminal without the kitty keyboard protocol sends Esc, w typed fast as the bytes of alt+w, which Textual
+    reads as alt+w and a text field typed as w. Nothing binds alt+w: it is escape, then w. The arrows' own escape
+    sequences are keys as before, in the box and on the results, alone or after escape."""
+    app = make_app()
+
+    async def run() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await search(pilot, "callbacks blocking")
+            main, query = app.main, app.main.query_one("#query")
+            results = main.query_one("#results")
+            assert [k.key for k in terminal_keys("\x1bw")] == ["alt+w"]
+            await burst(pilot, terminal_keys("\x1b[D\x1b[DX"))  # left, left, X
+            assert query.value == "callbacks blockiXng" and app.focused is query
+            wing = app.lens.active_wing
+            await burst(pilot, terminal_keys("\x1bw"))
+            assert query.value == "callbacks blockiXng" and app.focused is results and app.lens.active_wing != wing
+            await burst(pilot, terminal_keys("/\x1b\x1b[B\x1b[B"))  # back in the box, then escape, down, down
+            assert app.focused is results and results.cursor_row == 2 and query.value == "callbacks blockiXng"
 
     asyncio.run(run())
 
