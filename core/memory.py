@@ -2,10 +2,11 @@
 
 It composes the store (``memlens.store``: one SQLite file behind the
 ``Store`` interface), the embedding model (loaded on first use), the caches
-and the retrieval profiles. Entry writes are ``memlens.store.writes``
-(each one transaction: the row, its vector, an audit row and the wing's
-generation bump, which is how caches in this and other processes learn that
-a wing changed); retrieval is ``memlens.retrieval``; working memory is
+and the retrieval profiles. Entry writes are ``memlens.memory_writes`` (the
+checks before a write, inherited) over ``memlens.store.writes`` (each one
+transaction: the row, its vector, an audit row and the wing's generation
+bump, which is how caches in this and other processes learn that a wing
+changed); retrieval is ``memlens.retrieval``; working memory is
 ``memlens.working``; JSONL is ``memlens.io``.
 """
 
@@ -15,18 +16,16 @@ import copy
 import threading
 import weakref
 from collections.abc import Iterable, Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memlens import untrusted
 from memlens.config import Settings, load_settings
-from memlens.errors import MemlensError, NotFoundError, StoreError, ValidationError
+from memlens.errors import MemlensError, NotFoundError, StoreError
 from memlens.limits import MAX_LIST, check_int, entry_text_limit
-from memlens.models import EDITABLE_FIELDS, Entry, Status, derived_title, format_ts, utcnow
-from memlens.store import writes
+from memlens.memory_writes import EntryWrites
+from memlens.models import Entry
 from memlens.store.newstore import store_target
 from memlens.store.postgres.connect import is_uri
 from memlens.store.rows import row_to_entry
@@ -42,7 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["Memory"]
 
 
-class Memory:
+class Memory(EntryWrites):
     """An agent memory on one SQLite file or in a PostgreSQL database.
 
     Thread-safe: the store gives each thread its own connection (SQLite's rule);
@@ -170,6 +169,10 @@ class Memory:
     def generations(self, wings: Iterable[str] | None = None) -> dict[str, int]:
         return self.store.generations(wings)
 
+    def wing_counts(self) -> list[dict[str, Any]]:
+        """Wings with entry counts and rooms, from one aggregate query."""
+        return self.store.wing_counts()
+
     def audit(self, entry_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         return self.store.audit(entry_id, check_int("limit", limit, 1, MAX_LIST))
 
@@ -178,94 +181,6 @@ class Memory:
         if blob is None:
             raise NotFoundError(f"no entry with id {entry_id!r} in {self.path}")
         return np.frombuffer(blob, dtype="<f4").copy()
-
-    # -- writes ------------------------------------------------------------------------------
-
-    def _prepare(self, record: dict[str, Any], *, capped: bool = True) -> Entry:
-        """Validate a new entry (text cap applied) and refuse a store that cannot be written."""
-        with entry_text_limit(self.settings.limits.max_entry_chars if capped else None):
-            return writes.validate_entry(record)
-
-    def _prepare_new(self, record: dict[str, Any]) -> Entry:
-        untrusted.refuse_new_authority(record.get("kind"), record.get("type"), record.get("meta"))
-        entry = self._prepare(record)
-        untrusted.refuse_new_promotion(entry.kind, entry.meta)
-        return entry
-
-    def add(self, text: str, *, wing: str, **fields: Any) -> Entry:
-        """Add one entry; returns it with its id. Fields as in ``memlens.models.Entry``."""
-        entry = self._prepare_new({"text": text, "wing": wing, **fields})
-        self.store.check_writable()
-        writes.check_overrides(self.store, [entry])
-        return writes.add(self.store, entry, self._vectors_for([entry])[0])
-
-    def update(self, entry_id: str, *, expected_updated_at: str | datetime | None = None, promoted_by: str | None = None,
-               landing: str | None = None, **changes: Any) -> Entry:
-        """Change fields of an entry; a new text or title is re-embedded. A call that changes nothing writes nothing
-        (no audit row, no new ``updated_at``, no review item) and returns the entry as it is. ``landing``: the status
-        the entry takes when the call changes something (an agent's edit waits for review; a deprecated entry stays
-        deprecated unless the call names a status).
-
-        ``expected_updated_at``: the ``updated_at`` (or ``created_at``) the caller read; when the entry
-        changed since, the update is refused (StaleUpdateError) instead of overwriting that edit. The
-        check runs again inside the write transaction, so a concurrent writer's edit is never lost.
-        ``promoted_by``: ``"cli"`` or ``"app"`` when a person promotes web text to an invariant or decision
-        (``memlens.untrusted``); without it, web text keeps its origin and never gets an authority type.
-        """
-        unknown = set(changes) - set(EDITABLE_FIELDS)
-        if unknown:
-            raise ValidationError(f"cannot edit {', '.join(sorted(unknown))}; editable: {', '.join(EDITABLE_FIELDS)}")
-        self.store.check_writable()
-        before = self.get(entry_id)
-        if expected_updated_at is not None:
-            writes.refuse_if_changed(before, expected_updated_at)
-        record = before.to_record()
-        record.update({k: (v.value if hasattr(v, "value") else v) for k, v in changes.items()})
-        if "text" in changes and "title" not in changes and before.title == derived_title(before.text):
-            record["title"] = ""  # a title made from the old text is made again from the new one
-        record["updated_at"] = utcnow()
-        untrusted.carry_origin(before, record, promoted_by, format_ts(record["updated_at"]))
-        # the cap applies to a new text or meta; an entry stored before it keeps its other fields editable
-        after = self._prepare(record, capped=bool({"text", "meta"} & set(changes)))
-        if {**after.to_record(), "updated_at": None} == {**before.to_record(), "updated_at": None}:
-            return before  # nothing changes: no write, no audit row, no new updated_at to fail others' checks
-        if landing is not None and landing != after.status.value and ("status" in changes or before.status.value != "deprecated"):
-            after = self._prepare({**record, "status": landing}, capped=bool({"text", "meta"} & set(changes)))
-        if "overrides" in changes:
-            writes.check_overrides(self.store, [after])
-            writes.refuse_override_cycle(after, writes.stored_overrides(self.store))
-        vec = None if after.embed_text == before.embed_text else self._vectors_for([after])[0]
-        return writes.update(self.store, entry_id, after, vec, expected_updated_at, promoted=promoted_by is not None)
-
-    def set_status(self, entry_id: str, status: str | Status) -> Entry:
-        """Deprecate, mark under review or reactivate an entry."""
-        try:
-            status = Status(status)
-        except ValueError:
-            raise ValidationError(f"unknown status {status!r} (status: active, under_review, deprecated)") from None
-        return self.update(entry_id, status=status)
-
-    def delete(self, entry_id: str) -> Entry:
-        return writes.delete(self.store, self.get(entry_id))
-
-    def add_unique(self, text: str, *, wing: str, **fields: Any) -> tuple[Entry, bool, list[dict[str, Any]]]:
-        """Add unless the wing holds the same content: ``(entry, created, similar)`` (see ``memlens.store.writes``)."""
-        entry = self._prepare_new({"text": text, "wing": wing, **fields})
-        self.store.check_writable()
-        writes.check_overrides(self.store, [entry])
-        return writes.add_unique(self.store, entry, self._vectors_for([entry])[0])
-
-    def update_checked(self, entry_id: str, expected_updated_at: Any = None, **changes: Any) -> Entry:
-        """``update`` refused (StaleUpdateError) when the entry changed after ``expected_updated_at``."""
-        return self.update(entry_id, expected_updated_at=expected_updated_at, **changes)
-
-    def wing_counts(self) -> list[dict[str, Any]]:
-        """Wings with entry counts and rooms, from one aggregate query."""
-        return self.store.wing_counts()
-
-    def _vectors_for(self, entries: list[Entry]) -> list[np.ndarray]:
-        """Vectors for entries: reuse a stored vector of identical text, embed the rest in one batch."""
-        return writes.vectors_for(self.store, self.embed, entries)
 
     # -- bulk --------------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ Layers, lowest first; a module may import its own layer or a lower one, never a 
                    trace embed embed_model embed_st bert_onnx attribution
     1 store        memlens.store.*
     2 engine       memlens.retrieval.*, memlens.working.*, memlens.io.*
-    3 facade       memlens.memory and the engine calls the front ends share (stats, demo, browse)
+    3 facade       memlens.memory (and memory_writes) and the engine calls the front ends share (stats, demo, browse)
     4 front ends   memlens.mcp.*, memlens.cli.*, memlens.tui.*
 
 The front ends do not import each other, except that the CLI starts the app and the MCP
@@ -67,7 +67,7 @@ SUBPACKAGE_LAYER = {
     "cli": 4,
     "tui": 4,
 }
-FACADE = {"memory", "stores", "stats", "demo", "browse"}
+FACADE = {"memory", "memory_writes", "stores", "stats", "demo", "browse"}
 LAYER_NAMES = {0: "foundation", 1: "store", 2: "engine", 3: "facade", 4: "front end"}
 FRONT_ENDS = ("memlens.cli", "memlens.mcp", "memlens.tui")
 UI_TOOLKITS = ("textual", "rich")
