@@ -25,8 +25,8 @@ from memlens.store.postgres.compat import COLUMNS, from_pg
 from memlens.store.postgres.ingest import PgIngest
 from memlens.store.postgres.reads import PgReads, visible
 from memlens.store.postgres.replay import LOG_INSERT, PgReplay
+from memlens.store.postgres.task_rows import PgTaskRows
 from memlens.store.postgres.transaction import PgTransactions
-from memlens.store.postgres.writer import PgTaskRows
 from memlens.store.rows import json_object
 
 if TYPE_CHECKING:
