@@ -202,3 +202,33 @@ def test_the_engine_warms_the_vector_and_the_text_index_on_its_loader_thread(mem
     before = mem.store.speed.postings.served
     assert [r.entry.text for r in mem.search("executor scheduler", use_cache=False).results]
     assert mem.store.speed.postings.served == before + 1
+
+
+def test_closing_while_the_model_loads_closes_the_store_and_does_not_wait(mem, monkeypatch, capsys):
+    """A stop while the model loaded waited for the load (60 s at most). Now the store closes at once (the load
+    never uses it) and the loader, once its load ends, touches the closed store no more."""
+    import threading
+
+    from memlens.mcp.tools import Engine
+
+    loading, release = threading.Event(), threading.Event()
+
+    def held_load() -> None:
+        loading.set()
+        release.wait(60)
+
+    checked: list[bool] = []
+    monkeypatch.setattr(mem.embedder, "load", held_load, raising=False)
+    monkeypatch.setattr(type(mem), "check_model", lambda self: checked.append(True))
+    engine = Engine(memory=mem)
+    engine.start(warm=True)
+    assert loading.wait(60)
+    try:
+        assert engine.close(timeout=60) is False  # the loader is still loading: the caller exits without teardown
+        assert mem.store._closed
+    finally:
+        release.set()
+    assert engine._thread is not None
+    engine._thread.join(60)
+    assert not engine._thread.is_alive() and checked == []
+    assert engine._model_error is None and "error" not in capsys.readouterr().err

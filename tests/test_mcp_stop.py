@@ -21,10 +21,11 @@ import pytest
 from tests.mcp_helpers import LineReader, RawClient, result_data, sdk_client, server_env
 
 # the server, with every memory_add held in its write for TEST_MEMLENS_SLOW_ADD seconds (said on stderr when it
-# starts), and the grace of a stop shortened to TEST_MEMLENS_STOP_GRACE seconds
+# starts), the grace of a stop shortened to TEST_MEMLENS_STOP_GRACE seconds, and, with TEST_MEMLENS_HELD_LOAD (a
+# file), the model's load held until that file exists (at most 10 minutes)
 SLOW = """
 import os, sys, time
-import memlens.memory, memlens.mcp.stop
+import memlens.embed, memlens.memory, memlens.mcp.stop
 
 add_unique = memlens.memory.Memory.add_unique
 def slow_add(self, *a, **kw):
@@ -32,6 +33,25 @@ def slow_add(self, *a, **kw):
     time.sleep(float(os.environ["TEST_MEMLENS_SLOW_ADD"]))
     return add_unique(self, *a, **kw)
 memlens.memory.Memory.add_unique = slow_add
+load = memlens.embed.OnnxEmbedder.load
+def held_load(self):
+    held = os.environ.get("TEST_MEMLENS_HELD_LOAD")
+    if held:
+        os.write(2, b"test: load held\\n")
+        for _ in range(6000):
+            if os.path.exists(held):
+                break
+            time.sleep(0.1)
+        os.write(2, b"test: load released\\n")
+    return load(self)
+memlens.embed.OnnxEmbedder.load = held_load
+import memlens.mcp.engine
+memory = memlens.mcp.engine.Engine.memory
+def said_memory(self, need_model=False):
+    if need_model and not self.model_ready.is_set():
+        os.write(2, b"test: a call waits for the model\\n")
+    return memory(self, need_model)
+memlens.mcp.engine.Engine.memory = said_memory
 memlens.mcp.stop.STOP_GRACE_S = float(os.environ.get("TEST_MEMLENS_STOP_GRACE", "10"))
 from memlens.cli.main import main
 sys.exit(main(sys.argv[1:]))
@@ -118,13 +138,15 @@ def test_stdio_a_second_signal_stops_at_once(tmp_path):
     assert b"Traceback" not in b"".join(c.err.seen)
 
 
-def http_serve(store, slow_add: float = 0, grace: float = 10) -> tuple[subprocess.Popen, LineReader, int]:
+def http_serve(store, slow_add: float = 0, grace: float = 10, held_load: str = "") -> tuple[subprocess.Popen, LineReader,
+                                                                                           int]:
     proc = subprocess.Popen([sys.executable, "-c", SLOW, "--store", str(store), "mcp", "--transport", "http", "--port",
                              "0"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=server_env(TEST_MEMLENS_SLOW_ADD=str(slow_add), TEST_MEMLENS_STOP_GRACE=str(grace)))
+                            env=server_env(TEST_MEMLENS_SLOW_ADD=str(slow_add), TEST_MEMLENS_STOP_GRACE=str(grace),
+                                           TEST_MEMLENS_HELD_LOAD=held_load))
     err = LineReader(proc.stderr)
     line = err.wait_for(b"serving http://").decode()
-    err.wait_for(b"model ready")  # (a stop while the model loads waits for the load to end)
+    err.wait_for(b"test: load held" if held_load else b"model ready")
     return proc, err, int(line.split("serving http://127.0.0.1:", 1)[1].split("/", 1)[0])
 
 
@@ -264,3 +286,91 @@ def test_http_a_second_ctrl_c_stops_at_once(tmp_path):
     assert b"Traceback" not in b"".join(err.seen)
     assert after(err.seen, b"stopping: answering") == [
         "memlens mcp: stopped at once (Ctrl-C again); 1 request left unanswered"]
+
+
+def intact(store) -> None:
+    """The store is whole and holds no entry."""
+    with sqlite3.connect(store) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert db.execute("SELECT count(*) FROM entries").fetchone()[0] == 0
+
+
+STOPPING_CALL = "the server is stopping: this call was not run (nothing was written)"
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_stdio_a_stop_while_the_model_loads_does_not_wait_for_the_load(tmp_path, signum):
+    """The calls waiting for the model failed at once, but the process then waited for the load to end (60 s at
+    most) before it exited."""
+    store, held = tmp_path / "s.db", tmp_path / "release-the-load"
+    c = RawClient([sys.executable, "-c", SLOW, "--store", str(store), "mcp"],
+                  env=server_env(TEST_MEMLENS_SLOW_ADD="0", TEST_MEMLENS_HELD_LOAD=str(held)))
+    try:
+        c.initialize()
+        c.err.wait_for(b"test: load held")
+        c.send({"jsonrpc": "2.0", "id": 10, "method": "tools/call",
+                "params": {"name": "memory_search", "arguments": {"query": "anything"}}})
+        c.send(add(11, "Sent while the model loads."))
+        for _ in range(2):
+            c.err.wait_for(b"test: a call waits for the model")
+        c.proc.send_signal(signum)
+        answers = {}
+        while (line := c.out.next(60)) is not None:
+            answer = json.loads(line)
+            answers[answer["id"]] = answer
+        code = c.proc.wait(40)  # the load is held for 10 minutes
+    finally:
+        held.touch()
+        c.close()
+    assert code == 0
+    for rid, tool in ((10, "memory_search"), (11, "memory_add")):
+        assert answers[rid]["result"]["isError"] is True, answers[rid]
+        assert answers[rid]["result"]["content"][0]["text"] == f"{tool}: {STOPPING_CALL}"
+    assert b"Traceback" not in b"".join(c.err.seen)
+    assert after(c.err.seen, b"test: a call waits for the model")[-1:] == [
+        f"memlens mcp: stopping: answering the 2 requests still running (at most 10 s; "
+        f"{'Ctrl-C' if signum == signal.SIGINT else 'SIGTERM'} again stops at once)"]
+    assert b"test: load released" not in b"".join(c.err.seen)
+    intact(store)
+
+
+@pytest.mark.model
+def test_http_a_stop_while_the_model_loads_does_not_wait_for_the_load(tmp_path):
+    """The server stopped serving at SIGTERM, then waited for the model's load to end (60 s at most) before exiting."""
+    import http.client
+    import threading
+
+    store, held = tmp_path / "s.db", tmp_path / "release-the-load"
+    proc, err, port = http_serve(store, held_load=str(held))
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+    def post(message: dict, session: dict | None = None) -> tuple[int, str, dict]:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("POST", "/mcp", json.dumps(message), {**headers, **(session or {})})
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode(), dict(resp.getheaders())
+
+    waiting: list = []
+    try:
+        _, _, got = post({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "early", "version": "1"}}})
+        session = {"mcp-session-id": got["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
+        assert post({"jsonrpc": "2.0", "method": "notifications/initialized"}, session)[0] == 202
+        caller = threading.Thread(target=lambda: waiting.append(post(add(2, "Sent while the model loads."), session)))
+        caller.start()
+        err.wait_for(b"test: a call waits for the model")
+        proc.send_signal(signal.SIGTERM)
+        caller.join(60)
+        code = proc.wait(40)  # the load is held for 10 minutes
+    finally:
+        held.touch()
+        stop(proc)
+    assert code == 0
+    answer = json.loads(next(line for line in waiting[0][1].splitlines() if line.startswith("data: {"))[6:])
+    assert waiting[0][0] == 200 and answer["id"] == 2, waiting
+    assert answer["result"]["isError"] is True and answer["result"]["content"][0]["text"] == f"memory_add: {STOPPING_CALL}"
+    assert b"Traceback" not in b"".join(err.seen)
+    assert after(err.seen, b"test: a call waits for the model") == [
+        "memlens mcp: stopping: answering the 1 request still running (at most 10 s; SIGTERM again stops at once)"]
+    intact(store)

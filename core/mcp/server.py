@@ -173,7 +173,7 @@ def _serve_stdio(store: str | None, read_only: bool) -> int:
 
     import anyio
 
-    from memlens.mcp.tools import Engine
+    from memlens.mcp.engine import Engine
 
     engine = Engine(store, read_only=read_only)
     server = build(engine, read_only=read_only)
@@ -191,7 +191,7 @@ def _serve_stdio(store: str | None, read_only: bool) -> int:
     except KeyboardInterrupt:  # a signal while the server starts: nothing was running yet
         pass
     finally:
-        _close(engine)
+        _close(engine, stop.exit_code)
     return stop.exit_code
 
 
@@ -214,6 +214,8 @@ async def _serve_wire(server: Any, wire: Any, stop: stopping.Stop | None = None)
     import anyio
     import mcp_types as types
     from mcp.shared.message import SessionMessage
+
+    from memlens.mcp.stdio import has_id, invalid_message_answer
 
     loop = asyncio.get_running_loop()
     read_send, read_recv = anyio.create_memory_object_stream[Any](math.inf)
@@ -272,7 +274,7 @@ async def _serve_wire(server: Any, wire: Any, stop: stopping.Stop | None = None)
                 if answer is not None:
                     wire.write(answer)
                 return
-            if isinstance(item.message, types.JSONRPCNotification) and b'"id"' in line and _has_id(line):
+            if isinstance(item.message, types.JSONRPCNotification) and b'"id"' in line and has_id(line):
                 # a request whose id is no string or number: the SDK reads it as a notification, unanswered
                 from memlens.mcp.stdio import INVALID_REQUEST, error_line
 
@@ -310,71 +312,16 @@ async def _serve_wire(server: Any, wire: Any, stop: stopping.Stop | None = None)
             signal.signal(sig, previous[sig])
 
 
-def _has_id(line: bytes) -> bool:
-    import json
-
-    try:
-        msg = json.loads(line)
-    except (ValueError, RecursionError):
-        return False
-    return isinstance(msg, dict) and "id" in msg
-
-
-def invalid_message_answer(line: bytes, exc: Exception) -> bytes | None:
-    """The JSON-RPC error for a line that is not a valid message, or None when it cannot be answered.
-
-    The SDK drops such a line silently, and the client would wait for an answer that never comes.
-    A line that is not JSON at all (invalid UTF-8, nesting too deep to parse, a syntax error, a
-    \\u escape that is half a surrogate pair, as the HTTP transport says too) gets a parse error
-    (-32700); a JSON request the SDK refuses (a wrong field) gets an invalid-request error (-32600).
-    Either answers the request's id when it can be read (for a parse error, from the top of the
-    line without parsing the rest, after a byte order mark if the line starts with one), else
-    null. JSON that is no request (a batch, a number, an object without a method) gets an
-    invalid-request error with a null id (or its own); a malformed notification or answer is
-    only reported on stderr.
-    """
-    import json
-
-    from memlens.mcp.stdio import INVALID_REQUEST, PARSE_ERROR, error_line, request_id
-
-    errors = getattr(exc, "errors", None)
-    first = errors()[0].get("msg") if callable(errors) and errors() else str(exc)
-    detail = " ".join(str(first).split())[:300]
-    print(f"memlens mcp: invalid message: {detail}", file=sys.stderr, flush=True)
-    try:
-        text = line.decode("utf-8")
-        msg = json.loads(text)
-    except UnicodeDecodeError:
-        return error_line(request_id(line.decode("utf-8", "replace")), PARSE_ERROR, "parse error: the line is not UTF-8")
-    except (ValueError, RecursionError):
-        if text.startswith("\ufeff"):  # some Windows tools write one: the id is read after it
-            return error_line(request_id(text[1:]), PARSE_ERROR, "parse error: the line starts with a byte order mark "
-                                                                 "(U+FEFF); a JSON-RPC line is UTF-8 without one")
-        return error_line(request_id(text), PARSE_ERROR, f"parse error: {detail}")
-    if isinstance(msg, list):
-        return error_line(None, INVALID_REQUEST, "invalid request: a batch (a JSON list) is not part of MCP; send "
-                                                 "one message per line")
-    if not isinstance(msg, dict) or ("method" not in msg and not ({"result", "error"} & set(msg))):
-        rid = msg.get("id") if isinstance(msg, dict) else None
-        rid = rid if isinstance(rid, (int, str)) and not isinstance(rid, bool) else None
-        return error_line(rid, INVALID_REQUEST, "invalid request: a message is a JSON object with a method")
-    if "method" not in msg or "id" not in msg:
-        return None  # a client's malformed answer or notification: nothing to answer
-    rid = msg["id"]
-    if not isinstance(rid, (int, str)) or isinstance(rid, bool):
-        return error_line(None, INVALID_REQUEST, "invalid request: an id is a string or a number")
-    try:
-        json.dumps(msg, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:  # a \ud800 escape alone: JSON's syntax, but no Unicode character
-        return error_line(rid, PARSE_ERROR, "parse error: a \\u escape in the line is half of a surrogate pair, "
-                                            "not a character")
-    return error_line(rid, INVALID_REQUEST, f"invalid request: {detail}")
-
-
-def _close(engine: Any) -> None:
+def _close(engine: Any, code: int) -> None:
+    """Close the store; when the model loader is still running (in native code), exit with ``code`` at once: the
+    interpreter's teardown must not run under it (nor wait for it)."""
     if not engine.close():
-        sys.stderr.flush()
-        os._exit(0)  # the model loader is stuck in native code: don't let interpreter shutdown abort on it
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
 
 
 def _serve_http(store: str | None, host: str, port: int, read_only: bool) -> int:
@@ -385,9 +332,9 @@ def _serve_http(store: str | None, host: str, port: int, read_only: bool) -> int
     from memlens.config import load_settings
     from memlens.errors import MemlensError
     from memlens.mcp.auth import Front
+    from memlens.mcp.engine import Engine
     from memlens.mcp.listen import exposure_warning, refuse_unauthenticated, transport_security
     from memlens.mcp.tokens import load as load_tokens
-    from memlens.mcp.tools import Engine
 
     mcp_settings = load_settings().mcp  # a bad setting is one line before anything listens
     tokens = load_tokens(mcp_settings.tokens_file, mcp_settings.tokens)
@@ -436,5 +383,5 @@ def _serve_http(store: str | None, host: str, port: int, read_only: bool) -> int
     try:
         served.run(sockets=[sock])
     finally:
-        _close(engine)
+        _close(engine, stop.exit_code)
     return stop.exit_code

@@ -240,3 +240,59 @@ class Wire:
             print(f"memlens mcp: warning: initialize was answered early with {json.dumps(self.early_answer, sort_keys=True)}"
                   f" but the server answers {self.mismatch}", file=sys.stderr, flush=True)
         return True
+
+
+def has_id(line: bytes) -> bool:
+    """Whether a line is a JSON object with an ``id`` (of whatever kind)."""
+    try:
+        msg = json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(msg, dict) and "id" in msg
+
+
+def invalid_message_answer(line: bytes, exc: Exception) -> bytes | None:
+    """The JSON-RPC error for a line that is not a valid message, or None when it cannot be answered.
+
+    The SDK drops such a line silently, and the client would wait for an answer that never comes.
+    A line that is not JSON at all (invalid UTF-8, nesting too deep to parse, a syntax error, a
+    \\u escape that is half a surrogate pair, as the HTTP transport says too) gets a parse error
+    (-32700); a JSON request the SDK refuses (a wrong field) gets an invalid-request error (-32600).
+    Either answers the request's id when it can be read (for a parse error, from the top of the
+    line without parsing the rest, after a byte order mark if the line starts with one), else
+    null. JSON that is no request (a batch, a number, an object without a method) gets an
+    invalid-request error with a null id (or its own); a malformed notification or answer is
+    only reported on stderr.
+    """
+    errors = getattr(exc, "errors", None)
+    first = errors()[0].get("msg") if callable(errors) and errors() else str(exc)
+    detail = " ".join(str(first).split())[:300]
+    print(f"memlens mcp: invalid message: {detail}", file=sys.stderr, flush=True)
+    try:
+        text = line.decode("utf-8")
+        msg = json.loads(text)
+    except UnicodeDecodeError:
+        return error_line(request_id(line.decode("utf-8", "replace")), PARSE_ERROR, "parse error: the line is not UTF-8")
+    except (ValueError, RecursionError):
+        if text.startswith("\ufeff"):  # some Windows tools write one: the id is read after it
+            return error_line(request_id(text[1:]), PARSE_ERROR, "parse error: the line starts with a byte order mark "
+                                                                 "(U+FEFF); a JSON-RPC line is UTF-8 without one")
+        return error_line(request_id(text), PARSE_ERROR, f"parse error: {detail}")
+    if isinstance(msg, list):
+        return error_line(None, INVALID_REQUEST, "invalid request: a batch (a JSON list) is not part of MCP; send "
+                                                 "one message per line")
+    if not isinstance(msg, dict) or ("method" not in msg and not ({"result", "error"} & set(msg))):
+        rid = msg.get("id") if isinstance(msg, dict) else None
+        rid = rid if isinstance(rid, (int, str)) and not isinstance(rid, bool) else None
+        return error_line(rid, INVALID_REQUEST, "invalid request: a message is a JSON object with a method")
+    if "method" not in msg or "id" not in msg:
+        return None  # a client's malformed answer or notification: nothing to answer
+    rid = msg["id"]
+    if not isinstance(rid, (int, str)) or isinstance(rid, bool):
+        return error_line(None, INVALID_REQUEST, "invalid request: an id is a string or a number")
+    try:
+        json.dumps(msg, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # a \ud800 escape alone: JSON's syntax, but no Unicode character
+        return error_line(rid, PARSE_ERROR, "parse error: a \\u escape in the line is half of a surrogate pair, "
+                                            "not a character")
+    return error_line(rid, INVALID_REQUEST, f"invalid request: {detail}")

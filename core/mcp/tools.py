@@ -10,9 +10,6 @@ the model, then the in-process vector index. A tool that needs the model
 waits for it; the wait shows in the result's trace as ``model_wait_ms``.
 """
 
-import sys
-import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
@@ -23,6 +20,7 @@ from pydantic import Field
 
 from memlens import attribution
 from memlens.errors import MemlensError, ValidationError
+from memlens.mcp.engine import Engine as Engine  # (the engine was defined here: its name stays importable)
 
 if TYPE_CHECKING:
     from memlens.memory import Memory
@@ -38,106 +36,6 @@ READ_TOOLS = ("memory_search", "memory_context", "memory_get", "memory_explain",
 WRITE_TOOLS = ("memory_add", "memory_update", "memory_set_status", "memory_delete", "task_complete", "task_block",
                "task_unblock")
 UNNAMED = {"name": "unnamed client", "via": "mcp"}
-ENGINE_WAIT_S = 120.0  # a call that arrives while the store or model loads waits this long at most
-
-
-class Engine:
-    """One ``Memory`` for the server process, opened and warmed in a background thread."""
-
-    def __init__(self, store: str | None = None, *, memory: Any = None, read_only: bool = False) -> None:
-        self.store = store
-        self.read_only = read_only
-        self._mem = memory
-        self._error: BaseException | None = None  # the store could not be opened
-        self._model_error: BaseException | None = None  # the store is open, the model could not be loaded
-        self.store_ready = threading.Event()
-        self.model_ready = threading.Event()
-        self.timings: dict[str, float] = {}
-        self._closing = threading.Event()
-        self._stopping = threading.Event()  # the server is stopping: a call still waiting for the engine is not run
-        self._thread: threading.Thread | None = None
-        if memory is not None:
-            self.store_ready.set()
-
-    def start(self, warm: bool = True) -> None:
-        self._thread = threading.Thread(target=self._warm, args=(warm,), name="memlens-warm", daemon=True)
-        self._thread.start()
-
-    def _warm(self, warm: bool) -> None:
-        t0 = time.perf_counter()
-        try:
-            if self._mem is None:
-                from memlens.config import load_settings
-                from memlens.memory import Memory
-
-                settings = load_settings()
-                if self.read_only:  # write nothing at all, not even the retrieval metrics
-                    settings.audit.level = "writes"
-                # a read-only server creates no store: a missing one is an error naming the path
-                # the retrieval log names a search by the MCP client that asked, "mcp" when it named none
-                self._mem = Memory.open(self.store, settings=settings, create=not self.read_only, pooled=True, client="mcp")
-            self.timings["store_ms"] = (time.perf_counter() - t0) * 1000
-        except BaseException as exc:  # every tool call reports it; the server keeps serving
-            self._error = exc
-            print(f"memlens mcp: error: {exc}", file=sys.stderr, flush=True)
-            self.model_ready.set()
-            return
-        finally:
-            self.store_ready.set()
-        try:
-            if warm:
-                self._mem.embedder.load()
-                self._mem.check_model()
-            self.timings["model_ms"] = (time.perf_counter() - t0) * 1000
-            print(f"memlens mcp: store {self._mem.path} open, model ready in {self.timings['model_ms'] / 1000:.1f} s",
-                  file=sys.stderr, flush=True)
-        except BaseException as exc:  # the tools that need the model report it; the others work
-            self._model_error = exc
-            print(f"memlens mcp: error: {exc}", file=sys.stderr, flush=True)
-            return
-        finally:
-            self.model_ready.set()
-        if warm and not self._closing.is_set():
-            try:
-                self._mem.warm_index(text=True)  # on the loader thread: no request waits for it
-            except Exception as exc:  # searches fall back to sqlite-vec
-                print(f"memlens mcp: warning: in-process vector index not loaded: {exc}", file=sys.stderr, flush=True)
-
-    def memory(self, need_model: bool = False) -> tuple[Any, float]:
-        """The Memory (waiting for the store, or also the model), and how long this call waited in ms."""
-        event = self.model_ready if need_model else self.store_ready
-        t0 = time.perf_counter()
-        while not event.wait(0.05):  # in slices: a stop ends the wait
-            if self._stopping.is_set():
-                raise MemlensError("the server is stopping: this call was not run (nothing was written)")
-            if time.perf_counter() - t0 >= ENGINE_WAIT_S:
-                what = "the embedding model is still loading" if need_model else "the store is still opening"
-                raise MemlensError(f"{what}; try again in a moment")
-        for error in (self._error, self._model_error if need_model else None):
-            if isinstance(error, MemlensError):
-                raise MemlensError(str(error))
-            if error is not None:
-                raise MemlensError(f"the memory engine failed to start: {error}")
-        return self._mem, (time.perf_counter() - t0) * 1000
-
-    def stop_waiting(self) -> None:
-        """The server is stopping: calls still waiting for the store or the model fail at once, unrun (they would
-        otherwise hold the stop for as long as the model takes to load); calls already running finish."""
-        self._stopping.set()
-
-    def close(self, timeout: float = 60.0) -> bool:
-        """Let a model load in progress finish (native code must not be torn down mid-load), then close.
-
-        False when the loader is still busy after ``timeout``: the caller should then exit hard.
-        """
-        self._closing.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                return False
-        if self._mem is not None:
-            self._mem.close()
-        return True
 
 
 def landed(mem: "Memory", status: str | None) -> str | None:
