@@ -263,6 +263,12 @@ class McpConfig(_Section):
     max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024,
                                 description="largest HTTP request body; a larger one gets 413")
     max_sessions: int = Field(200, ge=1, le=100_000, description="open HTTP sessions at most; one more gets 503")
+    max_sessions_per_token: int = Field(
+        16, ge=1, le=100_000, description="open HTTP sessions of one bearer token at most; one more closes that token's "
+                                          "least recently used session (503 when each of them is running a request)")
+    session_idle_seconds: float = Field(1800.0, ge=1, le=7 * 86400,
+                                        description="an HTTP session idle this long (no request, no event stream "
+                                                    "open) is closed")
 
     @field_validator("allowed_hosts")
     @classmethod

@@ -334,6 +334,7 @@ def _serve_http(store: str | None, host: str, port: int, read_only: bool) -> int
     from memlens.mcp.auth import Front
     from memlens.mcp.engine import Engine
     from memlens.mcp.listen import exposure_warning, refuse_unauthenticated, transport_security
+    from memlens.mcp.sessions import TokenSessions
     from memlens.mcp.tokens import load as load_tokens
 
     mcp_settings = load_settings().mcp  # a bad setting is one line before anything listens
@@ -362,11 +363,15 @@ def _serve_http(store: str | None, host: str, port: int, read_only: bool) -> int
     engine = Engine(store, read_only=read_only)
     server = build(engine, read_only=read_only)
     # Host and Origin are checked for every bind address (memlens.mcp.listen), not only for the SDK's loopback three;
-    # the SDK answers a session beyond max_sessions with 503, Front the token (401) and a body over max_body_bytes (413;
-    # the SDK gets the same bound, so its own plain-text 413 never answers first)
+    # the SDK answers a session beyond max_sessions with 503 (TokenSessions bounds each token's, memlens.mcp.sessions),
+    # Front the token (401) and a body over max_body_bytes (413; the SDK gets the same bound, so its own plain-text 413
+    # never answers first)
     app = server.streamable_http_app(host=host, transport_security=transport_security(host, bound, mcp_settings),
                                      max_sessions=mcp_settings.max_sessions,
+                                     session_idle_timeout=mcp_settings.session_idle_seconds,
                                      max_request_body_size=mcp_settings.max_body_bytes)
+    if tokens:  # one token's sessions are bounded too: a client that never ends its sessions locks no one else out
+        app = TokenSessions(app, min(mcp_settings.max_sessions_per_token, mcp_settings.max_sessions))
     app = Front(app, tokens if tokens else None, mcp_settings.max_body_bytes)
     mode = "read-only, " if read_only else ""
     if tokens:

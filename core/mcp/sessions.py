@@ -1,0 +1,164 @@
+"""How many HTTP sessions one bearer token may hold open: ``[mcp] max_sessions_per_token``.
+
+The SDK bounds the sessions of the whole server (``[mcp] max_sessions``; one more gets 503) and closes a
+session only when its client ends it (DELETE) or when it has been idle for ``[mcp] session_idle_seconds``
+(no request in flight, no event stream open). A client that opens sessions and never ends them would so fill
+the server and lock every other client out for as long. ``TokenSessions`` keeps, for each token, its sessions
+in the order they were last used; a token that opens one more than its bound has its least recently used
+session closed first, as if its client had sent DELETE (that client's next request on it gets 404, and an MCP
+client then opens a new session). A session with a POST request running is never closed so: when every
+session of the token has one, the new one is refused with 503 and a one-line JSON-RPC error.
+
+Without tokens (loopback only) nothing tells one client from another: only ``max_sessions`` applies.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import OrderedDict
+from typing import Any
+
+SESSION_HEADER = b"mcp-session-id"
+TOO_MANY = -32603  # the JSON-RPC code of the SDK's own 503 at max_sessions
+
+
+def _header(scope: dict[str, Any], name: bytes) -> bytes | None:
+    return next((v for k, v in scope.get("headers", []) if k == name), None)
+
+
+def token_name(scope: dict[str, Any]) -> str | None:
+    """The bearer token's name for a request that came with one (``memlens.mcp.auth.Front`` set it)."""
+    access = getattr(scope.get("user"), "access_token", None)
+    return getattr(access, "client_id", None)
+
+
+def _opens_session(body: bytes) -> bool:
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(message, dict) and message.get("method") == "initialize"
+
+
+class TokenSessions:
+    """ASGI layer between ``Front`` (which names the token) and the SDK's app (which keeps the sessions)."""
+
+    def __init__(self, app: Any, per_token: int) -> None:
+        self.app = app
+        self.per_token = per_token
+        # per token name: its session ids, least recently used first, each with its POST requests in flight
+        self.open: dict[str, OrderedDict[str, int]] = {}
+        self._opening: dict[str, int] = {}  # per token name: sessions being opened (their initialize not answered)
+        self._told: set[str] = set()  # tokens whose first closed session was said on stderr
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        name = token_name(scope) if scope.get("type") == "http" else None
+        if name is None:
+            await self.app(scope, receive, send)
+            return
+        session = _header(scope, SESSION_HEADER)
+        if session is not None:
+            await self._use(name, session.decode("latin-1"), scope, receive, send)
+        elif scope.get("method") == "POST":
+            await self._open(name, scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _use(self, name: str, session: str, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        sessions = self.open.get(name)
+        known = sessions is not None and session in sessions
+        post = scope.get("method") == "POST"
+        if sessions is not None and known:
+            sessions.move_to_end(session)
+            if post:
+                sessions[session] += 1
+        status = 0
+
+        async def watch(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            if sessions is not None and session in sessions:
+                if post:
+                    sessions[session] -= 1
+                if status == 404 or (scope.get("method") == "DELETE" and status == 200):  # ended, or gone already
+                    del sessions[session]
+
+    async def _open(self, name: str, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        first = await receive()  # Front has read the whole body: it comes as one message
+        body = first.get("body", b"") if first.get("type") == "http.request" else b""
+        replayed = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return dict(first)
+            return dict(await receive())
+
+        if not _opens_session(body):  # the SDK refuses it (only initialize opens a session): nothing to make room for
+            await self.app(scope, replay, send)
+            return
+        sessions = self.open.setdefault(name, OrderedDict())
+        opening = self._opening.get(name, 0)
+        excess = len(sessions) + opening + 1 - self.per_token
+        idle = [sid for sid, running in sessions.items() if not running][:max(0, excess)]
+        if len(idle) < excess:
+            await _refuse(send, f"the bearer token {name!r} has {len(sessions) + opening} sessions open, each running a "
+                                f"request ([mcp] max_sessions_per_token = {self.per_token}); end one (DELETE) or retry "
+                                f"when a request is answered")
+            return
+        for sid in idle:  # decided before anything awaits: a concurrent opening counts what is left
+            del sessions[sid]
+        self._opening[name] = opening + 1
+        opened: str | None = None
+        status = 0
+
+        async def watch(message: dict[str, Any]) -> None:
+            nonlocal opened, status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                sid = _header(message, SESSION_HEADER)
+                opened = sid.decode("latin-1") if sid is not None else None
+            await send(message)
+
+        try:
+            if idle and name not in self._told:
+                self._told.add(name)
+                print(f"memlens mcp: the bearer token {name!r} opened more than {self.per_token} sessions: its least "
+                      f"recently used ones are closed ([mcp] max_sessions_per_token)", file=sys.stderr, flush=True)
+            for sid in idle:
+                await self._end(scope, sid)
+            await self.app(scope, replay, watch)
+        finally:
+            self._opening[name] -= 1
+            if opened is not None and status < 400:
+                sessions[opened] = 0
+
+    async def _end(self, scope: dict[str, Any], session: str) -> None:
+        """End a session as its client would: a DELETE with its id and the same token, Host and Origin (the SDK
+        terminates it: its event stream ends, its id answers 404 from then on)."""
+        headers = [(k, v) for k, v in scope.get("headers", []) if k in (b"host", b"origin")]
+        ending = {**scope, "method": "DELETE", "query_string": b"",
+                  "headers": [*headers, (SESSION_HEADER, session.encode("latin-1"))]}
+
+        async def nothing() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def dropped(message: dict[str, Any]) -> None:
+            pass
+
+        await self.app(ending, nothing, dropped)
+
+
+async def _refuse(send: Any, message: str) -> None:
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": TOO_MANY, "message": message}}).encode()
+    await send({"type": "http.response.start", "status": 503,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
