@@ -119,7 +119,7 @@ def test_a_session_running_a_request_is_not_closed_to_make_room(tmp_path):
         assert listed(url, alice, busy) == 200  # not closed
         assert refused.status_code == 503 and not refused.headers.get("mcp-session-id")
         assert refused.json()["error"]["message"] == (
-            "the bearer token 'alice' has 1 sessions open, each running a request ([mcp] max_sessions_per_token = 1); "
+            "the bearer token 'alice' has 1 session open, running a request ([mcp] max_sessions_per_token = 1); "
             "end one (DELETE) or retry when a request is answered")
         assert answered[0].status_code == 200 and '"entries":0' in answered[0].text
         again = opened(url, alice)  # the request answered: the busy session is closed to make room

@@ -33,6 +33,10 @@ def token_name(scope: dict[str, Any]) -> str | None:
     return getattr(access, "client_id", None)
 
 
+def _sessions(n: int) -> str:
+    return "1 session" if n == 1 else f"{n} sessions"
+
+
 def _opens_session(body: bytes) -> bool:
     try:
         message = json.loads(body)
@@ -110,36 +114,37 @@ class TokenSessions:
         excess = len(sessions) + opening + 1 - self.per_token
         idle = [sid for sid, running in sessions.items() if not running][:max(0, excess)]
         if len(idle) < excess:
-            await _refuse(send, f"the bearer token {name!r} has {len(sessions) + opening} sessions open, each running a "
-                                f"request ([mcp] max_sessions_per_token = {self.per_token}); end one (DELETE) or retry "
-                                f"when a request is answered")
+            held = len(sessions) + opening
+            each = "1 session open, running a request" if held == 1 else f"{held} sessions open, each running a request"
+            await _refuse(send, f"the bearer token {name!r} has {each} ([mcp] max_sessions_per_token = "
+                                f"{self.per_token}); end one (DELETE) or retry when a request is answered")
             return
         for sid in idle:  # decided before anything awaits: a concurrent opening counts what is left
             del sessions[sid]
         self._opening[name] = opening + 1
-        opened: str | None = None
-        status = 0
+        counted = False
 
         async def watch(message: dict[str, Any]) -> None:
-            nonlocal opened, status
-            if message["type"] == "http.response.start":
-                status = message["status"]
+            nonlocal counted
+            if message["type"] == "http.response.start" and not counted:
                 sid = _header(message, SESSION_HEADER)
-                opened = sid.decode("latin-1") if sid is not None else None
+                if sid is not None and message["status"] < 400:  # the SDK keeps it: known from now on (before the
+                    counted = True                              # client's next request, which may come at once)
+                    self._opening[name] -= 1
+                    sessions[sid.decode("latin-1")] = 0
             await send(message)
 
         try:
             if idle and name not in self._told:
                 self._told.add(name)
-                print(f"memlens mcp: the bearer token {name!r} opened more than {self.per_token} sessions: its least "
+                print(f"memlens mcp: the bearer token {name!r} opened more than {_sessions(self.per_token)}: its least "
                       f"recently used ones are closed ([mcp] max_sessions_per_token)", file=sys.stderr, flush=True)
             for sid in idle:
                 await self._end(scope, sid)
             await self.app(scope, replay, watch)
         finally:
-            self._opening[name] -= 1
-            if opened is not None and status < 400:
-                sessions[opened] = 0
+            if not counted:
+                self._opening[name] -= 1
 
     async def _end(self, scope: dict[str, Any], session: str) -> None:
         """End a session as its client would: a DELETE with its id and the same token, Host and Origin (the SDK
