@@ -74,6 +74,23 @@ def test_a_token_that_never_ends_its_sessions_locks_no_one_out(tmp_path):
     assert "Traceback" not in printed
 
 
+@pytest.mark.slow
+def test_an_opening_the_server_refuses_does_not_lift_the_bound(tmp_path):
+    """An initialize with a foreign Host (421) made room by forgetting the token's oldest session without ending it
+    (the ending DELETE carried the same foreign Host): repeated, a client holding a token could fill the server
+    again. The session is ended with the Host it was opened with, and only an initialize the SDK serves makes room."""
+    named, env = token_env(tmp_path, max_sessions="2", max_sessions_per_token="1")
+    alice = named["alice"]
+    with http_server(tmp_path / "s.db", env=env) as url:
+        first = opened(url, alice)
+        assert post(url + "/", INIT, alice).status_code == 307  # (a redirect, no session): nothing closed for it
+        assert listed(url, alice, first) == 200
+        assert post(url, INIT, alice, Host="evil.example").status_code == 421
+        second = opened(url, alice)
+        assert [listed(url, alice, first), listed(url, alice, second)] == [404, 200]
+        assert opened(url, named["bob"])  # one of alice's, one of bob's: the server's bound
+
+
 # the server, with memory_wings held until the file TEST_MEMLENS_HELD_WINGS exists (at most 10 minutes)
 HELD = """
 import os, sys, time

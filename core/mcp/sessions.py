@@ -45,19 +45,31 @@ def _opens_session(body: bytes) -> bool:
     return isinstance(message, dict) and message.get("method") == "initialize"
 
 
-class TokenSessions:
-    """ASGI layer between ``Front`` (which names the token) and the SDK's app (which keeps the sessions)."""
+class _Session:
+    """One session of a token: its POST requests in flight, and the DELETE that ends it as its client would."""
 
-    def __init__(self, app: Any, per_token: int) -> None:
+    __slots__ = ("running", "ending")
+
+    def __init__(self, opening: dict[str, Any], session: bytes) -> None:
+        self.running = 0
+        # the Host and Origin that opened it passed the SDK's check; the request that makes room may carry others
+        headers = [(k, v) for k, v in opening.get("headers", []) if k in (b"host", b"origin")]
+        self.ending = {**opening, "method": "DELETE", "query_string": b"", "headers": [*headers, (SESSION_HEADER, session)]}
+
+
+class TokenSessions:
+    """ASGI layer between ``Front`` (which names the token) and the SDK's app (which keeps the sessions at ``path``)."""
+
+    def __init__(self, app: Any, per_token: int, path: str = "/mcp") -> None:
         self.app = app
         self.per_token = per_token
-        # per token name: its session ids, least recently used first, each with its POST requests in flight
-        self.open: dict[str, OrderedDict[str, int]] = {}
+        self.path = path
+        self.open: dict[str, OrderedDict[str, _Session]] = {}  # per token name: its sessions, least recently used first
         self._opening: dict[str, int] = {}  # per token name: sessions being opened (their initialize not answered)
         self._told: set[str] = set()  # tokens whose first closed session was said on stderr
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        name = token_name(scope) if scope.get("type") == "http" else None
+        name = token_name(scope) if scope.get("type") == "http" and scope.get("path") == self.path else None
         if name is None:
             await self.app(scope, receive, send)
             return
@@ -71,12 +83,11 @@ class TokenSessions:
 
     async def _use(self, name: str, session: str, scope: dict[str, Any], receive: Any, send: Any) -> None:
         sessions = self.open.get(name)
-        known = sessions is not None and session in sessions
+        known = sessions.get(session) if sessions is not None else None
         post = scope.get("method") == "POST"
-        if sessions is not None and known:
+        if sessions is not None and known is not None:
             sessions.move_to_end(session)
-            if post:
-                sessions[session] += 1
+            known.running += post
         status = 0
 
         async def watch(message: dict[str, Any]) -> None:
@@ -88,11 +99,10 @@ class TokenSessions:
         try:
             await self.app(scope, receive, watch)
         finally:
-            if sessions is not None and session in sessions:
-                if post:
-                    sessions[session] -= 1
-                if status == 404 or (scope.get("method") == "DELETE" and status == 200):  # ended, or gone already
-                    del sessions[session]
+            if known is not None:
+                known.running -= post
+                if sessions is not None and (status == 404 or (scope.get("method") == "DELETE" and status == 200)):
+                    sessions.pop(session, None)  # ended by its client, or gone already (idle)
 
     async def _open(self, name: str, scope: dict[str, Any], receive: Any, send: Any) -> None:
         first = await receive()  # Front has read the whole body: it comes as one message
@@ -112,14 +122,11 @@ class TokenSessions:
         sessions = self.open.setdefault(name, OrderedDict())
         opening = self._opening.get(name, 0)
         excess = len(sessions) + opening + 1 - self.per_token
-        idle = [sid for sid, running in sessions.items() if not running][:max(0, excess)]
+        idle = [(sid, s) for sid, s in sessions.items() if not s.running][:max(0, excess)]
         if len(idle) < excess:
-            held = len(sessions) + opening
-            each = "1 session open, running a request" if held == 1 else f"{held} sessions open, each running a request"
-            await _refuse(send, f"the bearer token {name!r} has {each} ([mcp] max_sessions_per_token = "
-                                f"{self.per_token}); end one (DELETE) or retry when a request is answered")
+            await _refuse(send, self._full(name, len(sessions) + opening))
             return
-        for sid in idle:  # decided before anything awaits: a concurrent opening counts what is left
+        for sid, _ in idle:  # decided before anything awaits: a concurrent opening counts what is left
             del sessions[sid]
         self._opening[name] = opening + 1
         counted = False
@@ -131,7 +138,7 @@ class TokenSessions:
                 if sid is not None and message["status"] < 400:  # the SDK keeps it: known from now on (before the
                     counted = True                              # client's next request, which may come at once)
                     self._opening[name] -= 1
-                    sessions[sid.decode("latin-1")] = 0
+                    sessions[sid.decode("latin-1")] = _Session(scope, sid)
             await send(message)
 
         try:
@@ -139,27 +146,40 @@ class TokenSessions:
                 self._told.add(name)
                 print(f"memlens mcp: the bearer token {name!r} opened more than {_sessions(self.per_token)}: its least "
                       f"recently used ones are closed ([mcp] max_sessions_per_token)", file=sys.stderr, flush=True)
-            for sid in idle:
-                await self._end(scope, sid)
+            kept = [(sid, s) for sid, s in idle if not await self._end(s)]
+            if kept:  # not expected: the SDK ends a session it knows on its DELETE
+                for sid, s in reversed(kept):
+                    sessions[sid] = s
+                    sessions.move_to_end(sid, last=False)
+                await _refuse(send, f"the bearer token {name!r} has {_sessions(len(sessions))} open ([mcp] "
+                                    f"max_sessions_per_token = {self.per_token}) and the least recently used one could "
+                                    f"not be closed; end one (DELETE)")
+                return
             await self.app(scope, replay, watch)
         finally:
             if not counted:
                 self._opening[name] -= 1
 
-    async def _end(self, scope: dict[str, Any], session: str) -> None:
-        """End a session as its client would: a DELETE with its id and the same token, Host and Origin (the SDK
-        terminates it: its event stream ends, its id answers 404 from then on)."""
-        headers = [(k, v) for k, v in scope.get("headers", []) if k in (b"host", b"origin")]
-        ending = {**scope, "method": "DELETE", "query_string": b"",
-                  "headers": [*headers, (SESSION_HEADER, session.encode("latin-1"))]}
+    def _full(self, name: str, held: int) -> str:
+        each = "1 session open, running a request" if held == 1 else f"{held} sessions open, each running a request"
+        return (f"the bearer token {name!r} has {each} ([mcp] max_sessions_per_token = {self.per_token}); end one "
+                f"(DELETE) or retry when a request is answered")
+
+    async def _end(self, session: _Session) -> bool:
+        """End a session as its client would, with a DELETE (the SDK terminates it: its event stream ends, its id
+        answers 404 from then on); False when it was not ended."""
+        status = 0
 
         async def nothing() -> dict[str, Any]:
             return {"type": "http.request", "body": b"", "more_body": False}
 
-        async def dropped(message: dict[str, Any]) -> None:
-            pass
+        async def answered(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
 
-        await self.app(ending, nothing, dropped)
+        await self.app(session.ending, nothing, answered)
+        return status in (200, 404)  # ended now, or already (idle)
 
 
 async def _refuse(send: Any, message: str) -> None:
