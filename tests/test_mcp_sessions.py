@@ -78,7 +78,7 @@ def test_a_token_that_never_ends_its_sessions_locks_no_one_out(tmp_path):
 def test_an_opening_the_server_refuses_does_not_lift_the_bound(tmp_path):
     """An initialize with a foreign Host (421) made room by forgetting the token's oldest session without ending it
     (the ending DELETE carried the same foreign Host): repeated, a client holding a token could fill the server
-    again. The session is ended with the Host it was opened with, and only an initialize the SDK serves makes room."""
+    again. The session is now ended with the Host it was opened with; a request to another path closes nothing."""
     named, env = token_env(tmp_path, max_sessions="2", max_sessions_per_token="1")
     alice = named["alice"]
     with http_server(tmp_path / "s.db", env=env) as url:
