@@ -346,6 +346,33 @@ def test_an_undo_after_an_agents_deletion_names_the_reject_that_brings_the_entry
         desk.undo("new-3")  # rejecting an agent's add and deletion brings nothing back: no reject offered
 
 
+def test_an_undo_after_an_agents_deletion_of_the_merge_target_names_the_reject_then_the_undo(store):
+    """The agent deleted a person's entry that a merge went into: rejecting that deletion brings the entry back, and
+    the merge (a review action on the merged entry, not on the target) can then be undone. The refusal said the review
+    could no longer be undone and that an undo after the reject reverses the reject."""
+    from tests.conftest import snapshot_store
+
+    desk = store.review
+    with attribution.acting_as(AGENT):
+        store.add("Callbacks never block; long work goes to a worker thread.", wing="proj", id="new-4",
+                  status="under_review")
+    desk.merge(["new-4"], into="rule-1")
+    merged = _records(store, "rule-1")
+    with attribution.acting_as(AGENT):
+        store.delete("rule-1")
+    before = snapshot_store(store.path)
+    with pytest.raises(StaleUpdateError, match=r"^cannot undo the merge of new-4: entry 'rule-1' was deleted after it "
+                                               r".*; the agent's deletion waits for review: reject it, which brings the "
+                                               r"entry back as it was before the agent's writes \(memlens review reject "
+                                               r"rule-1\), then undo again \(memlens review undo new-4\)$"):
+        desk.undo("new-4")
+    assert snapshot_store(store.path) == before
+    desk.reject(["rule-1"])  # what the message names first
+    assert _records(store, "rule-1") == merged
+    assert desk.undo("new-4")["undid"] == "merge"  # then the undo goes through, as it says
+    assert store.get("new-4").text.startswith("Callbacks never block")
+
+
 def test_the_cli_offers_no_undo_of_an_undo(store, capsys, monkeypatch):
     from memlens import embed
     from memlens.cli.main import main

@@ -247,14 +247,15 @@ class ReviewDesk:
             with self._as_reviewer("undo", entries, undoes=review["batch"]) as info:
                 actions.undo(self.store, self.embed, rows)
         except actions.ChangedSince as exc:
-            raise StaleUpdateError(self._changed_since(review, exc)) from None
+            raise StaleUpdateError(self._changed_since(review, exc, entry_id)) from None
         return {"entry": entry_id, "action": "undo", "undid": review.get("action"), "batch": info["batch"],
                 "undoes": review["batch"], "entries": entries}
 
-    def _changed_since(self, review: dict[str, Any], exc: actions.ChangedSince) -> str:
-        """Why an undo of ``review`` is refused, naming what to do first: undoing the later review action that changed
-        the entry (the one ``memlens review undo`` on it reverses), putting back the fields a later write (a person's
-        or an agent's) changed, deleting an entry added again; or that it cannot be undone any more."""
+    def _changed_since(self, review: dict[str, Any], exc: actions.ChangedSince, asked: str) -> str:
+        """Why an undo of ``review`` (asked on entry ``asked``) is refused, naming what to do first: undoing the later
+        review action that changed the entry (the one ``memlens review undo`` on it reverses), putting back the fields
+        a later write (a person's or an agent's) changed, deleting an entry added again, rejecting an agent's deletion
+        of another entry the review touched; or that it cannot be undone any more."""
         entry_id, what = exc.entry_id, f"{review.get('action')} of {review.get('subject')}"
         later = [r for r in self.store.audit(entry_id, HISTORY) if int(r["seq"]) > exc.seq]  # newest first
         undone = {str(((r.get("detail") or {}).get("review") or {}).get("undoes")) for r in later}
@@ -276,6 +277,11 @@ class ReviewDesk:
                     f"{'it' if one else 'them'} back (memlens edit {entry_id} FIELD=VALUE), then undo again")
         if self.store.get_row(entry_id) is None:
             gone = f"cannot undo the {what}: entry {entry_id!r} was deleted after it{by}"
+            if self._deletion_waiting(entry_id) and entry_id != asked:
+                # the reject is a review action on that entry only: an undo asked on ``asked`` still finds this review
+                return (f"{gone}; the agent's deletion waits for review: reject it, which brings the entry back as it "
+                        f"was before the agent's writes (memlens review reject {entry_id}), then undo again (memlens "
+                        f"review undo {asked})")
             if self._deletion_waiting(entry_id):
                 return (f"{gone}; this review can no longer be undone, but the agent's deletion waits for review: "
                         f"rejecting it brings the entry back as it was before the agent's writes (memlens review reject "
