@@ -22,7 +22,8 @@ from tests.mcp_helpers import LineReader, RawClient, result_data, sdk_client, se
 
 # the server, with every memory_add held in its write for TEST_MEMLENS_SLOW_ADD seconds (said on stderr when it
 # starts), the grace of a stop shortened to TEST_MEMLENS_STOP_GRACE seconds, and, with TEST_MEMLENS_HELD_LOAD (a
-# file), the model's load held until that file exists (at most 10 minutes)
+# file), the model's load held until that file exists (at most 10 minutes); with TEST_MEMLENS_SERVE_FAILS (a file), the
+# stdio serving fails with an error once that file exists
 SLOW = """
 import os, sys, time
 import memlens.embed, memlens.memory, memlens.mcp.stop
@@ -53,6 +54,14 @@ def said_memory(self, need_model=False):
     return memory(self, need_model)
 memlens.mcp.engine.Engine.memory = said_memory
 memlens.mcp.stop.STOP_GRACE_S = float(os.environ.get("TEST_MEMLENS_STOP_GRACE", "10"))
+if os.environ.get("TEST_MEMLENS_SERVE_FAILS"):  # the stdio serving fails once that file exists
+    import memlens.mcp.server
+    async def failing(*a, **kw):
+        import anyio
+        while not os.path.exists(os.environ["TEST_MEMLENS_SERVE_FAILS"]):
+            await anyio.sleep(0.05)
+        raise RuntimeError("test: the serving failed")
+    memlens.mcp.server._serve_wire = failing
 from memlens.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -293,6 +302,30 @@ def intact(store) -> None:
     with sqlite3.connect(store) as db:
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert db.execute("SELECT count(*) FROM entries").fetchone()[0] == 0
+
+
+@pytest.mark.model
+def test_an_error_that_ends_the_serving_while_the_model_loads_is_not_lost(tmp_path):
+    """Not waiting for the model's load on the way out (a hard exit) had swallowed the error that ended the serving:
+    no traceback, status 0, as if the server had stopped cleanly."""
+    store, held, fail = tmp_path / "s.db", tmp_path / "release-the-load", tmp_path / "fail"
+    proc = subprocess.Popen([sys.executable, "-c", SLOW, "--store", str(store), "mcp"], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=server_env(TEST_MEMLENS_SLOW_ADD="0", TEST_MEMLENS_HELD_LOAD=str(held),
+                                           TEST_MEMLENS_SERVE_FAILS=str(fail)))
+    err = LineReader(proc.stderr)
+    try:
+        err.wait_for(b"test: load held")
+        fail.touch()
+        code = proc.wait(40)  # the load is held for 10 minutes
+        while err.next(10) is not None:  # to the end of what it printed
+            pass
+    finally:
+        held.touch()
+        stop(proc)
+    printed = b"".join(err.seen).decode()
+    assert code == 1, printed
+    assert "Traceback" in printed and "RuntimeError: test: the serving failed" in printed, printed
 
 
 STOPPING_CALL = "the server is stopping: this call was not run (nothing was written)"

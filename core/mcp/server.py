@@ -185,13 +185,17 @@ def _serve_stdio(store: str | None, read_only: bool) -> int:
     from memlens.store.staging import terminate_as_exit
 
     stop = stopping.Stop(engine)
+    failed: BaseException | None = None
     try:
         with terminate_as_exit():  # SIGTERM before the loop runs (or after) unwinds like Ctrl-C: the store closes
             anyio.run(_serve_wire, server, wire, stop)  # and writes the log rows still waiting in its spool
     except KeyboardInterrupt:  # a signal while the server starts: nothing was running yet
         pass
+    except BaseException as exc:
+        failed = exc
+        raise
     finally:
-        _close(engine, stop.exit_code)
+        stopping.close_engine(engine, stop.exit_code, failed)
     return stop.exit_code
 
 
@@ -312,18 +316,6 @@ async def _serve_wire(server: Any, wire: Any, stop: stopping.Stop | None = None)
             signal.signal(sig, previous[sig])
 
 
-def _close(engine: Any, code: int) -> None:
-    """Close the store; when the model loader is still running (in native code), exit with ``code`` at once: the
-    interpreter's teardown must not run under it (nor wait for it)."""
-    if not engine.close():
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
-
-
 def _serve_http(store: str | None, host: str, port: int, read_only: bool) -> int:
     import socket
 
@@ -385,8 +377,12 @@ def _serve_http(store: str | None, host: str, port: int, read_only: bool) -> int
     # stopping while a client holds its event stream open ends that stream unanswered: expected then, not an error
     logging.getLogger("uvicorn.error").addFilter(
         lambda r: not (served.should_exit and r.getMessage().startswith("ASGI callable returned without completing")))
+    failed: BaseException | None = None
     try:
         served.run(sockets=[sock])
+    except BaseException as exc:
+        failed = exc
+        raise
     finally:
-        _close(engine, stop.exit_code)
+        stopping.close_engine(engine, stop.exit_code, failed)
     return stop.exit_code

@@ -111,3 +111,23 @@ def graceful_server(config: Any, front: Any, stop: Stop) -> Any:
             await super().shutdown(sockets)
 
     return GracefulServer(config)
+
+
+def close_engine(engine: Any, code: int, failed: BaseException | None = None) -> None:
+    """Close the store; when the model loader is still running (in native code), exit with ``code`` at once: the
+    interpreter's teardown must not run under it (nor wait for it). ``failed``, the error that ended the serving,
+    is not lost on that way out: its traceback is printed and the status is 1 (a SystemExit keeps its own)."""
+    if not engine.close():
+        if isinstance(failed, SystemExit):
+            code = failed.code if isinstance(failed.code, int) else (0 if failed.code is None else 1)
+        elif failed is not None and not isinstance(failed, KeyboardInterrupt):
+            import traceback
+
+            traceback.print_exception(failed)
+            code = 1
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
