@@ -264,9 +264,9 @@ class McpConfig(_Section):
                                 description="largest HTTP request body; a larger one gets 413")
     max_sessions: int = Field(200, ge=1, le=100_000, description="open HTTP sessions at most; one more gets 503")
     max_sessions_per_token: int = Field(
-        64, ge=1, le=100_000, description="open HTTP sessions of one bearer token at most (above the clients that "
-                                          "share one token); one more closes that token's least recently used session "
-                                          "(503 when each of them is running a request)")
+        64, ge=1, le=100_000, description="open HTTP sessions of one bearer token at most (keep it above the number "
+                                          "of clients sharing one token); one more closes that token's least recently "
+                                          "used session (503 when each of them is running a request)")
     session_idle_seconds: float = Field(1800.0, ge=1, le=7 * 86400,
                                         description="an HTTP session idle this long (no request, no event stream "
                                                     "open) is closed")

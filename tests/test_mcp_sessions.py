@@ -136,7 +136,7 @@ def test_a_session_running_a_request_is_not_closed_to_make_room(tmp_path):
         assert listed(url, alice, busy) == 200  # not closed
         assert refused.status_code == 503 and not refused.headers.get("mcp-session-id")
         assert refused.json()["error"]["message"] == (
-            "the bearer token 'alice' has 1 session open, running a request ([mcp] max_sessions_per_token = 1); "
+            "the bearer token 'alice' has 1 session running a request ([mcp] max_sessions_per_token = 1); "
             "end one (DELETE) or retry when a request is answered")
         assert answered[0].status_code == 200 and '"entries":0' in answered[0].text
         again = opened(url, alice)  # the request answered: the busy session is closed to make room
@@ -170,6 +170,28 @@ def test_a_client_that_ends_its_sessions_is_never_closed_under(tmp_path):
             conn.close()
             opened(url, named["bob"])
         assert listed(url, alice, kept) == 200
+
+
+@pytest.mark.slow
+def test_a_session_with_its_event_stream_open_is_closed_after_those_without(tmp_path):
+    """The least recently used session was closed even when its client held its event stream open (as the SDK's
+    client does): a live client lost its session while the sessions another left behind stayed."""
+    named, env = token_env(tmp_path, max_sessions_per_token="2")
+    alice = named["alice"]
+    with http_server(tmp_path / "s.db", env=env) as url:
+        live, left = opened(url, alice), opened(url, alice)
+        parts = urlsplit(url)
+        stream = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+        try:
+            stream.request("GET", parts.path, headers={"Authorization": f"Bearer {alice}", "mcp-session-id": live,
+                                                       "mcp-protocol-version": V, "Accept": "text/event-stream"})
+            assert stream.getresponse().status == 200  # the stream stays open: its body is never read
+            assert listed(url, alice, left) == 200  # live is now the least recently used
+            opened(url, alice)
+            assert listed(url, alice, live) == 200
+            assert listed(url, alice, left) == 404
+        finally:
+            stream.close()
 
 
 @pytest.mark.slow

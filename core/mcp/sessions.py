@@ -5,7 +5,8 @@ session only when its client ends it (DELETE) or when it has been idle for ``[mc
 (no request in flight, no event stream open). A client that opens sessions and never ends them would so fill
 the server and lock every other client out for as long. ``TokenSessions`` keeps, for each token, its sessions
 in the order they were last used; a token that opens one more than its bound has its least recently used
-session closed first, as if its client had sent DELETE (that client's next request on it gets 404, and an MCP
+session closed first (one without an open event stream before one with: a client that holds its stream open is
+alive), as if its client had sent DELETE (that client's next request on it gets 404, and an MCP
 client then opens a new session). A session with a POST request running is never closed so: when every
 session of the token has one, the new one is refused with 503 and a one-line JSON-RPC error.
 
@@ -46,12 +47,14 @@ def _opens_session(body: bytes) -> bool:
 
 
 class _Session:
-    """One session of a token: its POST requests in flight, and the DELETE that ends it as its client would."""
+    """One session of a token: its POST requests in flight, its event streams open (GET), and the DELETE that ends it
+    as its client would."""
 
-    __slots__ = ("running", "ending")
+    __slots__ = ("running", "streams", "ending")
 
     def __init__(self, opening: dict[str, Any], session: bytes) -> None:
         self.running = 0
+        self.streams = 0
         # the Host and Origin that opened it passed the SDK's check; the request that makes room may carry others
         headers = [(k, v) for k, v in opening.get("headers", []) if k in (b"host", b"origin")]
         self.ending = {**opening, "method": "DELETE", "query_string": b"", "headers": [*headers, (SESSION_HEADER, session)]}
@@ -84,10 +87,11 @@ class TokenSessions:
     async def _use(self, name: str, session: str, scope: dict[str, Any], receive: Any, send: Any) -> None:
         sessions = self.open.get(name)
         known = sessions.get(session) if sessions is not None else None
-        post = scope.get("method") == "POST"
+        post, stream = scope.get("method") == "POST", scope.get("method") == "GET"
         if sessions is not None and known is not None:
             sessions.move_to_end(session)
             known.running += post
+            known.streams += stream
         status = 0
 
         async def watch(message: dict[str, Any]) -> None:
@@ -101,6 +105,7 @@ class TokenSessions:
         finally:
             if known is not None:
                 known.running -= post
+                known.streams -= stream
                 if sessions is not None and (status == 404 or (scope.get("method") == "DELETE" and status == 200)):
                     sessions.pop(session, None)  # ended by its client, or gone already (idle)
 
@@ -122,9 +127,11 @@ class TokenSessions:
         sessions = self.open.setdefault(name, OrderedDict())
         opening = self._opening.get(name, 0)
         excess = len(sessions) + opening + 1 - self.per_token
-        idle = [(sid, s) for sid, s in sessions.items() if not s.running][:max(0, excess)]
+        # least recently used first, those with an event stream open after all those without (a stable sort)
+        idle = sorted([(sid, s) for sid, s in sessions.items() if not s.running],
+                      key=lambda kv: kv[1].streams > 0)[:max(0, excess)]
         if len(idle) < excess:
-            await _refuse(send, self._full(name, len(sessions) + opening))
+            await _refuse(send, self._full(name, sum(1 for s in sessions.values() if s.running), opening))
             return
         for sid, _ in idle:  # decided before anything awaits: a concurrent opening counts what is left
             del sessions[sid]
@@ -160,10 +167,10 @@ class TokenSessions:
             if not counted:
                 self._opening[name] -= 1
 
-    def _full(self, name: str, held: int) -> str:
-        each = "1 session open, running a request" if held == 1 else f"{held} sessions open, each running a request"
-        return (f"the bearer token {name!r} has {each} ([mcp] max_sessions_per_token = {self.per_token}); end one "
-                f"(DELETE) or retry when a request is answered")
+    def _full(self, name: str, running: int, opening: int) -> str:
+        held = [f"{_sessions(n)} {what}" for n, what in ((running, "running a request"), (opening, "being opened")) if n]
+        return (f"the bearer token {name!r} has {' and '.join(held)} ([mcp] max_sessions_per_token = "
+                f"{self.per_token}); end one (DELETE) or retry when a request is answered")
 
     async def _end(self, session: _Session) -> bool:
         """End a session as its client would, with a DELETE (the SDK terminates it: its event stream ends, its id
