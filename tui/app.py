@@ -25,7 +25,7 @@ from memlens.visible import strip_controls
 
 from .commands import MemlensCommands
 from .keys import KeysInTheirTurn, KeysWhereTheCursorIs
-from .messages import ModelFailed, ModelReady, StoreChanged, WorkingMemoryLoaded
+from .messages import ModelFailed, ModelReady, StoreChanged
 from .screens.confirm import ConfirmScreen
 from .screens.impact import ImpactCommands
 from .screens.main import MainScreen
@@ -206,8 +206,8 @@ class MemlensApp(KeysInTheirTurn, KeysWhereTheCursorIs, App[None]):
         except MemlensError as exc:
             self.call_from_thread(self.notify, str(exc), title="Store", severity="error", timeout=20)
             return
+        self.call_from_thread(self._show_window, window)  # first: the first-run dialog, if any, opens over it
         self.call_from_thread(self._apply_store, count, wings, rooms, first)
-        self.post_message(WorkingMemoryLoaded(window))
 
     def _apply_store(self, count: int, wings: list[str], rooms: list[str], first: bool) -> None:
         self._update_title()  # the active wing is known once the store is open
@@ -219,7 +219,10 @@ class MemlensApp(KeysInTheirTurn, KeysWhereTheCursorIs, App[None]):
             else:
                 from .screens.first_run import FirstRunScreen
 
-                self.push_screen(FirstRunScreen(str(self.lens.store_path)), self._first_run_done)
+                # once the main screen has painted what it just got (the working memory): a screen under a dialog
+                # showed what it had painted before the dialog opened
+                self.call_after_refresh(self.push_screen, FirstRunScreen(str(self.lens.store_path)),
+                                        self._first_run_done)
 
     def _first_run_done(self, load: bool | None) -> None:
         if load:
@@ -243,10 +246,10 @@ class MemlensApp(KeysInTheirTurn, KeysWhereTheCursorIs, App[None]):
         if self.main is not None:
             self.main.query_one("#query").value = "callbacks blocking"  # type: ignore[attr-defined]
 
-    def on_working_memory_loaded(self, message: WorkingMemoryLoaded) -> None:
+    def _show_window(self, window: Any) -> None:
         if self.main is not None:
             for pane in self.main.query("#wm"):  # none while the app is closing: a late load has nowhere to go
-                pane.show(message.window, self.lens.now(), self.lens.now)  # type: ignore[attr-defined]
+                pane.show(window, self.lens.now(), self.lens.now)  # type: ignore[attr-defined]
 
     # -- live store -------------------------------------------------------------------------
 

@@ -42,7 +42,3 @@ class StoreChanged(Message):
     write: dict[str, Any] | None = None
     generations: dict[str, int] = field(default_factory=dict)
 
-
-@dataclass
-class WorkingMemoryLoaded(Message):
-    window: Any

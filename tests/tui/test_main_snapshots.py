@@ -20,7 +20,8 @@ def test_empty_store_offers_the_demo(make_app, snap_compare):
     def shown() -> bool:  # the dialog comes from a worker's answer; its footer fills in after its first bindings
         screen = app.screen
         return (isinstance(screen, FirstRunScreen) and screen.query_one("#demo").has_focus
-                and bool(screen.query_one(Footer).children))
+                and bool(screen.query_one(Footer).children)
+                and app.main.query_one("#wm").size.height >= 5)  # the working memory under it laid out whole
 
     async def run_before(pilot):
         await settle(pilot)
