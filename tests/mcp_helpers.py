@@ -175,9 +175,14 @@ def http_server(store: Any, *args: str, env: dict[str, str] | None = None,
         assert url.startswith("http://127.0.0.1:"), url
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_server(proc)
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """Stop a server the way a user's Ctrl-C or a supervisor would (SIGTERM), killing it if it does not exit in 20 s."""
+    proc.terminate()
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)

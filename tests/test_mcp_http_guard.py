@@ -13,7 +13,7 @@ import pytest
 
 from memlens.mcp.listen import exposure_warning, host_patterns, origin_patterns
 from tests.conftest import MEMLENS, run_cli
-from tests.mcp_helpers import LineReader, http_server, result_data, run_client, server_env
+from tests.mcp_helpers import LineReader, http_server, result_data, run_client, server_env, stop_server
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "page", "version": "1"}}}
@@ -50,12 +50,7 @@ def serving(store, host: str, **env: str) -> Iterator[tuple[int, LineReader]]:
         line = err.wait_for(b"serving http://").decode()
         yield int(line.split("serving http://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1]), err
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_server(proc)
 
 
 def post(connect_to: str, port: int, host_header: str, origin: str | None = None) -> tuple[int, str]:

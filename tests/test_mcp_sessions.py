@@ -15,7 +15,7 @@ import pytest
 
 from memlens.mcp import tokens
 from tests.conftest import run_cli
-from tests.mcp_helpers import LineReader, http_server, result_data, run_client, server_env
+from tests.mcp_helpers import LineReader, http_server, result_data, run_client, server_env, stop_server
 from tests.test_mcp_auth import INIT, post
 
 LISTING = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
@@ -144,12 +144,7 @@ def test_a_session_running_a_request_is_not_closed_to_make_room(tmp_path):
         assert opened(url, named["bob"])  # another token is not bounded by alice's sessions
     finally:
         gate.touch()
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_server(proc)
     assert b"Traceback" not in b"".join(err.seen)
 
 
