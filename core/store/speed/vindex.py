@@ -22,9 +22,14 @@ what a flat scan of the whole store does.
 Which product runs that pass fastest depends on the CPU: numpy's own einsum
 loop beat BLAS's sgemv by 1.9× on an AMD EPYC, sgemv beat einsum by 1.5× on an
 Intel Xeon (100k × 384, one thread). When it warms an index that large (or
-else before its first large scan), a process times both on a 32 MB matrix and
-keeps the faster for its large scans (``kernel()``); both compute the same dot
-products, in a different order of additions (last-bit differences).
+else before its first large scan), a process times both on a matrix twice the
+size of the CPU's last cache (at least 32 MB: a large scan streams from memory,
+so a matrix read from the cache times the wrong thing) and keeps the faster
+for its large scans (``kernel()``). BLAS's threads must beat einsum's one
+thread clearly (``_choose``), or einsum is kept: on a Zen 4 EPYC with a 32 MB
+L3 the two tie on 100k vectors (6.2 ms), and two threads wait for a core
+whenever other work holds one. Both compute the same dot products, in a
+different order of additions (last-bit differences).
 
 A small scan (up to ``_ONE_CORE`` floats: ~11k vectors of 384 dimensions) is
 einsum's, on the calling thread, whatever was chosen: it reads a few MB, which
@@ -70,7 +75,10 @@ _SPANS_KEPT = 8  # _span() rowids and masks: about 1 MB per 100k rows
 _NEG_INF = float("-inf")  # a masked-out row's similarity in the scan's buffer
 _SAMPLE = 2048  # rows sampled by _top() to guess a threshold below the k-th best
 _ONE_CORE = 1 << 22  # a scan of at most this many floats (16 MB) runs on the calling thread alone (einsum)
-_CALIBRATE_FLOATS = 2 * _ONE_CORE  # the kernels are timed on a matrix of this size (32 MB): a large scan's
+_CALIBRATE_FLOATS = 2 * _ONE_CORE  # the kernels are timed on at least this many floats (32 MB) ...
+_CALIBRATE_MAX_FLOATS = 1 << 25  # ... and at most this many (128 MB): twice the CPU's last cache between them
+_CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")  # Linux: index*/level and index*/size ("32768K")
+_THREADS_MARGIN = 0.85  # BLAS's threads are chosen only if they take under this share of einsum's time
 
 
 def _einsum(matrix: np.ndarray, q: np.ndarray, out: np.ndarray) -> None:
@@ -91,16 +99,37 @@ def kernel() -> str | None:
     return _kernel
 
 
+def _calibration_floats() -> int:
+    """Floats in the matrix the kernels are timed on: twice the CPU's largest cache (read from sysfs where there is
+    one), within [_CALIBRATE_FLOATS, _CALIBRATE_MAX_FLOATS]."""
+    largest = 0
+    try:
+        for index in _CPU_CACHES.glob("index*"):
+            size = (index / "size").read_text().strip().upper()
+            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+            largest = max(largest, int(size.rstrip("KMG")) * scale)
+    except (OSError, ValueError):
+        largest = 0
+    return min(max(_CALIBRATE_FLOATS, 2 * largest // 4), _CALIBRATE_MAX_FLOATS)
+
+
+def _choose(best: dict[str, float]) -> str:
+    """The product for large scans from each one's best time: einsum (one thread) unless BLAS's threads take
+    clearly less (``_THREADS_MARGIN``)."""
+    return "sgemv" if best["sgemv"] < _THREADS_MARGIN * best["einsum"] else "einsum"
+
+
 def _calibrate(dim: int) -> str:
-    """Time each kernel seven times, alternating, on a matrix the size of a large scan (beyond the caches:
-    what decides is how fast the product streams memory); the fastest wins for every large scan of the process.
-    Three rounds let a busy moment pick the slower one now and then; seven cost ~0.1 s once. On a 12 MB matrix
-    sgemv's two threads won while einsum scanned 100k vectors faster (12.7 against 15.9 ms here)."""
+    """Time each kernel seven times, alternating, on a matrix beyond the CPU's caches (``_calibration_floats``:
+    what decides is how fast the product streams memory); ``_choose`` picks from the best times, for every large
+    scan of the process. Three rounds let a busy moment pick the slower one now and then; seven cost ~0.1 s once.
+    On a 12 MB matrix sgemv's two threads won while einsum scanned 100k vectors faster (12.7 against 15.9 ms),
+    and on a 32 MB one inside a 32 MB L3 by 3x, where the two tied on 100k vectors."""
     global _kernel
     with _kernel_lock:
         if _kernel is not None:
             return _kernel
-        rows = _CALIBRATE_FLOATS // dim
+        rows = _calibration_floats() // dim
         matrix = np.full((rows, dim), 0.5, dtype=np.float32)
         q = np.full(dim, 0.25, dtype=np.float32)
         out = np.empty(rows, dtype=np.float32)
@@ -110,7 +139,7 @@ def _calibrate(dim: int) -> str:
                 t = time.perf_counter()
                 fn(matrix, q, out)
                 best[name] = min(best[name], time.perf_counter() - t)
-        _kernel = min(best, key=lambda name: best[name])
+        _kernel = _choose(best)
         return _kernel
 
 
