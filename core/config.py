@@ -110,6 +110,9 @@ class SearchConfig(_Section):
 class StoreConfig(_Section):
     busy_timeout_ms: int = Field(5000, ge=0, le=3_600_000)
     mmap_size: int = Field(1 << 30, ge=0, le=1 << 40)
+    synchronous: Literal["normal", "full"] = Field(
+        "normal", description="SQLite stores: 'normal' keeps every commit through a crash of any process, 'full' "
+                              "also through a power loss or an OS crash (each commit waits for the disk)")
 
 
 class RetrievalConfig(_Section):

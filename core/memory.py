@@ -70,7 +70,7 @@ class Memory(EntryWrites):
         else:
             self.path = Path(path)
             self.store = SqliteStore(self.path, model=lambda: _alive(me).embedder, busy_timeout_ms=storage.busy_timeout_ms,
-                                     mmap_size=storage.mmap_size, create=create,
+                                     mmap_size=storage.mmap_size, synchronous=storage.synchronous, create=create,
                                      vector_index=lambda: _alive(me).settings.search.vector_index)
 
     # -- lifecycle ---------------------------------------------------------------------------

@@ -49,6 +49,7 @@ def config(tmp_path, monkeypatch):
         ('[search]\nvector_index = "memory"\n', ["search.vector_index", "'auto' or 'sqlite-vec'", "got 'memory'"]),
         ("[storage]\nbusy_timeout_ms = -1\n", ["storage.busy_timeout_ms"]),
         ("[storage]\nmmap_size = 99999999999999999999\n", ["storage.mmap_size"]),
+        ('[storage]\nsynchronous = "off"\n', ["storage.synchronous", "'normal' or 'full'", "got 'off'"]),
         ("[retrieval]\nhalf_life_days = inf\n", ["retrieval.half_life_days", "finite"]),
         ("[retrieval]\nactive_wing_boost = -1\n", ["retrieval.active_wing_boost"]),
         ("[retrieval]\ndedup_similarity = 1.5\n", ["retrieval.dedup_similarity", "allowed from 0 to 1"]),

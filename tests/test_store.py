@@ -196,6 +196,24 @@ def test_foreign_sqlite_database_is_refused(tmp_path, settings):
         Memory.open(path, settings=settings, embedder=HashEmbedder())
 
 
+def test_storage_synchronous_sets_how_each_connection_commits(store_path, settings):
+    """'normal' (the default: a commit survives any process's crash) or 'full' (each commit waits for the disk, so it
+    survives a power loss too), on every thread's connection."""
+    import threading
+
+    with Memory.open(store_path, settings=settings, embedder=HashEmbedder()) as mem:
+        assert mem.conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    full = settings.model_copy(update={"storage": settings.storage.model_copy(update={"synchronous": "full"})})
+    with Memory.open(store_path, settings=full, embedder=HashEmbedder()) as mem:
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(mem.conn.execute("PRAGMA synchronous").fetchone()[0]))
+        t.start()
+        t.join()
+        assert mem.conn.execute("PRAGMA synchronous").fetchone()[0] == 2 and seen == [2]  # FULL
+        mem.add("kept", wing="w")
+        assert mem.count() == 1
+
+
 def test_each_thread_gets_its_own_connection(mem):
     import threading
 

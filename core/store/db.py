@@ -118,7 +118,13 @@ def check_store_path(path: Path, *, create: bool) -> None:
     raise StoreError(f"cannot create store {path}")
 
 
-def connect(path: Path, *, busy_timeout_ms: int = 5000, mmap_size: int = 1 << 30, create: bool = True) -> Any:
+# [storage] synchronous: in WAL mode NORMAL writes each commit to the OS (a crash of any process keeps it) and waits for
+# the disk only at checkpoints (a power loss may lose the last commits); FULL waits for the disk at every commit
+SYNCHRONOUS = {"normal": "NORMAL", "full": "FULL"}
+
+
+def connect(path: Path, *, busy_timeout_ms: int = 5000, mmap_size: int = 1 << 30, synchronous: str = "normal",
+            create: bool = True) -> Any:
     """Open a connection with sqlite-vec loaded and the pragmas memlens relies on.
 
     ``create=False``: a missing store is an error (read commands never leave an empty store behind).
@@ -159,7 +165,7 @@ def connect(path: Path, *, busy_timeout_ms: int = 5000, mmap_size: int = 1 << 30
         mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
         if mode != "wal" and os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
             conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS[synchronous]}")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute(f"PRAGMA mmap_size = {int(mmap_size)}")
     except StoreCorruptError:

@@ -259,7 +259,7 @@ def _write_new(dst: Path, settings: Any, embedder: Any, *args: Any) -> dict[str,
         return model[0]
 
     store = SqliteStore(dst, model=get_model, busy_timeout_ms=settings.storage.busy_timeout_ms,
-                        mmap_size=settings.storage.mmap_size, create=True)
+                        mmap_size=settings.storage.mmap_size, synchronous=settings.storage.synchronous, create=True)
     try:
         return _write(store, lambda texts: get_model().embed(texts), *args)
     finally:

@@ -53,7 +53,7 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
     lexical_scorer = "fts5-bm25"
 
     def __init__(self, path: Path, *, model: Callable[[], Any], busy_timeout_ms: int = 5000,
-                 mmap_size: int = 1 << 30, create: bool = True,
+                 mmap_size: int = 1 << 30, synchronous: str = "normal", create: bool = True,
                  vector_index: Callable[[], str] = lambda: "sqlite-vec") -> None:
         self.path = path
         self._vector_index_mode = vector_index  # now: "sqlite-vec" or "auto" (search.vector_index)
@@ -62,6 +62,7 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
         self._model = model
         self._busy_timeout_ms = int(busy_timeout_ms)
         self._mmap_size = mmap_size
+        self._synchronous = synchronous
         self._create = create
         self._local = threading.local()
         self._conns: list[Any] = []
@@ -90,6 +91,7 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
                 self.path,
                 busy_timeout_ms=self._busy_timeout_ms,
                 mmap_size=self._mmap_size,
+                synchronous=self._synchronous,
                 create=self._create and not self._conns,  # once open, a vanished file is not silently remade
             )
             try:
