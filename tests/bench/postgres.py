@@ -195,10 +195,11 @@ def _recall(got: list[Any], truth: list[Any]) -> float:
                                  for g, t in zip(got, truth)])), 4)
 
 
-def _writers(target: str, writers: int, model_id: str) -> dict[str, Any]:
+def _writers(target: str, writers: int, model_id: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     n = WRITES // writers
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, target, str(k), str(n), "384", json.dumps(model_id)],
-                              cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, **(env or {})})
              for k in range(writers)]
     for p in procs:
         assert p.stdout is not None and p.stdout.readline().strip() == "ready", p.stderr and p.stderr.read()
@@ -289,17 +290,20 @@ def _knn_rows(res: dict[str, Any], sq: Any, uri: str, queries: list[Any], warmup
 
 
 def _write_rows(server: Any, scratch: Path, emb: Any, model_id: str) -> dict[str, Any]:
-    """Each writer count on SQLite and on PostgreSQL, a new store each, ``WRITE_ROUNDS`` times in alternating order
-    (the shared machine's speed moves by a quarter between runs a minute apart): each side's median run, with
-    every run's rate."""
+    """Each writer count on SQLite (as it is, and with each commit waiting for the disk as PostgreSQL's do:
+    ``[storage] synchronous = "full"``) and on PostgreSQL, a new store each, ``WRITE_ROUNDS`` times in turning
+    order (the shared machine's speed moves by a quarter between runs a minute apart): each side's median run,
+    with every run's rate."""
     out = {}
+    sides = ("sqlite", "postgresql", "sqlite_full")
     for n in WRITERS:
-        runs: dict[str, list[dict[str, Any]]] = {"sqlite": [], "postgresql": []}
+        runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
         for r in range(WRITE_ROUNDS):
-            for side in ("sqlite", "postgresql") if r % 2 == 0 else ("postgresql", "sqlite"):
-                target = (_new_file(scratch / f"writes{n}_{r}.db", emb) if side == "sqlite"
-                          else _new_db(server, emb, f"writes{n}_{r}"))
-                runs[side].append(_writers(target, n, model_id))
+            for side in sides[r % 3:] + sides[: r % 3]:
+                target = (_new_db(server, emb, f"writes{n}_{r}") if side == "postgresql"
+                          else _new_file(scratch / f"writes{n}_{r}_{side}.db", emb))
+                env = {"MEMLENS_STORAGE__SYNCHRONOUS": "full"} if side == "sqlite_full" else None
+                runs[side].append(_writers(target, n, model_id, env))
         out[str(n)] = {side: {**sorted(rs, key=lambda x: x["entries_per_s"])[len(rs) // 2],
                               "runs_entries_per_s": [x["entries_per_s"] for x in rs]} for side, rs in runs.items()}
         log(f"[{NAME}] writes, {n} writers: {out[str(n)]}")
@@ -469,17 +473,26 @@ def _rounds(w: dict[str, Any]) -> str:
         return "one run of each."
     rounds = len(next(iter(runs.values()))["sqlite"])
     ratios = {n: _paired_ratio(w[n]) for n in w}
-    return (f"each side's median of {rounds} runs, the sides alternated (every run, entries/s: "
+    full = {n: w[n].get("sqlite_full", {}).get("runs_entries_per_s") for n in w}
+    fulls = {n: _paired_ratio(w[n], "sqlite_full") for n in w}
+    return (f"each side's median of {rounds} runs, the sides in turn (every run, entries/s: "
             + "; ".join(f"{n} writers SQLite {', '.join(map(str, r['sqlite']))}, PostgreSQL "
-                        f"{', '.join(map(str, r['postgresql']))}" for n, r in runs.items()) + "). PostgreSQL over SQLite, "
+                        f"{', '.join(map(str, r['postgresql']))}"
+                        + (f", SQLite synchronous full {', '.join(map(str, full[n]))}" if full[n] else "")
+                        for n, r in runs.items()) + "). PostgreSQL over SQLite, "
             "the median of the rounds' ratios: "
-            + ", ".join(f"{ratios[n]:.3f} with {n} writers" for n in w if ratios[n] is not None) + ".")
+            + ", ".join(f"{ratios[n]:.3f} with {n} writers" for n in w if ratios[n] is not None)
+            + ("; over SQLite with synchronous full: " + ", ".join(f"{fulls[n]:.3f} with {n} writers" for n in w)
+               if all(v is not None for v in fulls.values()) else "") + ".")
 
 
-def _paired_ratio(w: dict[str, Any]) -> float | None:
-    """The median of PostgreSQL's rate over SQLite's, round by round (the two sides of a round ran a few seconds
-    apart: what the shared machine's speed did between rounds cancels out); None for results made before."""
-    s, p = w["sqlite"].get("runs_entries_per_s"), w["postgresql"].get("runs_entries_per_s")
+def _paired_ratio(w: dict[str, Any], sqlite: str = "sqlite") -> float | None:
+    """The median of PostgreSQL's rate over SQLite's (``sqlite``: the side), round by round (the sides of a round
+    ran a few seconds apart: what the shared machine's speed did between rounds cancels out); None for results made
+    before."""
+    if sqlite not in w:
+        return None
+    s, p = w[sqlite].get("runs_entries_per_s"), w["postgresql"].get("runs_entries_per_s")
     if not s or not p or len(s) != len(p):
         return None
     return float(statistics.median(b / a for a, b in zip(s, p)))
@@ -499,6 +512,11 @@ def _targets(res: dict[str, Any]) -> list[str]:
     ok = ratio >= 1 if ratio is not None else w["postgresql"]["entries_per_s"] >= w["sqlite"]["entries_per_s"]
     out.append(f"writes, 4 writers: PostgreSQL {w['postgresql']['entries_per_s']}/s vs SQLite {w['sqlite']['entries_per_s']}/s"
                + (f", median of the rounds' ratios {ratio:.3f}" if ratio is not None else "") + f": {'met' if ok else 'MISSED'}")
+    full = _paired_ratio(w, "sqlite_full")
+    if full is not None:  # not the target: the same durability on both sides
+        out.append(f"writes, 4 writers, each commit on disk on both sides: PostgreSQL {w['postgresql']['entries_per_s']}/s "
+                   f"vs SQLite (synchronous full) {w['sqlite_full']['entries_per_s']}/s, median of the rounds' ratios "
+                   f"{full:.3f}")
     for name, row in res.get("quality", {}).items():
         d = max(abs(row["postgresql"][m] - row["sqlite"][m]) for m in ("mrr@10", "recall@1"))
         out.append(f"quality {name}: largest MRR@10 / R@1 difference {d:.4f} (target <= .01): {'met' if d <= 0.01 else 'MISSED'}")
@@ -541,13 +559,18 @@ def _table(res: dict[str, Any]) -> str:
     lines += ["| writes (one entry per write transaction) | " + " | ".join(f"{n} processes" for n in w) + " | today, 4 |",
               "|---|" + "---:|" * len(w) + "---:|",
               "| SQLite | " + " | ".join(f"{w[n]['sqlite']['entries_per_s']}/s" for n in w) + " | 552/s |",
-              "| PostgreSQL | " + " | ".join(f"{w[n]['postgresql']['entries_per_s']}/s" for n in w) + " | 73/s |", "",
+              "| PostgreSQL | " + " | ".join(f"{w[n]['postgresql']['entries_per_s']}/s" for n in w) + " | 73/s |",
+              *(["| SQLite, each commit waiting for the disk (`[storage] synchronous = \"full\"`) | "
+                 + " | ".join(f"{w[n]['sqlite_full']['entries_per_s']}/s" for n in w) + " | — |"]
+                if all("sqlite_full" in w[n] for n in w) else []), "",
               f"Writes: {WRITES:,} `Memory.add` calls split between the processes, started together; "
               + _rounds(w) + " A PostgreSQL add "
               "is one statement that takes the write lock and commits without waiting for the disk, with a flush "
               "of the WAL right behind it in the same message (flushes shared by concurrent writers): it returns once "
               "its commit is on disk; "
-              "SQLite's WAL commit (synchronous NORMAL) does not wait for the disk. Writer CPU per entry (the "
+              "SQLite's WAL commit (synchronous NORMAL, the default) does not wait for the disk: it survives a crash of any "
+              "process, while a power loss or an OS crash may take the last commits; with synchronous FULL it waits, "
+              "as PostgreSQL's does. Writer CPU per entry (the "
               "writing processes' own, not the server's): SQLite "
               + " / ".join(f"{w[n]['sqlite'].get('writer_cpu_ms_per_entry', '?')}" for n in w) + " ms, PostgreSQL "
               + " / ".join(f"{w[n]['postgresql'].get('writer_cpu_ms_per_entry', '?')}" for n in w) + " ms. "
