@@ -42,6 +42,9 @@ class Embedder(Protocol):
     def count_tokens(self, text: str) -> int: ...
 
 
+SPIN_US = 50  # how long ONNX Runtime's idle workers spin for the next operator before they sleep
+
+
 class OnnxEmbedder(TokenizerMixin):
     """ONNX Runtime over a graph built from the weights (memlens.bert_onnx); pooling and L2 run inside it.
 
@@ -76,9 +79,13 @@ class OnnxEmbedder(TokenizerMixin):
             if self.threads:
                 opts.intra_op_num_threads = self.threads
             opts.log_severity_level = 3
-            # ORT's idle workers spin for a while after each run; on a small machine that takes a core from
-            # the search stages that follow the query's embedding (measured: tests/bench/pipeline_cost.py)
-            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            # ORT's workers wait for the next operator of a run by spinning. Not spinning, each of a query's small
+            # operators wakes a sleeping worker (a question's embedding 4.1 against 3.3 ms); spinning as long as ORT
+            # does by default, they go on after the run and take a core from other work (4 processes embedding on
+            # 2 cores: 147 against 211 texts/s). Spinning 50 us covers the gaps inside a run and ends with it
+            # (3.5 ms; 210 texts/s). tests/bench/README.md, *embedder*.
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "1")
+            opts.add_session_config_entry("session.intra_op.spin_duration_us", str(SPIN_US))
             path = self.onnx_path
             for attempt in (1, 2):
                 if not path.is_file():

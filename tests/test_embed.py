@@ -50,6 +50,23 @@ def test_vectors_are_unit_length_and_meaningful(real_embedder):
     assert v[0] @ v[1] > v[0] @ v[2] + 0.2
 
 
+def test_idle_workers_spin_briefly_and_the_vectors_do_not_depend_on_it(real_embedder):
+    """ONNX Runtime's workers spin for the next operator of a run, 50 us at most (long spins took a core from other
+    processes embedding beside; none made every small operator wake a sleeping worker). The same vectors either way."""
+    import onnxruntime as ort
+
+    opts = real_embedder._session.get_session_options()
+    assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    assert opts.get_session_config_entry("session.intra_op.spin_duration_us") == "50"
+    texts = ["Where are a node's parameters declared?", "fs.readFile reads a whole file into memory " * 20]
+    spun = real_embedder.embed(texts)
+    sleeping = ort.SessionOptions()
+    sleeping.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    other = OnnxEmbedder(real_embedder.spec, real_embedder.sha, real_embedder.cache_dir)
+    other._session = ort.InferenceSession(str(real_embedder.onnx_path), sleeping, providers=["CPUExecutionProvider"])
+    assert np.array_equal(other.embed(texts), spun)
+
+
 def test_onnx_graph_is_cached_under_the_weights_hash(real_embedder):
     assert real_embedder.onnx_path.is_file()
     assert BUNDLED_SHA256[:24] in str(real_embedder.onnx_path)

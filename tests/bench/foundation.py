@@ -621,15 +621,15 @@ def warm_index(mem: Any) -> dict[str, Any]:
 
 
 class RawOnnx:
-    """The raw model: an onnxruntime session on the engine's graph (pooling and L2 inside it), fed by a
-    minimal tokenizers encode; a batch runs its texts of one token length together, as the graph needs."""
+    """The raw model: an onnxruntime session on the engine's graph (pooling and L2 inside it) with the engine's
+    session options (its threads and their spinning: what the ratio measures is the engine's own work around the
+    run; a session spinning longer in the same process takes a core from the other one's runs), fed by a minimal
+    tokenizers encode; a batch runs its texts of one token length together, as the graph needs."""
 
-    def __init__(self, onnx_path: Path, tokenizer_file: Path, max_tokens: int) -> None:
+    def __init__(self, onnx_path: Path, tokenizer_file: Path, max_tokens: int, opts: Any) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
         self.session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
         self.inputs = {i.name for i in self.session.get_inputs()}
         self.tok = Tokenizer.from_file(str(tokenizer_file))
@@ -665,7 +665,8 @@ def bench_embed(plan: Plan, settings: Any, res: dict[str, Any]) -> None:
     t_load = pc() - t
     spec = resolve_model(settings.embedding)
     t = pc()
-    raw = RawOnnx(engine.onnx_path, spec.tokenizer_file, spec.max_tokens)  # type: ignore[attr-defined]
+    raw = RawOnnx(engine.onnx_path, spec.tokenizer_file, spec.max_tokens,  # type: ignore[attr-defined]
+                  engine._session.get_session_options())  # type: ignore[attr-defined]
     t_raw_load = pc() - t
     out: dict[str, Any] = {
         "model_id": engine.model_id,
