@@ -43,6 +43,23 @@ class Embedder(Protocol):
 
 
 SPIN_US = 50  # how long ONNX Runtime's idle workers spin for the next operator before they sleep
+SPIN_SINCE = (1, 27)  # the first ONNX Runtime known to read session.intra_op.spin_duration_us (older ones ignore it)
+
+
+def spin_entries(version: str) -> dict[str, str]:
+    """How ONNX Runtime's idle workers wait for the next operator of a run: spinning SPIN_US where the runtime
+    bounds the spin, else not at all. Not spinning, each of a query's small operators wakes a sleeping worker
+    (a question's embedding 4.1 against 3.3 ms); spinning as long as ORT does by default, they go on after the run
+    and take a core from other work (4 processes embedding on 2 cores: 147 against 211 texts/s). 50 us covers the
+    gaps inside a run and ends with it (3.5 ms; 210 texts/s). Measured: tests/bench/README.md, after the
+    pipeline_cost tables."""
+    try:
+        known = tuple(int(part) for part in version.split(".")[:2]) >= SPIN_SINCE
+    except ValueError:  # a development build's version: not known to bound the spin
+        known = False
+    if not known:
+        return {"session.intra_op.allow_spinning": "0"}
+    return {"session.intra_op.allow_spinning": "1", "session.intra_op.spin_duration_us": str(SPIN_US)}
 
 
 class OnnxEmbedder(TokenizerMixin):
@@ -79,13 +96,8 @@ class OnnxEmbedder(TokenizerMixin):
             if self.threads:
                 opts.intra_op_num_threads = self.threads
             opts.log_severity_level = 3
-            # ORT's workers wait for the next operator of a run by spinning. Not spinning, each of a query's small
-            # operators wakes a sleeping worker (a question's embedding 4.1 against 3.3 ms); spinning as long as ORT
-            # does by default, they go on after the run and take a core from other work (4 processes embedding on
-            # 2 cores: 147 against 211 texts/s). Spinning 50 us covers the gaps inside a run and ends with it
-            # (3.5 ms; 210 texts/s). tests/bench/README.md, *embedder*.
-            opts.add_session_config_entry("session.intra_op.allow_spinning", "1")
-            opts.add_session_config_entry("session.intra_op.spin_duration_us", str(SPIN_US))
+            for key, value in spin_entries(ort.__version__).items():
+                opts.add_session_config_entry(key, value)
             path = self.onnx_path
             for attempt in (1, 2):
                 if not path.is_file():

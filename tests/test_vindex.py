@@ -177,6 +177,9 @@ def test_the_products_are_timed_beyond_the_last_level_cache(tmp_path, monkeypatc
         (cpu / f"index{index}").mkdir(parents=True)
         (cpu / f"index{index}" / "level").write_text(f"{level}\n")
         (cpu / f"index{index}" / "size").write_text(f"{size}\n")
+    (cpu / "index3").mkdir()  # a cache that says nothing of its size (or not to this user): the others count
+    (cpu / "index4").mkdir()
+    (cpu / "index4" / "size").write_text("unknown\n")
     monkeypatch.setattr(vindex, "_CPU_CACHES", cpu)
     assert vindex._calibration_floats() * 4 >= 2 * 32 * 1024 * 1024
     (cpu / "index2" / "size").write_text("1024M\n")  # bounded: never more than _CALIBRATE_MAX_FLOATS

@@ -120,7 +120,7 @@ def engines(scratch: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         raise SystemExit("the embedder suite compares with chromadb: pip install chromadb into the bench venv") from None
 
     from memlens.config import load_settings
-    from memlens.embed import SPIN_US, make_embedder
+    from memlens.embed import make_embedder, spin_entries
     from memlens.embed_st import SentenceTransformerEmbedder
 
     settings = load_settings()
@@ -133,7 +133,7 @@ def engines(scratch: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     chroma = ONNXMiniLM_L6_V2(preferred_providers=["CPUExecutionProvider"])
     settings_doc = {
         "memlens": {"runtime": f"onnxruntime {ort.__version__}", "intra_op_threads": ours.threads or "ORT default (cores)",  # type: ignore[attr-defined]
-                    "allow_spinning": 1, "spin_duration_us": SPIN_US, "graph_optimization": "ORT_ENABLE_ALL",
+                    **spin_entries(ort.__version__), "graph_optimization": "ORT_ENABLE_ALL",
                     "batch_size": ours.batch_size,  # type: ignore[attr-defined]
                     "graph": ours.onnx_path.name, "batching": "texts of one token length per run"},  # type: ignore[attr-defined]
         "sentence-transformers": {"runtime": f"torch {torch.__version__}", "threads": torch.get_num_threads(), "batch_size": 64},

@@ -76,7 +76,8 @@ _NEG_INF = float("-inf")  # a masked-out row's similarity in the scan's buffer
 _SAMPLE = 2048  # rows sampled by _top() to guess a threshold below the k-th best
 _ONE_CORE = 1 << 22  # a scan of at most this many floats (16 MB) runs on the calling thread alone (einsum)
 _CALIBRATE_FLOATS = 2 * _ONE_CORE  # the kernels are timed on at least this many floats (32 MB) ...
-_CALIBRATE_MAX_FLOATS = 1 << 25  # ... and at most this many (128 MB): twice the CPU's last cache between them
+_CALIBRATE_MAX_FLOATS = 1 << 25  # ... and at most this many (128 MB): twice the CPU's last cache between them (a
+# CPU with a last cache over 64 MB is timed on 128 MB, partly from its cache)
 _CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")  # Linux: index*/level and index*/size ("32768K")
 _THREADS_MARGIN = 0.85  # BLAS's threads are chosen only if they take under this share of einsum's time
 
@@ -104,12 +105,16 @@ def _calibration_floats() -> int:
     one), within [_CALIBRATE_FLOATS, _CALIBRATE_MAX_FLOATS]."""
     largest = 0
     try:
-        for index in _CPU_CACHES.glob("index*"):
+        indexes = list(_CPU_CACHES.glob("index*"))
+    except OSError:
+        indexes = []
+    for index in indexes:
+        try:
             size = (index / "size").read_text().strip().upper()
             scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
             largest = max(largest, int(size.rstrip("KMG")) * scale)
-    except (OSError, ValueError):
-        largest = 0
+        except (OSError, ValueError):  # one cache not said (or not readable): the others still count
+            continue
     return min(max(_CALIBRATE_FLOATS, 2 * largest // 4), _CALIBRATE_MAX_FLOATS)
 
 
@@ -122,7 +127,7 @@ def _choose(best: dict[str, float]) -> str:
 def _calibrate(dim: int) -> str:
     """Time each kernel seven times, alternating, on a matrix beyond the CPU's caches (``_calibration_floats``:
     what decides is how fast the product streams memory); ``_choose`` picks from the best times, for every large
-    scan of the process. Three rounds let a busy moment pick the slower one now and then; seven cost ~0.1 s once.
+    scan of the process. Three rounds let a busy moment pick the slower one now and then; seven cost 0.1-0.4 s once.
     On a 12 MB matrix sgemv's two threads won while einsum scanned 100k vectors faster (12.7 against 15.9 ms),
     and on a 32 MB one inside a 32 MB L3 by 3x, where the two tied on 100k vectors."""
     global _kernel
