@@ -245,11 +245,15 @@ def test_audit_level_writes_logs_no_reads(demo_store, tmp_path, real_embedder):
 
 
 def test_stats_retrievals_cli(demo_mem):
+    # a search's log rows wait up to a second for others to share their transaction; reading the log in this process
+    # writes them first, as a process that exits does: then another process (the CLI) sees them
     demo_mem.search("executor choice", active_wing="ros2", use_cache=False)
+    assert len(demo_mem.retrievals()) == 1
     first = run_cli("--store", str(demo_mem.path), "stats", "--retrievals").stdout
     assert "cache hit rate 0.0%  (no hits yet)" in first  # not a p50 of hits that never happened
     for _ in range(3):
         demo_mem.search("callbacks blocking", active_wing="lifecore_ros2")
+    assert len(demo_mem.retrievals()) == 4
     out = run_cli("--store", str(demo_mem.path), "stats", "--retrievals", "--json")
     import json
 
