@@ -178,11 +178,11 @@ def http_server(store: Any, *args: str, env: dict[str, str] | None = None,
         stop_server(proc)
 
 
-def stop_server(proc: subprocess.Popen) -> None:
-    """Stop a server the way a user's Ctrl-C or a supervisor would (SIGTERM), killing it if it does not exit in 20 s."""
+def stop_server(proc: subprocess.Popen, wait: float = 20) -> None:
+    """Stop a server the way a user's Ctrl-C or a supervisor would (SIGTERM), killing it if it does not exit in `wait` s."""
     proc.terminate()
     try:
-        proc.wait(20)
+        proc.wait(wait)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(10)

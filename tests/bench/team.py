@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..mcp_helpers import stop_server
 from .common import ensure_readme_block, log, machine_info, publish, suite_main, summary
 
 NAME = "team"
@@ -134,12 +135,7 @@ def run_backend(store: str, scratch: Path, seconds: float) -> dict[str, Any]:
     try:
         out = _load(url, tokens, seconds)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_server(proc, wait=30)
     n = len(out["acks"])
     return {"clients": CLIENTS, "seconds": round(out["wall_s"], 1), "writes": n,
             "writes_per_s": round(n / out["wall_s"], 1), "errors": len(out["errors"]), "first_errors": out["errors"][:3],
