@@ -191,3 +191,34 @@ def test_rows_of_an_unpublished_import_are_invisible_to_add_unique_and_wing_coun
     assert created and entry.id != staged.id and staged.id not in [s["id"] for s in similar]
     with pytest.raises(NotFoundError):  # the staged row is not there to edit until the import publishes
         mem.update_checked(staged.id, staged.to_record()["created_at"], text="edited")
+
+
+def test_many_threads_writing_at_once_wait_their_turn_and_none_times_out(store_path, settings, hash_embedder):
+    """Threads of one process (a server's tool calls) queue for the store's write lock: SQLite's busy handler alone
+    polls, lets later writers in first, and left an early one to fail after the busy timeout."""
+    from memlens import Memory
+
+    short = settings.model_copy(deep=True)
+    short.storage.busy_timeout_ms = 400
+    threads_n, each = 24, 40
+    errors: list[str] = []
+    barrier = threading.Barrier(threads_n)
+    with Memory.open(store_path, settings=short, embedder=hash_embedder) as m:
+        m.add("the store exists", wing="w")
+
+        def worker(i: int) -> None:
+            barrier.wait(10)
+            for j in range(each):
+                try:
+                    m.add(f"writer {i} note {j}", wing=f"w{i % 3}")
+                except Exception as exc:  # noqa: BLE001 - every failure is what the test counts
+                    errors.append(str(exc))
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(threads_n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert errors == []
+        counts = {w["wing"]: w["entries"] for w in m.wing_counts()}
+        assert sum(counts.get(f"w{k}", 0) for k in range(3)) == threads_n * each

@@ -7,13 +7,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memlens.compact_json import dumps
 from memlens.models import format_ts, utcnow
-from memlens.store import corruption, retention
+from memlens.store import corruption, db, retention
 from memlens.store.logspool import Logged, LogSpool
 from memlens.store.replay_sql import LOG_INSERT
 from memlens.store.rows import json_object
@@ -130,11 +130,13 @@ class SqliteAuditLog:
             return
         own = not conn.in_transaction
         speed = self.speed
-        with nullcontext() if speed is None else speed.stamps.log_write(conn):  # no search reads these rows
+        log_write = nullcontext() if speed is None else speed.stamps.log_write(conn)  # no search reads these rows
+        with log_write, ExitStack() as held:
             try:
                 if not patient:
                     conn.execute("PRAGMA busy_timeout = 50")
-                if own:
+                if own:  # its turn among this process's writers (``db.write_turn``): 50 ms at most for a search
+                    held.enter_context(db.write_turn(conn, self.path, None if patient else 0.05))
                     conn.execute("BEGIN")
                 seqs = []
                 for row in rows:

@@ -25,6 +25,8 @@ from memlens.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 _driver_lock = threading.Lock()
 _driver: ModuleType | None = None
+_turns_lock = threading.Lock()
+_turns: dict[tuple[int, int], threading.RLock] = {}  # a store file's (device, inode) -> its writers' turn in this process
 
 
 def driver() -> ModuleType:
@@ -140,6 +142,8 @@ def connect(path: Path, *, busy_timeout_ms: int = 5000, mmap_size: int = 1 << 30
     conn.store_label = str(path)
     conn.file_path = os.path.abspath(path) if str(path) != ":memory:" else ""  # (a later chdir moves no check)
     conn.file_id = file_identity(conn.file_path) if conn.file_path else None
+    conn.write_turn = _turn(conn.file_id)
+    conn.busy_timeout_s = busy_timeout_ms / 1000
     try:
         # Reading the schema forces SQLite to read the header: a non-database fails here.
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
@@ -175,6 +179,41 @@ def connect(path: Path, *, busy_timeout_ms: int = 5000, mmap_size: int = 1 << 30
         conn.close()
         raise translate(exc, path) from None
     return conn
+
+
+def _turn(file_id: tuple[int, int] | None) -> threading.RLock | None:
+    """The lock this process's writers of one store file take before SQLite's write lock (None: no file).
+
+    SQLite's busy handler polls: a writer that finds the lock taken sleeps, up to 100 ms at a time, and one
+    that arrives later may take the lock first, again and again. With many threads writing at once (a server's
+    tool calls), an early one could wait out the whole busy timeout and fail while the store served others.
+    Threads of one process therefore queue here (woken when the turn is free) and only the first of them
+    waits on SQLite, for other processes. Reentrant: a thread inside a write may write again on the same file.
+    """
+    if file_id is None:
+        return None
+    with _turns_lock:
+        turn = _turns.get(file_id)
+        if turn is None:
+            turn = _turns[file_id] = threading.RLock()
+        return turn
+
+
+@contextmanager
+def write_turn(conn: Any, path: Path | str = "", timeout_s: float | None = None) -> Iterator[None]:
+    """Hold this process's turn to write ``conn``'s file (``_turn``), waiting at most ``timeout_s`` (default: the
+    connection's busy timeout) before the one-line "locked" error."""
+    turn = getattr(conn, "write_turn", None)
+    if turn is None:
+        yield
+        return
+    wait = getattr(conn, "busy_timeout_s", 5.0) if timeout_s is None else timeout_s
+    if not turn.acquire(timeout=wait):
+        raise translate(RuntimeError("locked"), path or getattr(conn, "store_label", ""))
+    try:
+        yield
+    finally:
+        turn.release()
 
 
 def file_identity(path: Path | str) -> tuple[int, int] | None:
@@ -314,24 +353,25 @@ def transaction(conn: Any, path: Path | str = "") -> Iterator[Any]:
     sq = driver()
     corruption.refuse_writes(getattr(conn, "store_label", "") or path)
     corruption.verify_once(conn)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-    except sq.Error as exc:
-        raise translate(exc, path) from None
-    try:
-        still_there(conn)  # under the write lock: the file this transaction writes is the store's
-        yield conn
-    except sq.Error as exc:
-        _rollback(conn)
-        raise translate(exc, path) from None
-    except BaseException:
-        _rollback(conn)
-        raise
-    try:
-        conn.execute("COMMIT")
-    except sq.Error as exc:
-        _rollback(conn)
-        raise translate(exc, path) from None
+    with write_turn(conn, path):  # this process's other writers wait their turn here, not in SQLite's busy handler
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sq.Error as exc:
+            raise translate(exc, path) from None
+        try:
+            still_there(conn)  # under the write lock: the file this transaction writes is the store's
+            yield conn
+        except sq.Error as exc:
+            _rollback(conn)
+            raise translate(exc, path) from None
+        except BaseException:
+            _rollback(conn)
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sq.Error as exc:
+            _rollback(conn)
+            raise translate(exc, path) from None
 
 
 def _rollback(conn: Any) -> None:

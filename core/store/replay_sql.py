@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memlens.store import db
 from memlens.store.staging import visible
 
 CHUNK = 400  # ids per ``IN (...)`` (SQLite's bound on variables)
@@ -23,6 +24,8 @@ class _HeldConnection:
     """A connection inside a transaction that only the preview ends: each write's own BEGIN, COMMIT and ROLLBACK
     become a savepoint, its release and a rollback to it, so a write that fails inside a preview is undone on its
     own (as PostgreSQL's nested transactions do) and nothing is committed."""
+
+    write_turn = None  # the preview holds its process's turn (``db.write_turn``); its writes are savepoints inside
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
@@ -182,9 +185,10 @@ class SqliteReplay:
         The transaction holds the store's write lock while it is open (other writers wait, readers do not).
         """
         conn = self.conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.on_connection(_HeldConnection(conn))  # type: ignore[attr-defined]
-        finally:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+        with db.write_turn(conn, self.path):  # this process's other writers queue behind it (``db.write_turn``)
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.on_connection(_HeldConnection(conn))  # type: ignore[attr-defined]
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")

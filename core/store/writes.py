@@ -5,7 +5,8 @@ an audit row, and the generation bump of every wing touched. Checks that
 depend on other rows (the id is free, the entry was not changed since the
 caller read it, the same content is not stored yet) run again inside that
 transaction: ``BEGIN IMMEDIATE`` holds SQLite's write lock, so a second writer
-waits and then sees the first one's row.
+waits and then sees the first one's row (threads of one process queue for
+it, ``db.write_turn``; other processes wait in SQLite's busy handler).
 
 - ``add_unique``: the same content in the same wing is stored once. "Same
   content" means the text the model embeds (title and text) has the same hash.
