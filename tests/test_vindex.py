@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -278,3 +279,116 @@ def test_a_degenerate_vector_is_told_apart_from_tiny_and_huge_ones():
     nan, inf = ok.copy(), ok.copy()
     nan[5], inf[7] = np.nan, -np.inf
     assert all(degenerate(v) for v in (np.zeros(384, dtype=np.float32), nan, inf))
+
+
+def _same_block(index: VectorIndex, mem, wing: str) -> None:
+    """The index's block of ``wing`` holds what a fresh load of the wing holds: rows, vectors and filter values."""
+    held = index._blocks[wing]
+    fresh = VectorIndex()._block(mem.store, wing, mem.store.generations()[wing])
+    assert held.generation == fresh.generation
+    assert held.rowids.tolist() == fresh.rowids.tolist()
+    assert np.array_equal(held.matrix, fresh.matrix)
+    for col in vindex.FILTER_COLUMNS:
+        names = {code: value for value, code in held.vocab[col].items()}
+        fresh_names = {code: value for value, code in fresh.vocab[col].items()}
+        assert [names[c] for c in held.codes[col].tolist()] == [fresh_names[c] for c in fresh.codes[col].tolist()]
+    assert {r: held.position[r] for r in held.rowids.tolist()} == fresh.position
+
+
+def test_this_processs_adds_join_the_blocks_without_reading_the_wing_again(filled, monkeypatch):
+    """An add by this process puts its row into the warm block it leaves current (a reload per add read the whole
+    wing: the server's adds slowed as the wing grew); the block then equals a fresh load and every scan equals
+    vec0's. Any other write (an update, another process's add) still has the wing read again."""
+    mem = filled
+    mem.warm_index()
+    index = mem.vector_index
+    reads: list[str] = []
+    real_read = vindex._read_wing
+    monkeypatch.setattr(vindex, "_read_wing", lambda host, wing: reads.append(wing) or real_read(host, wing))
+    q = _unit(np.random.default_rng(9), 1)[0]
+    for scope in SCOPES:
+        index.knn(mem.store, q, scope.wings, scope.index_filters(), 5)
+    wing_of = dict(mem.conn.execute("SELECT rowid, wing FROM entries"))
+    token = index.knn(mem.store, q, None, {}, 5) and index.last_scan()
+    reads.clear()  # (a wing that holds nothing, "nowhere", was read once by its scope)
+
+    added = []
+
+    def add() -> None:  # on another thread, as a server's calls come: this thread's scan stays the last it made
+        added.extend([mem.add("a lighthouse keeper's log of storms", wing="w3", room="gamma", type="decision"),
+                      mem.add("tide tables for the northern bay", wing="w0", status="under_review"),
+                      mem.add_unique("how the fog horn was repaired", wing="w3", room="alpha")[0]])
+
+    worker = threading.Thread(target=add)
+    worker.start()
+    worker.join(60)
+    assert len(added) == 3
+    assert reads == []  # no wing read again: neither by the adds' own near-duplicate checks nor by the scans below
+    rowids = [mem.conn.execute("SELECT rowid FROM entries WHERE id = ?", (e.id,)).fetchone()[0] for e in added]
+    scanned = index.scanned(dict(mem.conn.execute("SELECT rowid, wing FROM entries")), token)
+    assert scanned.keys() == wing_of.keys()  # the rows added after that scan are not among those it ranked
+    for wing in ("w0", "w3"):
+        _same_block(index, mem, wing)
+    assert reads == ["w0", "w3"]  # (the fresh loads above)
+    reads.clear()
+    queries = [*_unit(np.random.default_rng(10), 4), *mem.embed([e.text for e in added])]
+    for scope in [*SCOPES, Scope(rooms=["gamma"]), Scope(wings=["w3"], types=["decision"])]:
+        for qvec in queries:
+            got = index.knn(mem.store, qvec, scope.wings, scope.index_filters(), 10)
+            want = _knn(mem, "sqlite-vec", qvec, scope, 10)
+            assert [r for r, _ in got] == [r for r, _ in want]
+            assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-5)
+    assert reads == []
+    assert index.knn(mem.store, queries[-3], ["w3"], {"room": ["gamma"]}, 1)[0][0] == rowids[0]
+
+    mem.update(added[1].id, text="tide tables for the southern bay")  # not an add: the wing is read again
+    index.knn(mem.store, q, ["w0"], {}, 5)
+    assert reads == ["w0"]
+    _same_block(index, mem, "w0")
+    reads.clear()
+
+    other = write(mem.path, "add", "a storm log kept by another process", "w3")  # the block falls behind ...
+    mine = mem.add("a storm log kept by this process", wing="w3")  # ... so this add cannot join it
+    hits = {r for r, _ in index.knn(mem.store, mem.embed(["a storm log kept"])[0], ["w3"], {}, 50)}
+    assert reads == ["w3"]
+    both = {mem.conn.execute("SELECT rowid FROM entries WHERE id = ?", (i,)).fetchone()[0] for i in (other, mine.id)}
+    assert both <= hits
+    _same_block(index, mem, "w3")
+
+
+@pytest.mark.model
+def test_adds_from_many_threads_at_once_join_the_block_in_commit_order(real_mem, monkeypatch):
+    """A server's tool calls add from many threads, each embedding with the real model: each add's rows join the
+    block right after its commit, in commit order, and a check that read the generation just committed waits for
+    them instead of reading the wing again; a wing read meanwhile never puts an older block back. The block then
+    equals a fresh load, and the adds' own near-duplicate checks found each other."""
+    mem = real_mem
+    mem.add("the shared wing exists", wing="team")
+    mem.warm_index()
+    index = mem.vector_index
+    reads: list[str] = []
+    real_read = vindex._read_wing
+    monkeypatch.setattr(vindex, "_read_wing", lambda host, wing: reads.append(wing) or real_read(host, wing))
+    threads_n, each = 32, 12
+    barrier = threading.Barrier(threads_n)
+    errors: list[BaseException] = []
+    similar: list[int] = []
+
+    def worker(i: int) -> None:
+        barrier.wait(10)
+        try:
+            for j in range(each):
+                similar.append(len(mem.add_unique(f"Finding {j} of agent {i}: shared over HTTP.", wing="team",
+                                                  room=f"agent-{i}")[2]))
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(threads_n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    assert reads == []  # of 384 adds
+    assert sum(similar) > 0
+    _same_block(index, mem, "team")

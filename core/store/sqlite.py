@@ -218,8 +218,26 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
     @contextmanager
     def write(self) -> Iterator[SqliteWriter]:
         self.settle_log()  # this process's searches come before its write in the audit
-        with db.transaction(self.conn, self.path) as conn:
-            yield SqliteWriter(conn, self.model_id)
+        vectors = self.vindex
+        if vectors is None:
+            with db.transaction(self.conn, self.path) as conn:
+                yield SqliteWriter(conn, self.model_id)
+            return
+        # the entries added join the blocks they leave current once committed, before this process's next writer
+        # commits (its turn is held until then): in commit order, or a block would fall behind and be read again
+        with db.write_turn(self.conn, self.path):
+            writer: SqliteWriter | None = None
+            try:
+                with db.transaction(self.conn, self.path) as conn:
+                    writer = SqliteWriter(conn, self.model_id, track_appends=True)
+                    yield writer
+                    if writer.appends:  # searches that read the generations this commit leaves wait for its rows
+                        vectors.landing(writer.appends)
+                if writer.appends:
+                    vectors.append(writer.appends)
+            finally:
+                if writer is not None and writer.appends:
+                    vectors.landed(writer.appends)
 
     def reusable_vector(self, digest: str, model: str) -> bytes | None:
         row = self.conn.execute(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memlens.attribution import stamp
@@ -29,13 +30,27 @@ _UPDATE = (
 )
 
 
+@dataclass
+class WingAppends:
+    """What one transaction did to a wing, for the in-process vector index (``VectorIndex.append``): the entries
+    ``add`` appended, and the wing's generation before the transaction and how often it bumped it. ``other``: a
+    bump not made by ``add`` (an update, a delete, an import...), which the appended rows do not describe."""
+
+    before: int
+    bumps: int = 0
+    rows: list[tuple[int, bytes, tuple[str, str, str, str]]] = field(default_factory=list)  # rowid, vector, filters
+    other: bool = False
+
+
 class SqliteWriter:
     conn: Any  # the transaction's connection (``Writer.conn``)
 
-    def __init__(self, conn: Any, model_id: str) -> None:
+    def __init__(self, conn: Any, model_id: str, *, track_appends: bool = False) -> None:
         self.conn = conn
         self.model_id = model_id
         self.tasks = SqliteTaskRows(conn)
+        # wing -> WingAppends, kept when the store holds an in-process vector index (``SqliteStore.write``)
+        self.appends: dict[str, WingAppends] | None = {} if track_appends else None
 
     # -- entries --------------------------------------------------------------------------------
 
@@ -49,8 +64,10 @@ class SqliteWriter:
         state = self.state(entry.id)
         if state is not None:
             raise id_taken(entry.id, state)
-        self.insert(entry, vector)
-        self.bump({entry.wing}, self.audit("add", entry.id, entry.wing, None, entry.to_record()))
+        blob = vector if isinstance(vector, bytes) else vec_blob(vector)
+        rowid = self.insert(entry, blob)
+        seq = self.audit("add", entry.id, entry.wing, None, entry.to_record())
+        self._bump({entry.wing}, seq, (rowid, blob, (entry.room, entry.kind.value, entry.type.value, entry.status.value)))
 
     def state(self, entry_id: str) -> bool | None:
         row = self.conn.execute(f"SELECT {visible()} FROM entries WHERE id = ?", (entry_id,)).fetchone()
@@ -107,10 +124,26 @@ class SqliteWriter:
         return int(cur.lastrowid)
 
     def bump(self, wings: Iterable[str], seq: int) -> None:
+        self._bump(wings, seq, None)
+
+    def _bump(self, wings: Iterable[str], seq: int, appended: tuple[int, bytes, tuple[str, str, str, str]] | None) -> None:
+        """Advance the generation of ``wings``; ``appended``: the one entry ``add`` appended to the one wing."""
+        names = sorted(set(wings))
+        if self.appends is not None:
+            for wing in names:
+                track = self.appends.get(wing)
+                if track is None:  # the generation before this transaction (nobody else writes inside it)
+                    row = self.conn.execute("SELECT generation FROM wings WHERE wing = ?", (wing,)).fetchone()
+                    track = self.appends[wing] = WingAppends(int(row[0]) if row else 0)
+                track.bumps += 1
+                if appended is None:
+                    track.other = True
+                else:
+                    track.rows.append(appended)
         self.conn.executemany(
             "INSERT INTO wings(wing, generation, last_write_seq) VALUES (?, 1, ?) "
             "ON CONFLICT(wing) DO UPDATE SET generation = generation + 1, last_write_seq = excluded.last_write_seq",
-            [(w, seq) for w in sorted(set(wings))],
+            [(w, seq) for w in names],
         )
 
     def last_seq(self) -> int:

@@ -22,7 +22,8 @@ nothing is kept or served inside a transaction (whose writes a rollback may undo
 
 * a wing's *generation*, for what belongs to one wing (vector blocks, rows, models; the distinct values use
   their sum): every write of an entry bumps its wing's generation in the same transaction (store/writer.py),
-  whichever process writes;
+  whichever process writes (one exception, exact by construction: a vector block current before a transaction
+  of this process that only added entries to its wing takes those rows and the new generation, ``VectorIndex.append``);
 * the connection's ``(data_version, own_changes)``, for what is store-wide (the generations themselves, FTS5's
   state records, which every change to the text index rewrites and by which ``lexindex`` keys its postings):
   SQLite moves ``data_version`` when another connection commits, and ``own_changes`` moves when this one

@@ -8,7 +8,11 @@ for 100k × 384) and scan it with numpy. The results are the same exact KNN.
 The copy is checked against the store on every search. Each wing block
 remembers the wing generation it was loaded at, and every write to a wing, by
 any process, bumps that generation (core/store/writer.py). A stale block is reloaded
-before it is used, so the index can never answer from old vectors. A
+before it is used, so the index can never answer from old vectors. One case is
+known without reading: a transaction of this process that only added entries to
+a wing whose block was current just before it (``append``, after the commit) puts
+the new rows after the block's own, at the generation the transaction left, which
+is what a reload would read (an agent's add then costs no read of its wing). A
 single-shot process (one CLI search) never pays for loading: the index is used
 only after ``warm_index()`` (the store's, or ``Memory``'s).
 
@@ -79,6 +83,7 @@ _CALIBRATE_FLOATS = 2 * _ONE_CORE  # the kernels are timed on at least this many
 _CALIBRATE_MAX_FLOATS = 1 << 25  # ... and at most this many (128 MB): twice the CPU's last cache between them (a
 # CPU with a last cache over 64 MB is timed on 128 MB, partly from its cache)
 _CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")  # Linux: index*/level and index*/size ("32768K")
+_LANDING_WAIT_S = 1.0  # at most (a safety net: the commit notifies once its rows joined, microseconds later)
 _THREADS_MARGIN = 0.85  # BLAS's threads are chosen only if they take under this share of einsum's time
 
 
@@ -157,7 +162,8 @@ class _Block:
     usable: np.ndarray | None  # (n,) bool, False for a degenerate stored vector; None when all are usable
     codes: dict[str, np.ndarray]  # filter column -> (n,) int32 codes
     vocab: dict[str, dict[str, int]]  # filter column -> value -> code
-    position: dict[int, int]  # rowid -> row of matrix
+    position: dict[int, int]  # rowid -> row of matrix (shared with the blocks appended from this one: see ``_appended``)
+    spare: np.ndarray | None = None  # (capacity, dim): ``matrix`` is its first rows, the rest is room for appends
 
 
 @dataclass
@@ -246,6 +252,46 @@ def _read_wing(mem: IndexHost, wing: str) -> tuple[int, list[tuple[Any, ...]], d
     return (gen[0] if gen else 0), meta, chunks
 
 
+def _appended(block: _Block, generation: int, rows: list[tuple[int, bytes, tuple[str, str, str, str]]]) -> _Block | None:
+    """``block`` with ``rows`` (rowid, vector bytes, filter values) after its last row, at ``generation``: what a
+    load at that generation reads, as the rows come after every rowid it holds. None when they do not (or a vector
+    is not of the block's size or is degenerate): the block is loaded again instead.
+
+    The matrix grows into spare room (an eighth more, at least 256 rows, made on the first append) so an add
+    does not copy the wing's vectors; the rows written there lie past every earlier block's matrix, which is a
+    view of the same buffer's first rows. The rowid -> row map is shared too: a row past a block's end is not
+    that block's (``VectorIndex.scanned`` and ``vectors`` check).
+    """
+    n, m, dim = len(block.rowids), len(rows), block.matrix.shape[1]
+    new_ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=m)
+    if (n and new_ids[0] <= block.rowids[-1]) or (m > 1 and bool((np.diff(new_ids) <= 0).any())):
+        return None
+    if any(len(r[1]) != dim * 4 for r in rows):
+        return None
+    vecs = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(m, dim)
+    if degenerate_rows(vecs).any():
+        return None
+    spare = block.spare
+    if spare is None or len(spare) < n + m:
+        spare = np.empty((n + m + max(256, (n + m) // 8), dim), dtype=np.float32)
+        spare[:n] = block.matrix
+    spare[n : n + m] = vecs
+    vocab = dict(block.vocab)
+    codes = {}
+    for j, col in enumerate(FILTER_COLUMNS):
+        values = vocab[col]
+        if any(r[2][j] not in values for r in rows):  # a new value: a new map (earlier blocks keep theirs)
+            values = vocab[col] = dict(values)
+        fresh = np.fromiter((values.setdefault(r[2][j], len(values)) for r in rows), dtype=np.int32, count=m)
+        codes[col] = np.concatenate([block.codes[col], fresh])
+    usable = None if block.usable is None else np.concatenate([block.usable, np.ones(m, dtype=bool)])
+    position = block.position
+    for i, rowid in enumerate(new_ids.tolist()):
+        position[rowid] = n + i
+    return _Block(block.wing, generation, np.concatenate([block.rowids, new_ids]), spare[: n + m], usable, codes, vocab,
+                  position, spare)
+
+
 def _damaged(mem: IndexHost, wing: str, what: str) -> Exception:
     """sqlite-vec's tables do not hold together: the store is damaged (one line, later writes refused)."""
     from memlens.store import corruption
@@ -259,6 +305,8 @@ class VectorIndex:
     def __init__(self) -> None:
         self._blocks: dict[str, _Block] = {}
         self._lock = threading.Lock()
+        self._joined = threading.Condition(self._lock)  # notified when the rows of a commit joined their blocks
+        self._landing: dict[str, int] = {}  # wing -> the generation a commit of this process leaves, rows to join
         self._scopes: dict[tuple[Any, ...], frozenset[int]] = {}  # see in_scope()
         self._spans: dict[tuple[Any, ...], _Span] = {}  # see _span()
         self._local = threading.local()  # each thread's output buffer (_buffer())
@@ -267,7 +315,13 @@ class VectorIndex:
     def _block(self, mem: IndexHost, wing: str, generation: int) -> _Block:
         with self._lock:
             block = self._blocks.get(wing)
-        if block is not None and block.generation == generation:
+            if block is not None and block.generation < generation <= self._landing.get(wing, -1):
+                # this process's commit that made the generation read is adding its rows (microseconds)
+                self._joined.wait_for(lambda: self._landing.get(wing, -1) < generation, timeout=_LANDING_WAIT_S)
+                block = self._blocks.get(wing)
+        # a block newer than the caller's generations (this process's adds joined it since they were read) holds
+        # what a load would read now, as a reload would: generations only grow
+        if block is not None and block.generation >= generation:
             return block
         gen, meta, chunks = _read_wing(mem, wing)
         n = len(meta)
@@ -288,8 +342,45 @@ class VectorIndex:
         rowids = np.fromiter((m[0] for m in meta), dtype=np.int64, count=n)
         block = _Block(wing, gen, rowids, matrix, usable, codes, vocab, {int(r): i for i, r in enumerate(rowids)})
         with self._lock:
+            held = self._blocks.get(wing)
+            if held is not None and held.generation > block.generation:  # adds joined it while this one was read
+                return held
             self._blocks[wing] = block
         return block
+
+    def landing(self, appends: dict[str, Any]) -> None:
+        """A transaction of this process that added entries (``SqliteWriter.appends``) is about to commit: until
+        ``append`` (or ``landed`` when the commit failed), a search that reads the generation it leaves waits for
+        its rows to join the block instead of reading the whole wing again."""
+        with self._lock:
+            for wing, track in appends.items():
+                if not track.other and track.rows:
+                    self._landing[wing] = track.before + track.bumps
+
+    def landed(self, appends: dict[str, Any]) -> None:
+        """The commit announced by ``landing`` is over (its rows joined, or it failed): nobody waits for it."""
+        with self._lock:
+            for wing, track in appends.items():
+                if self._landing.get(wing) == track.before + track.bumps:
+                    del self._landing[wing]
+            self._joined.notify_all()
+
+    def append(self, appends: dict[str, Any]) -> None:
+        """What a transaction of this process committed (``SqliteWriter.appends``: wing -> ``WingAppends``): a
+        wing it changed only by adding entries, whose block was current just before it, takes the added rows and
+        the generation the transaction left (a load would read the same). Any other block stays as it is and is
+        loaded again when a search finds its generation behind (before, every add cost the next search, or the
+        add's own check for near-duplicates, a read of the whole wing: 35 ms at 6,000 entries)."""
+        for wing, track in appends.items():
+            if track.other or not track.rows or track.bumps != len(track.rows):
+                continue
+            with self._lock:  # checked and replaced at once: a block is never taken back to an older generation
+                block = self._blocks.get(wing)
+                if block is None or block.generation != track.before:
+                    continue
+                grown = _appended(block, track.before + track.bumps, track.rows)
+                if grown is not None:
+                    self._blocks[wing] = grown
 
     def warm(self, mem: IndexHost) -> int:
         """Load every wing now, and choose the large scans' product if the vectors held make one and none is chosen
@@ -322,7 +413,7 @@ class VectorIndex:
         starts = {}
         for b in blocks:
             product(b.matrix, q, sims[at : at + len(b.rowids)])
-            starts[b.wing] = (b.position, at)  # not the block: a reloaded wing's old matrix is not kept alive
+            starts[b.wing] = (b.position, at, len(b.rowids))  # not the block: a reloaded wing's matrix is not kept
             at += len(b.rowids)
         if span.drop is not None:
             np.copyto(sims, np.float32(-np.inf), where=span.drop)
@@ -349,7 +440,7 @@ class VectorIndex:
         for r, wing in wing_of.items():
             got = starts.get(wing)
             i = got[0].get(r) if got is not None else None
-            if got is not None and i is not None:
+            if got is not None and i is not None and i < got[2]:  # (past the end: appended after this scan's block)
                 found.append(r)
                 at.append(got[1] + i)
         if not found:
@@ -428,7 +519,7 @@ class VectorIndex:
         for r, wing in wing_of.items():
             b = blocks.get(wing)
             i = b.position.get(r) if b is not None else None
-            if b is not None and i is not None:
+            if b is not None and i is not None and i < len(b.rowids):
                 out[r] = b.matrix[i]
         return out
 
