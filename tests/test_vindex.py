@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -293,6 +294,9 @@ def _same_block(index: VectorIndex, mem, wing: str) -> None:
         fresh_names = {code: value for value, code in fresh.vocab[col].items()}
         assert [names[c] for c in held.codes[col].tolist()] == [fresh_names[c] for c in fresh.codes[col].tolist()]
     assert {r: held.position[r] for r in held.rowids.tolist()} == fresh.position
+    assert (held.usable is None) == (fresh.usable is None)
+    if held.usable is not None:
+        assert held.usable.tolist() == fresh.usable.tolist()
 
 
 def test_this_processs_adds_join_the_blocks_without_reading_the_wing_again(filled, monkeypatch):
@@ -360,8 +364,8 @@ def test_this_processs_adds_join_the_blocks_without_reading_the_wing_again(fille
 def test_adds_from_many_threads_at_once_join_the_block_in_commit_order(real_mem, monkeypatch):
     """A server's tool calls add from many threads, each embedding with the real model: each add's rows join the
     block right after its commit, in commit order, and a check that read the generation just committed waits for
-    them instead of reading the wing again; a wing read meanwhile never puts an older block back. The block then
-    equals a fresh load, and the adds' own near-duplicate checks found each other."""
+    them instead of reading the wing again. The block then equals a fresh load, and the adds' own near-duplicate
+    checks found each other."""
     mem = real_mem
     mem.add("the shared wing exists", wing="team")
     mem.warm_index()
@@ -392,3 +396,71 @@ def test_adds_from_many_threads_at_once_join_the_block_in_commit_order(real_mem,
     assert reads == []  # of 384 adds
     assert sum(similar) > 0
     _same_block(index, mem, "team")
+
+
+def _pending_add(index: VectorIndex, wing: str, rowid: int, before: int) -> dict:
+    """What ``SqliteWriter.appends`` holds after one add of ``rowid`` to ``wing`` (a vector of ones' direction)."""
+    from memlens.store.writer import WingAppends
+
+    vec = np.full(384, 1 / np.sqrt(384), dtype="<f4").tobytes()
+    return {wing: WingAppends(before, 1, [(rowid, vec, ("", "fact", "note", "active"))])}
+
+
+def test_a_search_waits_for_a_commits_rows_only_until_its_block_holds_them(filled, monkeypatch):
+    """A search that read the generation a commit of this process leaves waits for that commit's rows, and goes
+    on as soon as they joined, even when the next commit already announced its own; a commit that fails wakes
+    it too, and the wing is then read."""
+    mem = filled
+    mem.warm_index()
+    index = mem.vector_index
+    reads: list[str] = []
+    real_read = vindex._read_wing
+    monkeypatch.setattr(vindex, "_read_wing", lambda host, wing: reads.append(wing) or real_read(host, wing))
+    gen = index._blocks["w1"].generation
+    top = int(index._blocks["w1"].rowids.max())
+    first, second = _pending_add(index, "w1", top + 1, gen), _pending_add(index, "w1", top + 2, gen + 1)
+    index.landing(first)
+    got: list[tuple[int, float]] = []
+    searcher = threading.Thread(target=lambda: got.append((index._block(mem.store, "w1", gen + 1).generation,
+                                                           time.perf_counter())))
+    searcher.start()
+    time.sleep(0.1)
+    assert got == []  # waiting for the rows of the commit in flight
+    joined = time.perf_counter()
+    index.append(first)
+    index.landed(first)
+    index.landing(second)  # the next commit announces itself at once: the search does not wait for it
+    searcher.join(5)
+    assert got and got[0][0] == gen + 1 and got[0][1] - joined < 0.5
+    assert reads == []
+    index.landed(second)  # (its commit failed)
+
+    index.landing(second)
+    searcher = threading.Thread(target=lambda: got.append((index._block(mem.store, "w1", gen + 2).generation,
+                                                           time.perf_counter())))
+    searcher.start()
+    time.sleep(0.1)
+    failed = time.perf_counter()
+    index.landed(second)  # the commit failed: nothing joins, the search reads the wing
+    searcher.join(5)
+    assert got[1][1] - failed < 0.5 and reads == ["w1"]
+
+
+def test_an_add_whose_rows_cannot_join_the_block_is_still_an_add(filled, monkeypatch):
+    """The add is committed before its rows join the block: if joining fails (out of memory), the add is not
+    reported as failed (a retried add would be stored twice); the block is dropped and the wing read again."""
+    mem = filled
+    mem.warm_index()
+    index = mem.vector_index
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(vindex, "_appended", no_memory)
+    entry = mem.add("a note added while memory ran out", wing="w2")
+    assert mem.conn.execute("SELECT count(*) FROM entries WHERE text = ?", (entry.text,)).fetchone()[0] == 1
+    assert "w2" not in index._blocks
+    q = mem.embed([entry.text])[0]
+    want = _knn(mem, "sqlite-vec", q, Scope(wings=["w2"]), 10)
+    assert [r for r, _ in index.knn(mem.store, q, ["w2"], {}, 10)] == [r for r, _ in want]
+    _same_block(index, mem, "w2")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -222,3 +223,41 @@ def test_many_threads_writing_at_once_wait_their_turn_and_none_times_out(store_p
         assert errors == []
         counts = {w["wing"]: w["entries"] for w in m.wing_counts()}
         assert sum(counts.get(f"w{k}", 0) for k in range(3)) == threads_n * each
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_writes_although_a_thread_of_its_parent_held_the_turn(mem, store_path, settings, hash_embedder):
+    """The queue of this process's writers is not inherited by a forked child (a turn a thread of the parent held
+    at the fork would never be released there: every write of the child timed out as "locked")."""
+    from memlens import Memory
+    from memlens.store import db
+
+    held, release = threading.Event(), threading.Event()
+    conn = mem.store.conn
+
+    def holder() -> None:
+        with db.write_turn(conn):
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    assert held.wait(10)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: a new store object on the same file, a write, and out without pytest's teardown
+            code = 1
+            try:
+                short = settings.model_copy(deep=True)
+                short.storage.busy_timeout_ms = 1000
+                with Memory.open(store_path, settings=short, embedder=hash_embedder) as m:
+                    m.add("written by the forked child", wing="forked")
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        release.set()
+        thread.join(10)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert [e.text for e in mem.entries("forked")] == ["written by the forked child"]

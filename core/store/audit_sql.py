@@ -112,11 +112,12 @@ class SqliteAuditLog:
             spool = self._spool = LogSpool(self)
         return spool
 
-    def settle_log(self) -> None:
+    def settle_log(self, *, patient: bool = False) -> None:
         """Write the rows of this process's searches still waiting in the spool: before a read of the log or of the
-        audit, and before a write, so that order and this process's view hold."""
+        audit, and before a write, so that order and this process's view hold. ``patient`` (a write, which waits
+        for the store's lock anyway): wait for it as long as a write does, not 50 ms (the rows are not dropped)."""
         if self._spool is not None:
-            self._spool.drain()
+            self._spool.drain(patient=patient)
 
     def write_logged(self, rows: list[Logged], *, patient: bool = False) -> None:
         """Rows of the retrieval log, in one transaction (or in the one open on this connection). ``patient`` (the
@@ -135,7 +136,7 @@ class SqliteAuditLog:
             try:
                 if not patient:
                     conn.execute("PRAGMA busy_timeout = 50")
-                if own:  # its turn among this process's writers (``db.write_turn``): 50 ms at most for a search
+                if own:  # its turn among this process's writers (``db.write_turn``): a search waits 50 ms for it
                     held.enter_context(db.write_turn(conn, self.path, None if patient else 0.05))
                     conn.execute("BEGIN")
                 seqs = []

@@ -29,6 +29,16 @@ _turns_lock = threading.Lock()
 _turns: dict[tuple[int, int], threading.RLock] = {}  # a store file's (device, inode) -> its writers' turn in this process
 
 
+def _forget_turns() -> None:
+    """In a forked child: new turns (a turn some thread of the parent held at the fork would stay held for ever)."""
+    global _turns_lock, _turns
+    _turns_lock = threading.Lock()
+    _turns = {}
+
+
+os.register_at_fork(after_in_child=_forget_turns)
+
+
 def driver() -> ModuleType:
     """The sqlite3-compatible module that can load sqlite-vec."""
     global _driver
@@ -188,7 +198,8 @@ def _turn(file_id: tuple[int, int] | None) -> threading.RLock | None:
     that arrives later may take the lock first, again and again. With many threads writing at once (a server's
     tool calls), an early one could wait out the whole busy timeout and fail while the store served others.
     Threads of one process therefore queue here (woken when the turn is free) and only the first of them
-    waits on SQLite, for other processes. Reentrant: a thread inside a write may write again on the same file.
+    waits on SQLite, for other processes. Reentrant: ``SqliteStore.write`` holds it around the transaction, which
+    takes it again. A write may thus wait up to the busy timeout here, then up to the busy timeout in SQLite.
     """
     if file_id is None:
         return None

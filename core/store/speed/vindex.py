@@ -306,7 +306,8 @@ class VectorIndex:
         self._blocks: dict[str, _Block] = {}
         self._lock = threading.Lock()
         self._joined = threading.Condition(self._lock)  # notified when the rows of a commit joined their blocks
-        self._landing: dict[str, int] = {}  # wing -> the generation a commit of this process leaves, rows to join
+        # wing -> (generation before, generation after) of a commit of this process whose added rows are to join
+        self._landing: dict[str, tuple[int, int]] = {}
         self._scopes: dict[tuple[Any, ...], frozenset[int]] = {}  # see in_scope()
         self._spans: dict[tuple[Any, ...], _Span] = {}  # see _span()
         self._local = threading.local()  # each thread's output buffer (_buffer())
@@ -315,9 +316,9 @@ class VectorIndex:
     def _block(self, mem: IndexHost, wing: str, generation: int) -> _Block:
         with self._lock:
             block = self._blocks.get(wing)
-            if block is not None and block.generation < generation <= self._landing.get(wing, -1):
-                # this process's commit that made the generation read is adding its rows (microseconds)
-                self._joined.wait_for(lambda: self._landing.get(wing, -1) < generation, timeout=_LANDING_WAIT_S)
+            if self._joining(wing, generation, block):  # its rows join this block in microseconds: wait, not read
+                self._joined.wait_for(lambda: not self._joining(wing, generation, self._blocks.get(wing)),
+                                      timeout=_LANDING_WAIT_S)
                 block = self._blocks.get(wing)
         # a block newer than the caller's generations (this process's adds joined it since they were read) holds
         # what a load would read now, as a reload would: generations only grow
@@ -348,6 +349,13 @@ class VectorIndex:
             self._blocks[wing] = block
         return block
 
+    def _joining(self, wing: str, generation: int, block: _Block | None) -> bool:
+        """Whether a commit of this process is adding its rows to ``block`` and brings it to at least ``generation``
+        (under ``_lock``)."""
+        land = self._landing.get(wing)
+        return (block is not None and land is not None and land[0] == block.generation
+                and block.generation < generation <= land[1])
+
     def landing(self, appends: dict[str, Any]) -> None:
         """A transaction of this process that added entries (``SqliteWriter.appends``) is about to commit: until
         ``append`` (or ``landed`` when the commit failed), a search that reads the generation it leaves waits for
@@ -355,13 +363,13 @@ class VectorIndex:
         with self._lock:
             for wing, track in appends.items():
                 if not track.other and track.rows:
-                    self._landing[wing] = track.before + track.bumps
+                    self._landing[wing] = (track.before, track.before + track.bumps)
 
     def landed(self, appends: dict[str, Any]) -> None:
         """The commit announced by ``landing`` is over (its rows joined, or it failed): nobody waits for it."""
         with self._lock:
             for wing, track in appends.items():
-                if self._landing.get(wing) == track.before + track.bumps:
+                if self._landing.get(wing) == (track.before, track.before + track.bumps):
                     del self._landing[wing]
             self._joined.notify_all()
 
@@ -374,13 +382,20 @@ class VectorIndex:
         for wing, track in appends.items():
             if track.other or not track.rows or track.bumps != len(track.rows):
                 continue
-            with self._lock:  # checked and replaced at once: a block is never taken back to an older generation
+            with self._lock:
                 block = self._blocks.get(wing)
-                if block is None or block.generation != track.before:
-                    continue
-                grown = _appended(block, track.before + track.bumps, track.rows)
-                if grown is not None:
-                    self._blocks[wing] = grown
+            if block is None or block.generation != track.before:
+                continue
+            try:  # outside the lock (the first append to a large wing copies its vectors once); appends of one
+                grown = _appended(block, track.before + track.bumps, track.rows)  # store file come one at a time
+            except Exception:  # (out of memory): the write is committed and must not fail; the wing is read again
+                grown = None
+            with self._lock:  # a block is never taken back to an older generation
+                if self._blocks.get(wing) is block:
+                    if grown is None:
+                        del self._blocks[wing]
+                    else:
+                        self._blocks[wing] = grown
 
     def warm(self, mem: IndexHost) -> int:
         """Load every wing now, and choose the large scans' product if the vectors held make one and none is chosen
