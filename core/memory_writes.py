@@ -104,6 +104,11 @@ class EntryWrites:
         return self.update(entry_id, status=status)
 
     def delete(self, entry_id: str) -> Entry:
+        return writes.delete(self.store, self.get(entry_id))[0]
+
+    def delete_releasing(self, entry_id: str) -> tuple[Entry, list[str]]:
+        """``delete``, and the ids of the entries that overrode it and now override nothing (found by the deleting
+        transaction itself, so a concurrent write cannot make the list wrong)."""
         return writes.delete(self.store, self.get(entry_id))
 
     def add_unique(self, text: str, *, wing: str, **fields: Any) -> tuple[Entry, bool, list[dict[str, Any]]]:

@@ -94,6 +94,20 @@ def test_deleting_an_overridden_entry_leaves_its_overriders_overriding_nothing(m
         assert again.import_jsonl(exported)["imported"] == 2
 
 
+def test_a_delete_reports_the_overriders_its_own_transaction_released(mem):
+    """``delete_releasing`` (what ``memlens delete --json`` prints as "released") names the overriders the deleting
+    transaction released, including one added after the caller last looked, and nothing else."""
+    mem.add("Use the v1 endpoint for uploads.", wing="w", id="old")
+    mem.add("Use the v2 endpoint for uploads.", wing="w", id="new", overrides="old")
+    seen_before = [e.id for e in mem.entries("w") if e.overrides == "old"]
+    mem.add("Use the v3 endpoint for uploads.", wing="w", id="newer", overrides="old")  # (another writer, meanwhile)
+    entry, released = mem.delete_releasing("old")
+    assert entry.id == "old" and seen_before == ["new"]
+    assert sorted(released) == ["new", "newer"]
+    assert mem.get("new").overrides is None and mem.get("newer").overrides is None
+    assert mem.delete_releasing("new")[1] == []
+
+
 def test_an_agents_edit_lands_under_review_only_when_it_changes_something(mem):
     e = mem.add("A person's rule.", wing="w", salience=0.4)
     old = mem.add("An old rule.", wing="w", status="deprecated")

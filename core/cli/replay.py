@@ -303,8 +303,11 @@ def cmd_write(args: argparse.Namespace) -> int:
             if args.command == "restore":
                 _check_restorable(current)
             before = current.to_record() if args.command != "delete" else None
-            released = _released(mem, eid) if args.command == "delete" else []
-            entry = change(mem)
+            released: list[str] = []
+            if args.command == "delete":
+                entry, released = mem.delete_releasing(eid)
+            else:
+                entry = change(mem)
         same = " (nothing changed: it already had these values)" if entry.to_record() == before else ""
         print(json.dumps(_written(entry, args.command, released), ensure_ascii=False) if args.json
               else f"{args.command}: {entry.id}{same}")

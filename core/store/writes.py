@@ -196,16 +196,17 @@ def release_overriders(w: Writer, store: Any, deleted: Entry) -> list[str]:
     return released
 
 
-def delete(store: Writes, before: Entry) -> Entry:
-    """Delete ``before``; the entries that overrode it no longer override anything (``release_overriders``)."""
+def delete(store: Writes, before: Entry) -> tuple[Entry, list[str]]:
+    """Delete ``before``; the entries that overrode it no longer override anything (``release_overriders``).
+    Returns it and the ids of those entries, as the deleting transaction found them."""
     with store.write() as w:
         rowid = w.find_rowid(before.id)
         if rowid is None:
             raise NotFoundError(f"no entry with id {before.id!r} in {store.path}")
         w.delete(rowid)
         w.bump({before.wing}, w.audit("delete", before.id, before.wing, before.to_record(), None))
-        release_overriders(w, store, before)
-    return before
+        released = release_overriders(w, store, before)
+    return before, released
 
 
 def add_unique(store: Writes, entry: Entry, vec: np.ndarray) -> tuple[Entry, bool, list[dict[str, Any]]]:
