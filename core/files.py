@@ -11,6 +11,7 @@ cache) is private: files 0600, folders 0700, whatever the umask.
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 import sys
 from pathlib import Path
@@ -147,9 +148,41 @@ def make_private_dirs(path: Path) -> None:
         os.chmod(d, 0o700)  # a restrictive umask could have taken the owner's bits too
 
 
+def _remove_orphans(path: Path) -> None:
+    """Remove ``write_private``'s temp files for ``path`` whose process is gone (POSIX: asked with signal 0)."""
+    if os.name != "posix":
+        return
+    prefix = f".{path.name}."
+    try:
+        names = [n for n in os.listdir(path.parent) if n.startswith(prefix) and n.endswith(".tmp")]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix):].split(".", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # still running (maybe writing it now)
+        except ProcessLookupError:
+            pass
+        except OSError:  # another user's process, or not ours to ask: left alone
+            continue
+        try:
+            os.unlink(path.parent / name)
+        except OSError:
+            pass
+
+
 def write_private(path: Path, data: bytes | list[bytes]) -> None:
-    """Write ``data`` (or its chunks, in order) to a new 0600 file at ``path`` atomically (temp file + rename)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Write ``data`` (or its chunks, in order) to a new 0600 file at ``path`` atomically (temp file + rename).
+
+    The temp file is ``.NAME.PID.RANDOM.tmp`` beside it: two threads writing one path at once do not collide, and
+    one left by a process killed while writing (the model's cache is ~90 MB) is removed by the next write once
+    that process is gone (a later process with the same PID used to fail on it).
+    """
+    _remove_orphans(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:

@@ -78,6 +78,51 @@ def test_private_dirs_and_files(tmp_path, umask022):
     assert sorted(os.listdir(tmp_path / "a")) == ["b", "f"]
 
 
+@pytest.mark.skipif(os.name != "posix", reason="processes are asked with signal 0")
+def test_a_temp_file_left_by_a_killed_writer_is_removed_by_the_next_write(tmp_path):
+    """A process killed while writing the model's cache leaves its temp file (~90 MB); the next write removes it
+    once that process is gone, and leaves the temp files of writers still running. A later process that got the
+    dead one's PID no longer fails on its file."""
+    import subprocess
+    import sys
+    import threading
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    dead_pid = int(gone.stdout)
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        target = tmp_path / "model.onnx"
+        orphan = tmp_path / f".model.onnx.{dead_pid}.tmp"  # the name the writer used before
+        orphan.write_bytes(b"half a model")
+        busy = tmp_path / f".model.onnx.{running.pid}.ab12cd34.tmp"
+        busy.write_bytes(b"being written")
+        mine = tmp_path / f".model.onnx.{os.getpid()}.tmp"  # as if this PID had been a killed writer's
+        mine.write_bytes(b"from a process that had this PID")
+        write_private(target, b"the model")
+        assert target.read_bytes() == b"the model"
+        assert not orphan.exists() and busy.exists()
+
+        errors: list[BaseException] = []
+
+        def write(i: int) -> None:
+            try:
+                write_private(target, [b"the model ", str(i).encode()])
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert errors == [] and target.read_bytes().startswith(b"the model ")
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([busy.name, mine.name, target.name])
+    finally:
+        running.kill()
+        running.wait(10)
+
+
 def test_read_file_refuses_what_is_not_a_regular_file(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
