@@ -2,6 +2,7 @@
 
 import json
 import stat
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +11,8 @@ from memlens import Memory
 from memlens.embed import HashEmbedder
 from memlens.errors import NotFoundError, StoreError, ValidationError
 from memlens.store import db
+
+from .conftest import run_cli
 
 
 class CountingEmbedder(HashEmbedder):
@@ -212,6 +215,38 @@ def test_storage_synchronous_sets_how_each_connection_commits(store_path, settin
         assert mem.conn.execute("PRAGMA synchronous").fetchone()[0] == 2 and seen == [2]  # FULL
         mem.add("kept", wing="w")
         assert mem.count() == 1
+
+
+def test_copy_into_a_file_opens_it_with_the_storage_settings(store_path, tmp_path, settings, monkeypatch):
+    """``memlens copy`` into (and from) a SQLite file keeps to ``[storage]`` as every other command does: the
+    copy's commit waits for the disk under synchronous = "full"; a bad value is the settings' one-line error,
+    and no file is left behind."""
+    from memlens.store import db
+
+    with Memory.open(store_path, settings=settings, embedder=HashEmbedder()) as mem:
+        mem.add("copied", wing="w")
+    opened: list[tuple[str, str, int]] = []
+    real_connect = db.connect
+
+    def connect(path, **kw):
+        conn = real_connect(path, **kw)
+        opened.append((Path(path).name, conn.execute("PRAGMA synchronous").fetchone()[0], kw.get("busy_timeout_ms")))
+        return conn
+
+    monkeypatch.setattr(db, "connect", connect)
+    monkeypatch.setenv("MEMLENS_STORAGE__SYNCHRONOUS", "full")
+    monkeypatch.setenv("MEMLENS_STORAGE__BUSY_TIMEOUT_MS", "7000")
+    from memlens.store.postgres.copy import copy_store
+
+    copy_store(store_path, tmp_path / "in-process.db")
+    assert opened == [(store_path.name, 2, 7000), ("in-process.db", 2, 7000)]  # FULL on both sides
+    with Memory.open(tmp_path / "in-process.db", settings=settings, embedder=HashEmbedder()) as copied:
+        assert [e.text for e in copied.entries("w")] == ["copied"]
+
+    monkeypatch.setenv("MEMLENS_STORAGE__SYNCHRONOUS", "sometimes")
+    proc = run_cli("copy", str(store_path), str(tmp_path / "refused.db"))
+    assert proc.returncode != 0 and "synchronous" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "refused.db").exists()
 
 
 def test_each_thread_gets_its_own_connection(mem):

@@ -69,11 +69,12 @@ class _Sqlite:
     ph = "?"
     cite_order = "rowid"
 
-    def __init__(self, path: Path, dim: int | None) -> None:
+    def __init__(self, path: Path, dim: int | None, storage: Any) -> None:
         from memlens.store import db
 
         self.label = str(path)
-        self.conn = db.connect(path, create=dim is not None)
+        self.conn = db.connect(path, create=dim is not None, busy_timeout_ms=storage.busy_timeout_ms,
+                               mmap_size=storage.mmap_size, synchronous=storage.synchronous)
         if db.schema_version(self.conn) < db.SCHEMA_VERSION:
             if dim is None and not db.schema_version(self.conn):
                 raise StoreError(f"no memlens store at {path}")
@@ -245,14 +246,14 @@ class _Postgres:
             self.store.close()
 
 
-def _open(target: str | Path, dim: int | None = None, model: str | None = None) -> Any:
+def _open(target: str | Path, storage: Any, dim: int | None = None, model: str | None = None) -> Any:
     if is_uri(target):
         return _Postgres(str(target), dim, model)
-    return _Sqlite(expand_user(target), dim)
+    return _Sqlite(expand_user(target), dim, storage)
 
 
 def copy_store(src: str | Path, dst: str | Path, *, progress: Callable[[int, int], None] | None = None,
-               on_damaged: Callable[[str, str], None] | None = None) -> dict[str, int]:
+               on_damaged: Callable[[str, str], None] | None = None, storage: Any = None) -> dict[str, int]:
     """Copy the store ``src`` into the new store ``dst`` (a path or a ``postgresql://`` URI); returns rows per table.
     A PostgreSQL error (the server gone mid-copy, say) is one line naming that store; the copy's transaction rolled
     back, so nothing was copied.
@@ -261,9 +262,14 @@ def copy_store(src: str | Path, dst: str | Path, *, progress: Callable[[int, int
     the copy with a StoreError naming it, and nothing is written; unless ``dst`` is a SQLite file and ``on_damaged``
     is given: the copy then stays whole, the damaged rows copied as they are (in a file, ``memlens check`` lists
     them and ``memlens salvage`` repairs them), each reported to ``on_damaged(entry_id, problem)``;
-    ``counts["damaged"]`` says how many."""
+    ``counts["damaged"]`` says how many. A SQLite file is opened with ``storage`` (the settings' ``[storage]``, as
+    configured when not given: busy timeout, mmap size, synchronous)."""
+    if storage is None and not (is_uri(src) and is_uri(dst)):
+        from memlens.config import load_settings
+
+        storage = load_settings().storage
     try:
-        return _copy_store(src, dst, progress, on_damaged)
+        return _copy_store(src, dst, progress, on_damaged, storage)
     except Exception as exc:
         psycopg = sys.modules.get("psycopg")
         if psycopg is None or not isinstance(exc, psycopg.Error):
@@ -276,13 +282,13 @@ def copy_store(src: str | Path, dst: str | Path, *, progress: Callable[[int, int
 
 
 def _copy_store(src: str | Path, dst: str | Path, progress: Callable[[int, int], None] | None,
-                on_damaged: Callable[[str, str], None] | None) -> dict[str, int]:
-    source = _open(src)
+                on_damaged: Callable[[str, str], None] | None, storage: Any) -> dict[str, int]:
+    source = _open(src, storage)
     try:
         meta = source.meta()
         if "dim" not in meta:
             raise StoreError(f"store {source.label} records no vector size; it is not a complete memlens store")
-        target = _open(dst, int(meta["dim"]), meta.get("model"))
+        target = _open(dst, storage, int(meta["dim"]), meta.get("model"))
         try:
             counts = _copy(source, target, meta, progress, on_damaged)
             target.analyze()
