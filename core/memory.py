@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import threading
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -264,11 +264,12 @@ class Memory(EntryWrites):
         """The in-process vector index when in use (see core/store/speed/vindex.py), else None (sqlite-vec)."""
         return self.store.vindex
 
-    def warm_index(self, *, text: bool = False) -> int:
+    def warm_index(self, *, text: bool = False, stop: Callable[[], bool] | None = None) -> int:
         """Load the in-process vector index now (long-lived processes); returns vectors held. ``text``: read
         the whole text index's postings too, when it is small (about 0.5 s at 2,800 documentation sections,
-        paid back only over hundreds of searches: for a process that warms up on a background thread)."""
-        return self.store.warm_index(text=text)
+        paid back only over hundreds of searches: for a process that warms up on a background thread).
+        ``stop``: asked before each wing; once True, the rest is left for searches to load (a stopping server)."""
+        return self.store.warm_index(text=text, stop=stop)
 
     @property
     def profiles(self) -> dict[str, Any]:

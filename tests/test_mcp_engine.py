@@ -232,3 +232,32 @@ def test_closing_while_the_model_loads_closes_the_store_and_does_not_wait(mem, m
     engine._thread.join(60)
     assert not engine._thread.is_alive() and checked == []
     assert engine._model_error is None and "error" not in capsys.readouterr().err
+
+
+def test_a_stop_during_the_vector_warm_up_waits_for_one_wing_at_most(mem, monkeypatch):
+    """The loader reads the vector index wing by wing; a stop during that read waited for every wing (seconds on a
+    large store). Now it waits for the wing being read, and the rest is left unread."""
+    import threading
+    import time
+
+    from memlens.mcp.tools import Engine
+    from memlens.store.speed import vindex
+
+    monkeypatch.setattr(mem.embedder, "load", lambda: None, raising=False)
+    for i in range(6):
+        mem.add(f"note {i}", wing=f"wing{i}")
+    reading, read = threading.Event(), []
+    real_read = vindex._read_wing
+
+    def slow_read(host, wing):  # each wing's read takes 0.4 s here
+        reading.set()
+        time.sleep(0.4)
+        read.append(wing)
+        return real_read(host, wing)
+
+    monkeypatch.setattr(vindex, "_read_wing", slow_read)
+    engine = Engine(memory=mem)
+    engine.start(warm=True)
+    assert reading.wait(60)
+    assert engine.close(timeout=60) is True
+    assert 1 <= len(read) < 6 and mem.store._closed  # the close waited for the wing being read, not for all six

@@ -87,7 +87,8 @@ class Engine:
                 if self._closing.is_set():
                     return
                 try:
-                    self._mem.warm_index(text=True)  # on the loader thread: no request waits for it
+                    # on the loader thread: no request waits for it, and a stop waits for one wing's read at most
+                    self._mem.warm_index(text=True, stop=self._closing.is_set)
                 except Exception as exc:  # searches fall back to sqlite-vec
                     print(f"memlens mcp: warning: in-process vector index not loaded: {exc}", file=sys.stderr,
                           flush=True)

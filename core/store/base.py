@@ -335,9 +335,10 @@ class Store(Reads, Writes, Lookups, ReplayLog, Catalog, Protocol):
         """The in-process vector index when in use (``memlens.store.speed.vindex``), else None."""
         ...
 
-    def warm_index(self, *, text: bool = False) -> int:
+    def warm_index(self, *, text: bool = False, stop: Callable[[], bool] | None = None) -> int:
         """Load the in-process vector index now (long-lived processes); returns vectors held. ``text``: also
-        what ranks text matches in process, where the backend has that (``Memory.warm_index``)."""
+        what ranks text matches in process, where the backend has that (``Memory.warm_index``). ``stop``: asked
+        between wings; once it says True, the rest is left for searches to load (a server that is stopping)."""
         ...
 
     def on_connection(self, conn: Any) -> Store:

@@ -330,15 +330,15 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
 
     # -- the speed layer (memlens.store.speed) --------------------------------------------------
 
-    def warm_index(self, *, text: bool = False) -> int:
+    def warm_index(self, *, text: bool = False, stop: Callable[[], bool] | None = None) -> int:
         """Load the in-process vector index now (long-lived processes); returns vectors held. ``text``: and every
         word's postings (``LexIndex.load_all``), when the text index holds at most ``WARM_INSTANCES`` tokens, and
         every entry row, when they fit the row cache (``warm_rows``)."""
         speed = self.speed
         if speed is None:
             return 0
-        held = speed.warm_vectors().warm(self)
-        if text:
+        held = speed.warm_vectors().warm(self, stop)
+        if text and not (stop is not None and stop()):
             speed.postings.load_all(self.conn, WARM_INSTANCES)
             self.warm_rows()
         return held

@@ -183,7 +183,7 @@ class PgStore(PgTransactions, PgReads, PgBrowse, PgAnswers, PgReplay, PgIngest):
 
     vindex = None  # no in-process vector index: pgvector answers every KNN (exact, or HNSW on a large store)
 
-    def warm_index(self, *, text: bool = False) -> int:
+    def warm_index(self, *, text: bool = False, stop: Callable[[], bool] | None = None) -> int:
         """Nothing to warm: the server holds the vectors (its shared buffers); returns 0 vectors held here."""
         return 0
 

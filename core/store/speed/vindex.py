@@ -397,11 +397,16 @@ class VectorIndex:
                     else:
                         self._blocks[wing] = grown
 
-    def warm(self, mem: IndexHost) -> int:
+    def warm(self, mem: IndexHost, stop: Callable[[], bool] | None = None) -> int:
         """Load every wing now, and choose the large scans' product if the vectors held make one and none is chosen
-        yet (~0.1 s that the process's first large search would otherwise pay); returns the number of vectors held."""
+        yet (~0.1 s that the process's first large search would otherwise pay); returns the number of vectors held.
+        ``stop`` is asked before each wing: once it says True, the rest is left for the searches that need it."""
         gens = mem.generations()
-        held = sum(len(self._block(mem, w, gens.get(w, 0)).rowids) for w in mem.wings())
+        held = 0
+        for w in mem.wings():
+            if stop is not None and stop():
+                return held
+            held += len(self._block(mem, w, gens.get(w, 0)).rowids)
         if _kernel is None and held * mem.dim > _ONE_CORE:
             _calibrate(mem.dim)
         return held
