@@ -11,9 +11,11 @@ cache) is private: files 0600, folders 0700, whatever the umask.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import stat
 import sys
+import time
 from pathlib import Path
 
 from memlens.errors import MemlensError
@@ -148,28 +150,41 @@ def make_private_dirs(path: Path) -> None:
         os.chmod(d, 0o700)  # a restrictive umask could have taken the owner's bits too
 
 
+ORPHAN_AGE_S = 600  # a temp file untouched this long, of a process that is gone, is an orphan
+ORPHAN_ANY_S = 86400  # untouched this long, it is one whatever its PID (reused since, or another host's)
+
+
 def _remove_orphans(path: Path) -> None:
-    """Remove ``write_private``'s temp files for ``path`` whose process is gone (POSIX: asked with signal 0)."""
+    """Remove ``write_private``'s temp files for ``path`` left by writers that are gone: exactly ``.NAME.PID.tmp`` or
+    ``.NAME.PID.HEX8.tmp``, not written to for ``ORPHAN_AGE_S`` and of a PID this host does not run (signal 0), or
+    not written to for ``ORPHAN_ANY_S``. A writer writing keeps its file's time fresh (on a shared folder another
+    host's PIDs are not this host's to ask: the age keeps its file)."""
     if os.name != "posix":
         return
-    prefix = f".{path.name}."
+    shape = re.compile(rf"\.{re.escape(path.name)}\.([0-9]{{1,10}})(?:\.[0-9a-f]{{8}})?\.tmp")
     try:
-        names = [n for n in os.listdir(path.parent) if n.startswith(prefix) and n.endswith(".tmp")]
+        names = [(n, int(m.group(1))) for n in os.listdir(path.parent) if (m := shape.fullmatch(n))]
     except OSError:
         return
-    for name in names:
-        pid = name[len(prefix):].split(".", 1)[0]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
+    now = time.time()
+    for name, pid in names:
+        target = path.parent / name
         try:
-            os.kill(int(pid), 0)
-            continue  # still running (maybe writing it now)
-        except ProcessLookupError:
-            pass
-        except OSError:  # another user's process, or not ours to ask: left alone
+            age = now - target.lstat().st_mtime
+        except OSError:
             continue
+        if age < ORPHAN_AGE_S or (pid == os.getpid() and age < ORPHAN_ANY_S):
+            continue
+        if age < ORPHAN_ANY_S:
+            try:
+                os.kill(pid, 0)
+                continue  # running: maybe still writing it
+            except ProcessLookupError:
+                pass
+            except (OSError, OverflowError, ValueError):  # another user's process, or not one to ask: left alone
+                continue
         try:
-            os.unlink(path.parent / name)
+            os.unlink(target)
         except OSError:
             pass
 
@@ -178,8 +193,9 @@ def write_private(path: Path, data: bytes | list[bytes]) -> None:
     """Write ``data`` (or its chunks, in order) to a new 0600 file at ``path`` atomically (temp file + rename).
 
     The temp file is ``.NAME.PID.RANDOM.tmp`` beside it: two threads writing one path at once do not collide, and
-    one left by a process killed while writing (the model's cache is ~90 MB) is removed by the next write once
-    that process is gone (a later process with the same PID used to fail on it).
+    one left by a process killed while writing (the model's cache is ~90 MB) is removed by a later write once
+    that process is gone and the file untouched for 10 minutes (``_remove_orphans``; a later process with the
+    same PID used to fail on it).
     """
     _remove_orphans(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")

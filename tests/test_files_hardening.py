@@ -79,13 +79,15 @@ def test_private_dirs_and_files(tmp_path, umask022):
 
 
 @pytest.mark.skipif(os.name != "posix", reason="processes are asked with signal 0")
-def test_a_temp_file_left_by_a_killed_writer_is_removed_by_the_next_write(tmp_path):
-    """A process killed while writing the model's cache leaves its temp file (~90 MB); the next write removes it
-    once that process is gone, and leaves the temp files of writers still running. A later process that got the
-    dead one's PID no longer fails on its file."""
+def test_a_temp_file_left_by_a_killed_writer_is_removed_by_a_later_write(tmp_path):
+    """A process killed while writing the model's cache leaves its temp file (~90 MB): a later write removes it once
+    it is 10 minutes old and its process is gone. A running writer's (or a recent one's, maybe another host's on
+    a shared folder) stays, a day-old one goes whatever its PID, and a name of another file's shape is not touched.
+    A later process that got the dead one's PID no longer fails on its file."""
     import subprocess
     import sys
     import threading
+    import time
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
                           check=True)
@@ -93,15 +95,28 @@ def test_a_temp_file_left_by_a_killed_writer_is_removed_by_the_next_write(tmp_pa
     running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         target = tmp_path / "model.onnx"
-        orphan = tmp_path / f".model.onnx.{dead_pid}.tmp"  # the name the writer used before
-        orphan.write_bytes(b"half a model")
-        busy = tmp_path / f".model.onnx.{running.pid}.ab12cd34.tmp"
-        busy.write_bytes(b"being written")
-        mine = tmp_path / f".model.onnx.{os.getpid()}.tmp"  # as if this PID had been a killed writer's
-        mine.write_bytes(b"from a process that had this PID")
+        old, ancient = time.time() - 1200, time.time() - 2 * 86400
+
+        def temp(name: str, when: float | None) -> Path:
+            p = tmp_path / name
+            p.write_bytes(b"part of a model")
+            if when is not None:
+                os.utime(p, (when, when))
+            return p
+
+        orphan = temp(f".model.onnx.{dead_pid}.tmp", old)  # the name the writer used before
+        orphan_new = temp(f".model.onnx.{dead_pid}.0badc0de.tmp", old)
+        recent = temp(f".model.onnx.{dead_pid}.0123abcd.tmp", None)  # untouched for less than 10 minutes: kept
+        busy = temp(f".model.onnx.{running.pid}.ab12cd34.tmp", old)  # its process runs: kept
+        stale_busy = temp(f".model.onnx.{running.pid}.cd34ab12.tmp", ancient)  # a day old: gone, whatever the PID
+        mine = temp(f".model.onnx.{os.getpid()}.tmp", old)  # as if this PID had been a killed writer's: kept
+        other = temp(f".model.onnx.9.{dead_pid}.ab12cd34.tmp", old)  # a temp file of "model.onnx.9": not its
+        huge = temp(".model.onnx.99999999999.tmp", old)  # no such PID can be asked: kept, no error
         write_private(target, b"the model")
         assert target.read_bytes() == b"the model"
-        assert not orphan.exists() and busy.exists()
+        assert not orphan.exists() and not orphan_new.exists() and not stale_busy.exists()
+        kept = [recent, busy, mine, other, huge]
+        assert all(p.exists() for p in kept)
 
         errors: list[BaseException] = []
 
@@ -117,7 +132,7 @@ def test_a_temp_file_left_by_a_killed_writer_is_removed_by_the_next_write(tmp_pa
         for t in threads:
             t.join(10)
         assert errors == [] and target.read_bytes().startswith(b"the model ")
-        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([busy.name, mine.name, target.name])
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([p.name for p in kept] + [target.name])
     finally:
         running.kill()
         running.wait(10)

@@ -94,16 +94,27 @@ def test_deleting_an_overridden_entry_leaves_its_overriders_overriding_nothing(m
         assert again.import_jsonl(exported)["imported"] == 2
 
 
-def test_a_delete_reports_the_overriders_its_own_transaction_released(mem):
+def test_a_delete_reports_the_overriders_its_own_transaction_released(mem, store_path, settings, hash_embedder):
     """``delete_releasing`` (what ``memlens delete --json`` prints as "released") names the overriders the deleting
-    transaction released, including one added after the caller last looked, and nothing else."""
+    transaction released: also one another process added after the caller read the entry, just before the delete's
+    transaction began (the CLI read the list before the delete, and missed it)."""
+    from memlens import Memory
+
     mem.add("Use the v1 endpoint for uploads.", wing="w", id="old")
     mem.add("Use the v2 endpoint for uploads.", wing="w", id="new", overrides="old")
-    seen_before = [e.id for e in mem.entries("w") if e.overrides == "old"]
-    mem.add("Use the v3 endpoint for uploads.", wing="w", id="newer", overrides="old")  # (another writer, meanwhile)
-    entry, released = mem.delete_releasing("old")
-    assert entry.id == "old" and seen_before == ["new"]
-    assert sorted(released) == ["new", "newer"]
+    real_write = mem.store.write
+    with Memory.open(store_path, settings=settings, embedder=hash_embedder) as other:
+
+        def write_after_another():  # another writer lands between the caller's reads and the delete
+            other.add("Use the v3 endpoint for uploads.", wing="w", id="newer", overrides="old")
+            return real_write()
+
+        mem.store.write = write_after_another
+        try:
+            entry, released = mem.delete_releasing("old")
+        finally:
+            del mem.store.write
+    assert entry.id == "old" and sorted(released) == ["new", "newer"]
     assert mem.get("new").overrides is None and mem.get("newer").overrides is None
     assert mem.delete_releasing("new")[1] == []
 
@@ -242,7 +253,8 @@ def test_many_threads_writing_at_once_wait_their_turn_and_none_times_out(store_p
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_writes_although_a_thread_of_its_parent_held_the_turn(mem, store_path, settings, hash_embedder):
     """The queue of this process's writers is not inherited by a forked child (a turn a thread of the parent held
-    at the fork would never be released there: every write of the child timed out as "locked")."""
+    at the fork would never be released there: every write of the child timed out as "locked"), neither through a
+    store opened in the child nor through a connection the child inherited (its turn is looked up again)."""
     from memlens import Memory
     from memlens.store import db
 
@@ -262,6 +274,8 @@ def test_a_forked_child_writes_although_a_thread_of_its_parent_held_the_turn(mem
         if pid == 0:  # the child: a new store object on the same file, a write, and out without pytest's teardown
             code = 1
             try:
+                with db.write_turn(conn, timeout_s=1.0):  # the inherited connection (no SQLite call made on it)
+                    pass
                 short = settings.model_copy(deep=True)
                 short.storage.busy_timeout_ms = 1000
                 with Memory.open(store_path, settings=short, embedder=hash_embedder) as m:

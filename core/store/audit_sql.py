@@ -114,8 +114,8 @@ class SqliteAuditLog:
 
     def settle_log(self, *, patient: bool = False) -> None:
         """Write the rows of this process's searches still waiting in the spool: before a read of the log or of the
-        audit, and before a write, so that order and this process's view hold. ``patient`` (a write, which waits
-        for the store's lock anyway): wait for it as long as a write does, not 50 ms (the rows are not dropped)."""
+        audit, and before a write, so that order and this process's view hold. The lock is waited for 50 ms (a
+        batch that cannot be written then is skipped, as in ``write_logged``); ``patient``: as long as a write."""
         if self._spool is not None:
             self._spool.drain(patient=patient)
 

@@ -30,7 +30,8 @@ _turns: dict[tuple[int, int], threading.RLock] = {}  # a store file's (device, i
 
 
 def _forget_turns() -> None:
-    """In a forked child: new turns (a turn some thread of the parent held at the fork would stay held for ever)."""
+    """In a forked child: new turns (a turn some thread of the parent held at the fork would stay held for ever;
+    a connection made before the fork takes the child's at its next write, ``write_turn``)."""
     global _turns_lock, _turns
     _turns_lock = threading.Lock()
     _turns = {}
@@ -152,7 +153,7 @@ def connect(path: Path, *, busy_timeout_ms: int = 5000, mmap_size: int = 1 << 30
     conn.store_label = str(path)
     conn.file_path = os.path.abspath(path) if str(path) != ":memory:" else ""  # (a later chdir moves no check)
     conn.file_id = file_identity(conn.file_path) if conn.file_path else None
-    conn.write_turn = _turn(conn.file_id)
+    conn.write_turn, conn.turn_pid = _turn(conn.file_id), os.getpid()
     conn.busy_timeout_s = busy_timeout_ms / 1000
     try:
         # Reading the schema forces SQLite to read the header: a non-database fails here.
@@ -218,6 +219,11 @@ def write_turn(conn: Any, path: Path | str = "", timeout_s: float | None = None)
     if turn is None:
         yield
         return
+    if getattr(conn, "turn_pid", None) != os.getpid():  # a connection made before a fork: this process's turn
+        fresh = _turn(conn.file_id)
+        if fresh is not None:
+            turn = conn.write_turn = fresh
+        conn.turn_pid = os.getpid()
     wait = getattr(conn, "busy_timeout_s", 5.0) if timeout_s is None else timeout_s
     if not turn.acquire(timeout=wait):
         raise translate(RuntimeError("locked"), path or getattr(conn, "store_label", ""))

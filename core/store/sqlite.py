@@ -217,7 +217,7 @@ class SqliteStore(SqliteReads, SqliteBrowse, SqliteAnswers, SqliteAuditLog, Sqli
 
     @contextmanager
     def write(self) -> Iterator[SqliteWriter]:
-        self.settle_log(patient=True)  # this process's searches come before its write in the audit
+        self.settle_log()  # this process's searches come before its write in the audit (50 ms at most for the lock)
         vectors = self.vindex
         if vectors is None:
             with db.transaction(self.conn, self.path) as conn:
