@@ -282,6 +282,14 @@ def test_a_degenerate_vector_is_told_apart_from_tiny_and_huge_ones():
     assert all(degenerate(v) for v in (np.zeros(384, dtype=np.float32), nan, inf))
 
 
+def _wing_reads(monkeypatch) -> list[str]:
+    """The wings the index reads from the store from now on, in order (each ``_read_wing``)."""
+    reads: list[str] = []
+    real_read = vindex._read_wing
+    monkeypatch.setattr(vindex, "_read_wing", lambda host, wing: reads.append(wing) or real_read(host, wing))
+    return reads
+
+
 def _same_block(index: VectorIndex, mem, wing: str) -> None:
     """The index's block of ``wing`` holds what a fresh load of the wing holds: rows, vectors and filter values."""
     held = index._blocks[wing]
@@ -306,9 +314,7 @@ def test_this_processs_adds_join_the_blocks_without_reading_the_wing_again(fille
     mem = filled
     mem.warm_index()
     index = mem.vector_index
-    reads: list[str] = []
-    real_read = vindex._read_wing
-    monkeypatch.setattr(vindex, "_read_wing", lambda host, wing: reads.append(wing) or real_read(host, wing))
+    reads = _wing_reads(monkeypatch)
     q = _unit(np.random.default_rng(9), 1)[0]
     for scope in SCOPES:
         index.knn(mem.store, q, scope.wings, scope.index_filters(), 5)
@@ -370,9 +376,7 @@ def test_adds_from_many_threads_at_once_join_the_block_in_commit_order(real_mem,
     mem.add("the shared wing exists", wing="team")
     mem.warm_index()
     index = mem.vector_index
-    reads: list[str] = []
-    real_read = vindex._read_wing
-    monkeypatch.setattr(vindex, "_read_wing", lambda host, wing: reads.append(wing) or real_read(host, wing))
+    reads = _wing_reads(monkeypatch)
     threads_n, each = 32, 12
     barrier = threading.Barrier(threads_n)
     errors: list[BaseException] = []
@@ -413,9 +417,7 @@ def test_a_search_waits_for_a_commits_rows_only_until_its_block_holds_them(fille
     mem = filled
     mem.warm_index()
     index = mem.vector_index
-    reads: list[str] = []
-    real_read = vindex._read_wing
-    monkeypatch.setattr(vindex, "_read_wing", lambda host, wing: reads.append(wing) or real_read(host, wing))
+    reads = _wing_reads(monkeypatch)
     gen = index._blocks["w1"].generation
     top = int(index._blocks["w1"].rowids.max())
     first, second = _pending_add(index, "w1", top + 1, gen), _pending_add(index, "w1", top + 2, gen + 1)
