@@ -4,11 +4,15 @@ delays them rather than loses them."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from memlens.store import db, logspool
 
@@ -106,3 +110,41 @@ def test_a_busy_store_delays_the_rows_and_loses_none(mem, store_path, monkeypatc
     finally:
         other.close()
     assert _until(lambda: _on_disk(store_path) == (1, 1))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_neither_writes_its_parent_s_rows_nor_waits_for_its_drain(mem, store_path, monkeypatch):
+    """A forked child's spool starts empty and free: the rows waiting at the fork are the parent's (the child would
+    log them a second time), and a drain a thread of the parent had under way would hold its lock for ever there."""
+    monkeypatch.setattr(logspool, "DELAY", 60.0)
+    mem.add("Children inherit memory.", wing="docs")
+    mem.search("children", use_cache=False)  # waiting in the spool
+    spool = mem.store._spool
+    held, release = threading.Event(), threading.Event()
+
+    def drain_under_way() -> None:
+        with spool._writing:
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=drain_under_way)
+    thread.start()
+    assert held.wait(10)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                done = threading.Thread(target=logspool.drain_all, daemon=True)  # what a child's exit runs
+                done.start()
+                done.join(10)
+                code = 0 if not done.is_alive() and not spool._pending else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        release.set()
+        thread.join(10)
+    assert os.waitstatus_to_exitcode(status) == 0
+    mem.store.settle_log()
+    assert _on_disk(store_path) == (1, 1)  # the parent's row, once

@@ -31,6 +31,7 @@ thread; it holds the store weakly, so a store dropped unclosed is not kept alive
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import time
 import weakref
@@ -69,16 +70,31 @@ class Host(Protocol):
 _live: weakref.WeakSet[LogSpool] = weakref.WeakSet()
 
 
+def _forget_in_child() -> None:
+    """In a forked child: every spool starts empty, with new locks and no writer thread. The rows waiting at the fork
+    are the parent's, which writes them (written by the child too they would be logged twice), and a lock a thread
+    of the parent held at the fork (a drain under way) would stay held for ever."""
+    for spool in list(_live):
+        spool._reset()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
 class LogSpool:
     def __init__(self, host: Host) -> None:
         self._host: Callable[[], Host | None] = weakref.ref(host)
+        self._stopped = False
+        self._reset()
+        _live.add(self)
+
+    def _reset(self) -> None:
+        """Nothing waiting, no writer thread, new locks (a new spool, or a forked child's)."""
         self._pending: list[Logged] = []
         self._cond = threading.Condition()
         self._writing = threading.Lock()  # one drain at a time: rows go out in the order they came
         self._thread: threading.Thread | None = None
-        self._stopped = False
         self._local = threading.local()  # the row this thread logged last (``last``)
-        _live.add(self)
 
     def mark(self, row: Logged) -> None:
         """``row`` is the one this thread logged last (written at once, not through the spool)."""
