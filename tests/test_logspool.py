@@ -148,3 +148,27 @@ def test_a_forked_child_neither_writes_its_parent_s_rows_nor_waits_for_its_drain
     assert os.waitstatus_to_exitcode(status) == 0
     mem.store.settle_log()
     assert _on_disk(store_path) == (1, 1)  # the parent's row, once
+
+
+def test_rows_a_busy_store_kept_from_a_write_s_drain_wait_and_are_written_later(mem, store_path, monkeypatch):
+    """Before a write, this process's waiting rows are written first, waiting 50 ms for the lock: when another
+    process holds it longer, they wait again (then come after the write) instead of being lost."""
+    monkeypatch.setattr(logspool, "DELAY", 60.0)  # only the drains below write them
+    mem.add("Pipes connect streams.", wing="docs")
+    mem.search("pipes", use_cache=False)
+    other = db.connect(store_path, create=False)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock longer than the drain waits
+        added = threading.Thread(target=lambda: mem.add("Sockets connect hosts.", wing="docs"))
+        added.start()
+        time.sleep(0.5)  # the add's drain gave up; the add itself waits for the lock
+        other.execute("COMMIT")
+    finally:
+        other.close()
+    added.join(30)
+    assert not added.is_alive()
+    assert _on_disk(store_path) == (0, 0)  # not written yet: waiting again, not lost
+    mem.store.settle_log()
+    assert _on_disk(store_path) == (1, 1)
+    actions = [r["action"] for r in reversed(mem.audit(limit=10))]
+    assert actions[-3:] == ["add", "add", "retrieval"]  # after the write it waited for

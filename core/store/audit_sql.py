@@ -119,16 +119,17 @@ class SqliteAuditLog:
         if self._spool is not None:
             self._spool.drain(patient=patient)
 
-    def write_logged(self, rows: list[Logged], *, patient: bool = False) -> None:
+    def write_logged(self, rows: list[Logged], *, patient: bool = False) -> bool:
         """Rows of the retrieval log, in one transaction (or in the one open on this connection). ``patient`` (the
         spool's writer thread, which no search waits for): wait for a busy store as long as any write does; else
-        give up after 50 ms, as a search must never wait for a writer. A batch that fails is skipped whole."""
+        give up after 50 ms, as a search must never wait for a writer. A batch that fails is skipped whole; False
+        when it was not written only because the store was busy and not ``patient`` (the spool keeps it)."""
         if corruption.seen(self.path):
-            return
+            return True
         try:
             conn = self.conn
         except Exception:  # closed meanwhile, or the file is gone: the rows are skipped
-            return
+            return True
         own = not conn.in_transaction
         speed = self.speed
         log_write = nullcontext() if speed is None else speed.stamps.log_write(conn)  # no search reads these rows
@@ -156,12 +157,14 @@ class SqliteAuditLog:
                 if any(retention.due(seq, not self._pruned) for seq in seqs):
                     self._pruned = True
                     retention.prune_retrievals(conn, *rows[-1].keep)
-            except Exception:
+            except Exception as exc:
                 if own and conn.in_transaction:
                     conn.execute("ROLLBACK")
+                return patient or not db.is_busy(exc)
             finally:
                 if not patient:
                     conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+        return True
 
     def retrievals(self, limit: int) -> list[dict[str, Any]]:
         """The newest logged retrievals; a row whose metrics do not decode (a hand edit) is left out."""

@@ -315,11 +315,17 @@ def is_read_only(conn: Any) -> bool:
     return bool(conn.execute("PRAGMA query_only").fetchone()[0])
 
 
+def is_busy(exc: BaseException) -> bool:
+    """Whether ``exc`` says another writer held the store (the driver's "locked"/"busy", or ``write_turn``'s)."""
+    low = str(exc).lower()
+    return isinstance(exc, StoreLockedError) or "locked" in low or "busy" in low
+
+
 def translate(exc: Exception, path: Path | str) -> StoreError:
     """Turn a driver error into a one-line, actionable StoreError."""
     msg = str(exc)
     low = msg.lower()
-    if "locked" in low or "busy" in low:
+    if is_busy(exc):
         return StoreLockedError(f"store {path} is locked by another writer (waited for the busy timeout); try again")
     if corruption.is_corruption(exc) or ("not a database" in low and corruption.header_damaged(path)):
         corruption.mark(path, msg)

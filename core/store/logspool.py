@@ -14,7 +14,10 @@ What this keeps of the log's rules:
   that is waiting under one lock. Whatever in this process reads or writes the
   log's tables (the store's log reads, a write transaction, ``close``) drains
   first, on its own thread, so a process always sees its own searches and a
-  write it makes after a search comes after that search's row.
+  write it makes after a search comes after that search's row. Such a drain
+  waits 50 ms for the store's lock: when another process holds it longer, the
+  rows go back to wait for the writer thread (which waits as long as any write)
+  and come after that write, rather than being lost.
 * Never fails a search: a row that cannot be written (a read-only or damaged
   store, or one still busy when the store's lock timeout runs out) is skipped.
   A search never waits for the lock; the writer thread waits as any write does,
@@ -63,7 +66,7 @@ class Host(Protocol):
     """What the spool writes through (``SqliteAuditLog``): a batch of rows on this thread's connection, and the end of
     a writer thread (its connection closed)."""
 
-    def write_logged(self, rows: list[Logged], *, patient: bool = False) -> None: ...
+    def write_logged(self, rows: list[Logged], *, patient: bool = False) -> bool: ...
     def close_thread(self) -> None: ...
 
 
@@ -104,11 +107,15 @@ class LogSpool:
         self._local.last = row
         with self._cond:
             self._pending.append(row)
-            if self._thread is None and not self._stopped:
-                self._thread = threading.Thread(target=self._run, name="memlens-retrieval-log", daemon=True)
-                self._thread.start()
-            elif len(self._pending) == 1:  # the thread waits for a first row; later ones wait out its delay
-                self._cond.notify()
+            self._wake(1)
+
+    def _wake(self, added: int) -> None:
+        """The writer thread started, or told, for the ``added`` rows just put in ``_pending`` (under ``_cond``)."""
+        if self._thread is None and not self._stopped:
+            self._thread = threading.Thread(target=self._run, name="memlens-retrieval-log", daemon=True)
+            self._thread.start()
+        elif len(self._pending) == added:  # the thread waits for a first row; later ones wait out its delay
+            self._cond.notify()
 
     def last(self) -> Logged | None:
         """The row this thread logged last (its ``seq`` is set once it was written)."""
@@ -117,15 +124,18 @@ class LogSpool:
 
     def drain(self, *, patient: bool = False) -> None:
         """Write every row waiting, on the calling thread, after the drain under way if there is one (its rows are
-        then written when this returns)."""
+        then written when this returns). Rows the store was too busy to take without ``patient`` wait again, first,
+        for the writer thread."""
         if not self._pending and not self._writing.locked():
             return
         host = self._host()
         with self._writing:
             with self._cond:
                 rows, self._pending = self._pending, []
-            if rows and host is not None:
-                host.write_logged(rows, patient=patient)
+            if rows and host is not None and not host.write_logged(rows, patient=patient):
+                with self._cond:
+                    self._pending[:0] = rows
+                    self._wake(len(rows))
 
     def stop(self) -> None:
         """Write what is waiting here and end the writer thread (the store closes)."""
