@@ -10,6 +10,8 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -172,3 +174,66 @@ def test_rows_a_busy_store_kept_from_a_write_s_drain_wait_and_are_written_later(
     assert _on_disk(store_path) == (1, 1)
     actions = [r["action"] for r in reversed(mem.audit(limit=10))]
     assert actions[-3:] == ["add", "add", "retrieval"]  # after the write it waited for
+
+
+def test_close_and_exit_wait_for_a_busy_store_to_write_the_waiting_rows(store_path, settings, hash_embedder,
+                                                                       monkeypatch):
+    """A store closing, or a process exiting with a store never closed, writes its waiting rows even while another
+    process holds the write lock for a moment: it waits as a write would."""
+    from memlens import Memory
+
+    monkeypatch.setattr(logspool, "DELAY", 60.0)
+    mem = Memory.open(store_path, settings=settings, embedder=hash_embedder)
+    mem.add("Signals interrupt processes.", wing="docs")
+    mem.search("signals", use_cache=False)
+    with _locked_for_a_moment(store_path):
+        mem.close()
+    assert _on_disk(store_path) == (1, 1)
+
+    script = textwrap.dedent(f"""
+        import sys
+        from memlens import Memory
+        from memlens.embed import HashEmbedder
+        from memlens.store import logspool
+        logspool.DELAY = 600.0  # nothing written by the thread: only the exit can write it
+        mem = Memory.open({str(store_path)!r}, embedder=HashEmbedder())
+        mem.search("signals", use_cache=False)
+        print("searched", flush=True)
+        sys.stdin.readline()  # the store is locked now: exit
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "searched"
+        with _locked_for_a_moment(store_path):
+            child.stdin.write("exit\n")
+            child.stdin.flush()
+            time.sleep(0.2)  # the child's exit meets the lock
+        assert child.wait(60) == 0
+    finally:
+        child.kill()
+    assert _on_disk(store_path) == (2, 2)
+
+
+@contextmanager
+def _locked_for_a_moment(path: Path, seconds: float = 0.5) -> Iterator[None]:
+    """Another connection holds the store's write lock from the start of the block until ``seconds`` after it."""
+    held = threading.Event()
+
+    def other_process() -> None:
+        other = db.connect(path, create=False)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            held.set()
+            time.sleep(seconds)
+            other.execute("COMMIT")
+        finally:
+            other.close()
+
+    thread = threading.Thread(target=other_process)
+    thread.start()
+    assert held.wait(10)
+    try:
+        yield
+    finally:
+        thread.join(30)

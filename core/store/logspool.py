@@ -24,7 +24,7 @@ What this keeps of the log's rules:
   so a store busy for a moment delays rows where a search used to skip them.
 * Loss: a process killed outright loses the rows of its last ``DELAY`` seconds;
   a process that exits normally writes them (``close``, and at exit for a store
-  never closed).
+  never closed), waiting for a busy store as long as a write would.
 
 The writer thread ends after ``IDLE`` seconds with nothing to write (closing its
 connection) and starts again with the next row, so an idle process holds no
@@ -138,11 +138,12 @@ class LogSpool:
                     self._wake(len(rows))
 
     def stop(self) -> None:
-        """Write what is waiting here and end the writer thread (the store closes)."""
+        """Write what is waiting here, waiting for a busy store as a write does, and end the writer thread (the store
+        closes)."""
         with self._cond:
             self._stopped = True
             self._cond.notify()
-        self.drain()
+        self.drain(patient=True)
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
@@ -171,10 +172,10 @@ class LogSpool:
 
 @atexit.register
 def drain_all() -> None:
-    """Write the waiting rows of every store of this process: at exit (a process that never closed its stores
-    still writes them), and for tools that look at the files themselves."""
+    """Write the waiting rows of every store of this process, waiting for a busy store as a write does: at exit (a
+    process that never closed its stores still writes them), and for tools that look at the files themselves."""
     for spool in list(_live):
         try:
-            spool.drain()
+            spool.drain(patient=True)
         except Exception:
             pass
