@@ -158,12 +158,22 @@ def test_rows_a_busy_store_kept_from_a_write_s_drain_wait_and_are_written_later(
     monkeypatch.setattr(logspool, "DELAY", 60.0)  # only the drains below write them
     mem.add("Pipes connect streams.", wing="docs")
     mem.search("pipes", use_cache=False)
+    gave_up = threading.Event()
+    write_logged = mem.store.write_logged
+
+    def watched(rows, *, patient=False):
+        done = write_logged(rows, patient=patient)
+        if not done:
+            gave_up.set()
+        return done
+
+    monkeypatch.setattr(mem.store, "write_logged", watched)
     other = db.connect(store_path, create=False)
     try:
         other.execute("BEGIN IMMEDIATE")  # another process holds the write lock longer than the drain waits
         added = threading.Thread(target=lambda: mem.add("Sockets connect hosts.", wing="docs"))
         added.start()
-        time.sleep(0.5)  # the add's drain gave up; the add itself waits for the lock
+        assert gave_up.wait(10)  # the add's drain gave up; the add itself waits for the lock
         other.execute("COMMIT")
     finally:
         other.close()
@@ -174,6 +184,24 @@ def test_rows_a_busy_store_kept_from_a_write_s_drain_wait_and_are_written_later(
     assert _on_disk(store_path) == (1, 1)
     actions = [r["action"] for r in reversed(mem.audit(limit=10))]
     assert actions[-3:] == ["add", "add", "retrieval"]  # after the write it waited for
+
+
+def test_rows_committed_before_a_failed_prune_are_not_written_again(mem, store_path, monkeypatch):
+    """The retention prune runs after the rows' commit: its failing for want of the lock leaves them written once."""
+    from memlens.store import retention
+
+    monkeypatch.setattr(logspool, "DELAY", 60.0)
+
+    def busy(*_args):
+        raise db.driver().OperationalError("database is locked")
+
+    monkeypatch.setattr(retention, "prune_retrievals", busy)
+    mem.add("Streams pipe data.", wing="docs")
+    mem.search("streams", use_cache=False)
+    mem.store._pruned = False  # the first batch of a process prunes
+    mem.store.settle_log()
+    mem.store.settle_log()
+    assert _on_disk(store_path) == (1, 1)
 
 
 def test_close_and_exit_wait_for_a_busy_store_to_write_the_waiting_rows(store_path, settings, hash_embedder,

@@ -123,7 +123,8 @@ class SqliteAuditLog:
         """Rows of the retrieval log, in one transaction (or in the one open on this connection). ``patient`` (the
         spool's writer thread, which no search waits for): wait for a busy store as long as any write does; else
         give up after 50 ms, as a search must never wait for a writer. A batch that fails is skipped whole; False
-        when it was not written only because the store was busy and not ``patient`` (the spool keeps it)."""
+        when, not ``patient`` and in a transaction of its own, it was not written only for want of the lock (held
+        by another writer, of this process or another): the spool keeps it then."""
         if corruption.seen(self.path):
             return True
         try:
@@ -134,6 +135,7 @@ class SqliteAuditLog:
         speed = self.speed
         log_write = nullcontext() if speed is None else speed.stamps.log_write(conn)  # no search reads these rows
         with log_write, ExitStack() as held:
+            committed = False
             try:
                 if not patient:
                     conn.execute("PRAGMA busy_timeout = 50")
@@ -152,6 +154,7 @@ class SqliteAuditLog:
                         conn.execute(LOG_INSERT, (seqs[-1], *row.replay))
                 if own:
                     conn.execute("COMMIT")
+                committed = True  # (a prune that fails below leaves the rows written)
                 for row, seq in zip(rows, seqs):
                     row.seq = seq
                 if any(retention.due(seq, not self._pruned) for seq in seqs):
@@ -160,7 +163,7 @@ class SqliteAuditLog:
             except Exception as exc:
                 if own and conn.in_transaction:
                     conn.execute("ROLLBACK")
-                return patient or not db.is_busy(exc)
+                return committed or patient or not own or not db.is_busy(exc)
             finally:
                 if not patient:
                     conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")

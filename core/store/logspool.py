@@ -13,11 +13,12 @@ What this keeps of the log's rules:
 * Order: rows are written in the order they were logged, every drain taking all
   that is waiting under one lock. Whatever in this process reads or writes the
   log's tables (the store's log reads, a write transaction, ``close``) drains
-  first, on its own thread, so a process always sees its own searches and a
-  write it makes after a search comes after that search's row. Such a drain
-  waits 50 ms for the store's lock: when another process holds it longer, the
-  rows go back to wait for the writer thread (which waits as long as any write)
-  and come after that write, rather than being lost.
+  first, on its own thread, so a process sees its own searches and a write it
+  makes after a search comes after that search's row. Such a drain waits 50 ms
+  for the store's lock: when another writer (of this process or another) holds
+  it longer, the rows go back to wait for the writer thread (which waits as long
+  as any write) and come after that write, rather than being lost; until then
+  the process's reads of the log do not show them.
 * Never fails a search: a row that cannot be written (a read-only or damaged
   store, or one still busy when the store's lock timeout runs out) is skipped.
   A search never waits for the lock; the writer thread waits as any write does,
