@@ -100,6 +100,9 @@ class FakeStore:
     def vector_index(self) -> str:
         return "fake"
 
+    def lexical_beside(self) -> bool:
+        return False
+
     def knn(self, qvec: np.ndarray, scope: Scope, n: int) -> Knn:
         self.calls.append("knn")
         hits: list[tuple[int, float]] = []

@@ -522,7 +522,8 @@ def test_a_search_reads_the_text_index_state_once(copy_mem, monkeypatch):
     monkeypatch.setattr(logspool, "DELAY", 60.0)  # the rows wait until the test writes them
     mem, q = copy_mem, questions()[0]
     mem.warm_index(text=True)  # every word's postings held: what a search reads of FTS5 is its state records
-    conn = mem.conn
+    monkeypatch.setattr(mem.store, "lexical_beside", lambda: False)  # ranked on the search's own thread, as when
+    conn = mem.conn  # the worker is busy (the next test: on the worker)
 
     def reads_of_state() -> int:
         seen: list[str] = []
@@ -555,6 +556,35 @@ def test_a_search_reads_the_text_index_state_once(copy_mem, monkeypatch):
     writer.join()
     assert logged.seq is not None
     assert reads_of_state() == 1
+
+
+def test_beside_the_embedding_a_search_reads_the_text_index_state_at_most_once(copy_mem, monkeypatch):
+    """On the worker thread's connection (``memlens.retrieval.beside``) the ranking checks FTS5's state records at
+    most once a search, and not while nothing changed."""
+    from memlens.store import logspool
+
+    monkeypatch.setattr(logspool, "DELAY", 60.0)
+    mem, q = copy_mem, questions()[0]
+    mem.warm_index(text=True)
+    mem.search(q, use_cache=False)  # the worker's connection opened
+
+    def reads_of_state() -> int:
+        seen: list[str] = []
+        conns = list(mem.store._conns)  # the search's thread's and the worker's
+        for c in conns:
+            c.set_trace_callback(seen.append)
+        try:
+            mem.search(q, use_cache=False)
+        finally:
+            for c in conns:
+                c.set_trace_callback(None)
+        return sum("entries_fts_data WHERE id IN (1, 10)" in s for s in seen)
+
+    assert len(mem.store._conns) == 2
+    assert reads_of_state() == 0
+    mem.conn.execute("UPDATE entries SET salience = salience WHERE rowid = (SELECT min(rowid) FROM entries)")
+    assert reads_of_state() == 1  # another connection changed an entry: read again, once
+    assert reads_of_state() == 0
 
 
 def test_the_state_records_kept_for_a_search_end_with_a_write(copy_mem):

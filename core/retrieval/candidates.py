@@ -1,6 +1,7 @@
 """Candidate generation: which stored entries a search weighs at all.
 
-    gate → embed → vector (KNN inside the scope) → lexical (text matches inside the scope)
+    gate → embed → vector (KNN inside the scope) → lexical (text matches inside the scope; in a long-lived
+         process on a worker thread while the query is embedded)
          ↘ listing (no free text: the scope in authority order)
     → load (rows, the entries policy must see anyway, vectors, similarities)
 
@@ -10,9 +11,12 @@ similarity, looked up by rowid, so every result carries every component.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from memlens.limits import MAX_QUERY_TERMS, knn_rows
+from memlens.retrieval import beside
 from memlens.retrieval.policy import Candidate
 from memlens.retrieval.run import Run
 from memlens.retrieval.terms import lexical_terms
@@ -43,6 +47,24 @@ def is_listing(run: Run) -> bool:
     return run.found.mode == "listing"
 
 
+def start_lexical(run: Run) -> None:
+    """Hand the lexical generator to the process's worker thread, to rank the text matches while the query is
+    embedded (``memlens.retrieval.beside``), when the store can (``Reads.lexical_beside``) and the worker is free."""
+    if not run.store.lexical_beside():
+        return
+    store, sel, scope, n = run.store, lexical_terms(run.text), run.plan.search_scope, run.found.n_cand
+
+    def job() -> tuple[list[tuple[int, float]], float]:
+        t = time.perf_counter()
+        with store.settled():
+            hits = store.lexical(sel.text, scope, n)
+        return hits, (time.perf_counter() - t) * 1000
+
+    future = beside.submit(job)
+    if future is not None:
+        run.found.beside = (sel, future)
+
+
 def embed(run: Run) -> None:
     run.found.qvec = run.ctx.embed([run.text])[0]
 
@@ -70,9 +92,15 @@ def vector(run: Run) -> None:
 
 def lexical(run: Run) -> None:
     """The lexical generator: the best text matches inside the scope, for every term of the query up to the cap
-    (``memlens.retrieval.terms``); the trace lists the terms used."""
-    sel = lexical_terms(run.text)
-    hits = run.store.lexical(sel.text, run.plan.search_scope, run.found.n_cand, run.found.knn_gens)
+    (``memlens.retrieval.terms``); the trace lists the terms used. When it ran beside the embedding
+    (``start_lexical``), its answer is taken here and its time there counts as this stage's."""
+    if run.found.beside is not None:
+        sel, future = run.found.beside
+        hits, took_ms = future.result()
+        run.lat["lexical"] += took_ms  # (the pipeline times this stage: the wait, if any, and what follows)
+    else:
+        sel = lexical_terms(run.text)
+        hits = run.store.lexical(sel.text, run.plan.search_scope, run.found.n_cand, run.found.knn_gens)
     run.trace.fusion["lexical_terms"] = sel.terms
     if sel.cut:
         run.trace.notes.append(f"the lexical search used the first {MAX_QUERY_TERMS} of the query's {sel.distinct} "

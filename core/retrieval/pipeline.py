@@ -3,12 +3,15 @@
     plan → cache? → trace → gate → embed → vector → lexical (or: listing) → load
     → score → code gates → policy → rerank → order → results → workspace fallback? → budget → fresh → count   (then: log)
 
+(in a long-lived process the lexical generator runs on a worker thread while the query is embedded: ``beside``)
+
 Each stage is a function of the search's state (``memlens.retrieval.run.Run``)
 in its own module: ``candidates`` (gate to load), ``stages`` (score to count).
 What a profile changes it swaps in as hooks (``memlens.retrieval.hooks``).
 The pipeline times each stage into the trace's ``latency_ms`` (the key each
 stage is counted under; some stages are not timed); the stages never time
-themselves. The engine is reached only through the search's context
+themselves, but for the lexical stage, which adds the time its generator took
+on the worker thread. The engine is reached only through the search's context
 (``memlens.retrieval.context.SearchContext``: the store's read role, the
 embedder, the cache, the profiles, the log), and what the search logs is
 the record built here (``RetrievalRecord``), handed to ``ctx.log``.
@@ -104,6 +107,7 @@ PIPELINE: tuple[Stage, ...] = (
     Stage("cache", cache),
     Stage("trace", start_trace),
     Stage("gate", candidates.gate),
+    Stage("beside", candidates.start_lexical, "lexical", when=candidates.has_text),  # lexical beside the embedding
     Stage("embed", candidates.embed, "embed", when=candidates.has_text),
     Stage("vector", candidates.vector, "vector", when=candidates.has_text),
     Stage("listing", candidates.listing, "vector", when=candidates.is_listing),

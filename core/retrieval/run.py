@@ -14,10 +14,13 @@ from memlens.store.reads import Reads
 from memlens.trace import STAGES, Bundle, CacheInfo, Trace
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from memlens.config import Settings
     from memlens.retrieval.context import SearchContext
     from memlens.retrieval.hooks import Hooks
     from memlens.retrieval.plan import Plan
+    from memlens.retrieval.terms import LexicalTerms
 
 
 @dataclass(eq=False)
@@ -47,6 +50,8 @@ class Found:
     bm25: dict[int, float] = field(default_factory=dict)  # rowid -> bm25 (higher is better), best first
     bm25_rank: dict[int, int] = field(default_factory=dict)
     ordered: list[int] = field(default_factory=list)  # every generator's rows, once each: the pool's order
+    # the lexical generator under way beside the embedding (``candidates.start_lexical``): its terms and its answer
+    beside: tuple[LexicalTerms, Future[tuple[list[tuple[int, float]], float]]] | None = None
 
 
 @dataclass(eq=False)

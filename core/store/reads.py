@@ -57,6 +57,12 @@ class Reads(Protocol):
         """The vector index a KNN would use now: "memory" (in process) or the backend's own ("sqlite-vec")."""
         ...
 
+    def lexical_beside(self) -> bool:
+        """Whether ``lexical`` may run now on another thread, beside this one's work, with the same answer (its
+        own connection sees what this thread's does: no transaction open here), at little cost (a long-lived
+        process, whose index is held in memory)."""
+        ...
+
     def knn(self, qvec: np.ndarray, scope: Scope, n: int) -> Knn:
         """The ``n`` nearest visible entries of ``scope``, inside its filters, best first (an import in progress
         never hides a visible row nor shows a staged one). A backend may answer up to ``n`` per wing

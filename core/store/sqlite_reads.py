@@ -103,6 +103,9 @@ class SqliteReads:
     def vector_index(self) -> str:
         return "memory" if self.vindex is not None else "sqlite-vec"
 
+    def lexical_beside(self) -> bool:
+        return self.vindex is not None and not self.conn.in_transaction
+
     def knn(self, qvec: np.ndarray, scope: Scope, n: int) -> Knn:
         vindex = self.vindex
         if vindex is not None:

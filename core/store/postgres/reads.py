@@ -95,6 +95,9 @@ class PgReads:
             info = self._vinfo = vectors.read_info(conn)
         return info
 
+    def lexical_beside(self) -> bool:
+        return False  # a round trip either way: no gain from a second connection
+
     def vector_index(self) -> str:
         with self.connection() as conn:
             return vectors.plan(self._vector_info(conn), None, self.hnsw_min_rows, self.ef_search).name
