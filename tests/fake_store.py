@@ -100,7 +100,7 @@ class FakeStore:
     def vector_index(self) -> str:
         return "fake"
 
-    def lexical_beside(self) -> bool:
+    def lexical_beside(self, scope) -> bool:
         return False
 
     def knn(self, qvec: np.ndarray, scope: Scope, n: int) -> Knn:

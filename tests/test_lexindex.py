@@ -522,7 +522,7 @@ def test_a_search_reads_the_text_index_state_once(copy_mem, monkeypatch):
     monkeypatch.setattr(logspool, "DELAY", 60.0)  # the rows wait until the test writes them
     mem, q = copy_mem, questions()[0]
     mem.warm_index(text=True)  # every word's postings held: what a search reads of FTS5 is its state records
-    monkeypatch.setattr(mem.store, "lexical_beside", lambda: False)  # ranked on the search's own thread, as when
+    monkeypatch.setattr(mem.store, "lexical_beside", lambda scope: False)  # ranked on the search's own thread, as when
     conn = mem.conn  # the worker is busy (the next test: on the worker)
 
     def reads_of_state() -> int:

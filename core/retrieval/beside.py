@@ -36,8 +36,12 @@ class _Worker:
             if self._busy:
                 return None
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="memlens-beside", daemon=True)
-                self._thread.start()
+                thread = threading.Thread(target=self._run, name="memlens-beside", daemon=True)
+                try:
+                    thread.start()
+                except BaseException:  # (no thread to be had, the interpreter shutting down): the caller runs it
+                    return None
+                self._thread = thread
             future: Future[T] = Future()
             self._job, self._busy = (fn, future), True
             self._cond.notify()
@@ -62,6 +66,9 @@ class _Worker:
                 future.set_result(result)
             else:
                 future.set_exception(error)
+            # nothing of the job is held while the worker waits (its closure holds a store: a store dropped without
+            # close() closes its connections when it goes)
+            del fn, future, result, error
 
 
 _worker = _Worker()

@@ -50,9 +50,10 @@ def is_listing(run: Run) -> bool:
 def start_lexical(run: Run) -> None:
     """Hand the lexical generator to the process's worker thread, to rank the text matches while the query is
     embedded (``memlens.retrieval.beside``), when the store can (``Reads.lexical_beside``) and the worker is free."""
-    if not run.store.lexical_beside():
+    store, scope = run.store, run.plan.search_scope
+    if not store.lexical_beside(scope):
         return
-    store, sel, scope, n = run.store, lexical_terms(run.text), run.plan.search_scope, run.found.n_cand
+    sel, n = lexical_terms(run.text), run.found.n_cand
 
     def job() -> tuple[list[tuple[int, float]], float]:
         t = time.perf_counter()
@@ -96,8 +97,10 @@ def lexical(run: Run) -> None:
     (``start_lexical``), its answer is taken here and its time there counts as this stage's."""
     if run.found.beside is not None:
         sel, future = run.found.beside
+        t = time.perf_counter()
         hits, took_ms = future.result()
-        run.lat["lexical"] += took_ms  # (the pipeline times this stage: the wait, if any, and what follows)
+        # the pipeline times this stage (the wait, and what follows); the generator's time beyond the wait counts too
+        run.lat["lexical"] += max(0.0, took_ms - (time.perf_counter() - t) * 1000)
     else:
         sel = lexical_terms(run.text)
         hits = run.store.lexical(sel.text, run.plan.search_scope, run.found.n_cand, run.found.knn_gens)

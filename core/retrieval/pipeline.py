@@ -10,8 +10,8 @@ in its own module: ``candidates`` (gate to load), ``stages`` (score to count).
 What a profile changes it swaps in as hooks (``memlens.retrieval.hooks``).
 The pipeline times each stage into the trace's ``latency_ms`` (the key each
 stage is counted under; some stages are not timed); the stages never time
-themselves, but for the lexical stage, which adds the time its generator took
-on the worker thread. The engine is reached only through the search's context
+themselves, but for the lexical stage, which adds what its generator took on
+the worker thread beyond the stage's own wait for it. The engine is reached only through the search's context
 (``memlens.retrieval.context.SearchContext``: the store's read role, the
 embedder, the cache, the profiles, the log), and what the search logs is
 the record built here (``RetrievalRecord``), handed to ``ctx.log``.

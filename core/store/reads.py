@@ -57,10 +57,10 @@ class Reads(Protocol):
         """The vector index a KNN would use now: "memory" (in process) or the backend's own ("sqlite-vec")."""
         ...
 
-    def lexical_beside(self) -> bool:
-        """Whether ``lexical`` may run now on another thread, beside this one's work, with the same answer (its
-        own connection sees what this thread's does: no transaction open here), at little cost (a long-lived
-        process, whose index is held in memory)."""
+    def lexical_beside(self, scope: Scope) -> bool:
+        """Whether ``lexical`` for ``scope`` may run now on another thread, beside this one's work, with the same
+        answer (its own connection sees what this thread's does: no transaction open here), at little cost (a
+        long-lived process, whose index is held in memory and current for the scope)."""
         ...
 
     def knn(self, qvec: np.ndarray, scope: Scope, n: int) -> Knn:

@@ -103,8 +103,13 @@ class SqliteReads:
     def vector_index(self) -> str:
         return "memory" if self.vindex is not None else "sqlite-vec"
 
-    def lexical_beside(self) -> bool:
-        return self.vindex is not None and not self.conn.in_transaction
+    def lexical_beside(self, scope: Scope) -> bool:
+        """On a file (another connection to ``:memory:`` is another database), outside a transaction, with the
+        scope's wings held current in process: a stale wing is read once, by the KNN, not by both threads."""
+        vindex = self.vindex
+        if vindex is None or str(self.path) == ":memory:" or self.conn.in_transaction:
+            return False
+        return vindex.holds(self, scope.wings, self.generations())
 
     def knn(self, qvec: np.ndarray, scope: Scope, n: int) -> Knn:
         vindex = self.vindex

@@ -95,7 +95,7 @@ class PgReads:
             info = self._vinfo = vectors.read_info(conn)
         return info
 
-    def lexical_beside(self) -> bool:
+    def lexical_beside(self, scope: Scope) -> bool:
         return False  # a round trip either way: no gain from a second connection
 
     def vector_index(self) -> str:

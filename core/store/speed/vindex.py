@@ -349,6 +349,14 @@ class VectorIndex:
             self._blocks[wing] = block
         return block
 
+    def holds(self, mem: IndexHost, wings: list[str] | None, gens: dict[str, int]) -> bool:
+        """Whether every wing of ``wings`` (None: all) has its block here at ``gens`` already: a search would
+        read none of them again."""
+        names = wings if wings is not None else mem.wings()
+        with self._lock:
+            blocks = self._blocks
+            return all((b := blocks.get(w)) is not None and b.generation >= gens.get(w, 0) for w in names)
+
     def _joining(self, wing: str, generation: int, block: _Block | None) -> bool:
         """Whether a commit of this process is adding its rows to ``block`` and brings it to at least ``generation``
         (under ``_lock``)."""
