@@ -10,11 +10,11 @@ import io
 import json
 import subprocess
 import sys
-import threading
 
 import pytest
 
 from memlens.errors import NotFoundError, StaleUpdateError, ValidationError
+from tests.concurrency import run_threads
 from tests.conftest import REPO
 
 pytest.importorskip("psycopg")
@@ -161,12 +161,8 @@ def test_concurrent_writers_in_threads_lose_nothing(backend_mem):
         except BaseException as exc:  # reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not any(t.is_alive() for t in threads) and errors == []
+    run_threads(writer, 4)
+    assert errors == []
     assert mem.count() == 60 and sum(mem.generations(["w0", "w1"]).values()) == 60
     assert len({a["entry_id"] for a in mem.audit(limit=100)}) == 60
     assert json.dumps(mem.stats()["per_wing"], sort_keys=True) == json.dumps({"w0": 30, "w1": 30}, sort_keys=True)

@@ -9,6 +9,7 @@ import pytest
 from memlens.errors import MemlensError
 from memlens.files import make_private_dirs, read_file, write_private
 
+from .concurrency import run_threads
 from .conftest import bounded
 
 
@@ -86,7 +87,6 @@ def test_a_temp_file_left_by_a_killed_writer_is_removed_by_a_later_write(tmp_pat
     A later process that got the dead one's PID no longer fails on its file."""
     import subprocess
     import sys
-    import threading
     import time
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
@@ -126,11 +126,7 @@ def test_a_temp_file_left_by_a_killed_writer_is_removed_by_a_later_write(tmp_pat
             except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
 
-        threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(10)
+        run_threads(write, 8, timeout=10)
         assert errors == [] and target.read_bytes().startswith(b"the model ")
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted([p.name for p in kept] + [target.name])
     finally:

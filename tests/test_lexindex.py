@@ -26,6 +26,7 @@ from memlens.store.scope import Scope
 from memlens.store.speed.lexindex import LexIndex
 from memlens.store.speed.stamps import Stamps
 from memlens.store.textindex import varints
+from tests.concurrency import run_threads
 from tests.other_process import write
 
 DATA = Path(__file__).resolve().parent / "data" / "docs_qa"
@@ -276,7 +277,7 @@ def test_a_worker_thread_searches_through_its_own_connection(docs_mem):
     want = [fts5(conn, t, Scope(wings=["w2", "w3"]), N) for t in texts]
     out: dict = {}
 
-    def work() -> None:
+    def work(_i: int) -> None:
         try:
             out["got"] = [store.lexical(t, Scope(wings=["w2", "w3"]), N) for t in texts]
         except BaseException as exc:  # noqa: BLE001 - handed to the test
@@ -287,12 +288,7 @@ def test_a_worker_thread_searches_through_its_own_connection(docs_mem):
         for _ in range(2):
             store.lexical(t, Scope(), N)
     before = served(docs_mem)
-    threads = [threading.Thread(target=work, daemon=True) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-        assert not t.is_alive()
+    run_threads(work, 2, timeout=60)
     assert "error" not in out, out.get("error")
     for got, w in zip(out["got"], want, strict=True):
         same(got, w)

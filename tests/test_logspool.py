@@ -18,6 +18,8 @@ import pytest
 
 from memlens.store import db, logspool
 
+from .concurrency import fork_while_held
+
 
 def _on_disk(path: Path) -> tuple[int, int]:
     """(retrieval audit rows, retrieval_log rows) as another connection (another process) sees them."""
@@ -122,32 +124,14 @@ def test_a_forked_child_neither_writes_its_parent_s_rows_nor_waits_for_its_drain
     mem.add("Children inherit memory.", wing="docs")
     mem.search("children", use_cache=False)  # waiting in the spool
     spool = mem.store._spool
-    held, release = threading.Event(), threading.Event()
 
-    def drain_under_way() -> None:
-        with spool._writing:
-            held.set()
-            release.wait(30)
+    def child() -> bool:
+        done = threading.Thread(target=logspool.drain_all, daemon=True)  # what a child's exit runs
+        done.start()
+        done.join(10)
+        return not done.is_alive() and not spool._pending
 
-    thread = threading.Thread(target=drain_under_way)
-    thread.start()
-    assert held.wait(10)
-    try:
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                done = threading.Thread(target=logspool.drain_all, daemon=True)  # what a child's exit runs
-                done.start()
-                done.join(10)
-                code = 0 if not done.is_alive() and not spool._pending else 1
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-    finally:
-        release.set()
-        thread.join(10)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert fork_while_held(lambda: spool._writing, child) == 0  # a drain under way in the parent at the fork
     mem.store.settle_log()
     assert _on_disk(store_path) == (1, 1)  # the parent's row, once
 

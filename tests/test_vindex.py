@@ -14,6 +14,7 @@ import pytest
 from memlens.store.scope import Scope
 from memlens.store.speed import vindex
 from memlens.store.speed.vindex import VectorIndex, _top
+from tests.concurrency import run_threads
 from tests.other_process import write
 
 WINGS = ["w0", "w1", "w2", "w3"]
@@ -391,11 +392,7 @@ def test_adds_from_many_threads_at_once_join_the_block_in_commit_order(real_mem,
         except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(threads_n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    run_threads(worker, threads_n)
     assert errors == []
     assert reads == []  # of 384 adds
     assert sum(similar) > 0

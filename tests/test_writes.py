@@ -11,6 +11,7 @@ from memlens import attribution
 from memlens.errors import NotFoundError, ValidationError
 from memlens.store.writes import StaleUpdateError
 
+from .concurrency import fork_while_held, run_threads
 from .conftest import snapshot_store
 
 
@@ -40,15 +41,11 @@ def test_add_unique_refuses_bad_input_and_writes_nothing(mem):
 def test_add_unique_under_concurrent_threads_creates_one(mem):
     results, barrier = [], threading.Barrier(6)
 
-    def worker():
+    def worker(_i: int) -> None:
         barrier.wait(10)
         results.append(mem.add_unique("One fact, six writers.", wing="race")[1])
 
-    threads = [threading.Thread(target=worker) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    run_threads(worker, 6, timeout=30)
     assert sorted(results) == [False] * 5 + [True]
     assert sum(1 for _ in mem.entries("race")) == 1
 
@@ -240,11 +237,7 @@ def test_many_threads_writing_at_once_wait_their_turn_and_none_times_out(store_p
                 except Exception as exc:  # noqa: BLE001 - every failure is what the test counts
                     errors.append(str(exc))
 
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(threads_n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+        run_threads(worker, threads_n)
         assert errors == []
         counts = {w["wing"]: w["entries"] for w in m.wing_counts()}
         assert sum(counts.get(f"w{k}", 0) for k in range(3)) == threads_n * each
@@ -258,34 +251,16 @@ def test_a_forked_child_writes_although_a_thread_of_its_parent_held_the_turn(mem
     from memlens import Memory
     from memlens.store import db
 
-    held, release = threading.Event(), threading.Event()
     conn = mem.store.conn
 
-    def holder() -> None:
-        with db.write_turn(conn):
-            held.set()
-            release.wait(30)
+    def child() -> bool:  # a new store object on the same file, and a write
+        with db.write_turn(conn, timeout_s=1.0):  # the inherited connection (no SQLite call made on it)
+            pass
+        short = settings.model_copy(deep=True)
+        short.storage.busy_timeout_ms = 1000
+        with Memory.open(store_path, settings=short, embedder=hash_embedder) as m:
+            m.add("written by the forked child", wing="forked")
+        return True
 
-    thread = threading.Thread(target=holder)
-    thread.start()
-    assert held.wait(10)
-    try:
-        pid = os.fork()
-        if pid == 0:  # the child: a new store object on the same file, a write, and out without pytest's teardown
-            code = 1
-            try:
-                with db.write_turn(conn, timeout_s=1.0):  # the inherited connection (no SQLite call made on it)
-                    pass
-                short = settings.model_copy(deep=True)
-                short.storage.busy_timeout_ms = 1000
-                with Memory.open(store_path, settings=short, embedder=hash_embedder) as m:
-                    m.add("written by the forked child", wing="forked")
-                code = 0
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-    finally:
-        release.set()
-        thread.join(10)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert fork_while_held(lambda: db.write_turn(conn), child) == 0
     assert [e.text for e in mem.entries("forked")] == ["written by the forked child"]
