@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from memlens.store.scope import Scope
-from memlens.store.speed import vindex
+from memlens.store.speed import kernels, vindex
 from memlens.store.speed.vindex import VectorIndex, _top
 from tests.concurrency import run_threads
 from tests.other_process import write
@@ -108,14 +108,14 @@ SCOPES = [
 ]
 
 
-@pytest.mark.parametrize("kernel", sorted(vindex.KERNELS))
+@pytest.mark.parametrize("kernel", sorted(kernels.KERNELS))
 @pytest.mark.parametrize("scope", SCOPES, ids=lambda s: repr(s)[6:-1] or "unscoped")
 def test_knn_returns_the_rows_of_sqlite_vecs_exact_knn(filled, monkeypatch, scope, kernel):
     """Unscoped, one wing, several wings, with filters: the same rows in the same order as vec0's exact scan,
     with the same similarities, with either product; also with the sampled threshold in use on these small wings."""
     monkeypatch.setattr(vindex, "_SAMPLE", 32)
-    monkeypatch.setattr(vindex, "_kernel", kernel)
-    monkeypatch.setattr(vindex, "_ONE_CORE", 0)  # every scan is a large one: the chosen product runs it
+    monkeypatch.setattr(kernels, "_kernel", kernel)
+    monkeypatch.setattr(kernels, "ONE_CORE", 0)  # every scan is a large one: the chosen product runs it
     rng = np.random.default_rng(3)
     rowid, wing = filled.conn.execute("SELECT rowid, wing FROM entries WHERE id = 'v-00004'").fetchone()
     stored = filled.store.vectors({rowid: wing})[rowid]  # a query equal to a stored vector: that row first
@@ -133,17 +133,17 @@ def test_knn_returns_the_rows_of_sqlite_vecs_exact_knn(filled, monkeypatch, scop
 
 def test_the_first_scan_chooses_the_product_for_the_process(filled, monkeypatch):
     """The kernels are timed once, before the first large scan; every later one, of any index, keeps that choice."""
-    monkeypatch.setattr(vindex, "_kernel", None)
-    monkeypatch.setattr(vindex, "_ONE_CORE", 0)
+    monkeypatch.setattr(kernels, "_kernel", None)
+    monkeypatch.setattr(kernels, "ONE_CORE", 0)
     q = _unit(np.random.default_rng(9), 1)[0]
     first = VectorIndex().knn(filled.store, q, None, {}, 5)
-    chosen = vindex.kernel()
-    assert chosen in vindex.KERNELS
-    assert VectorIndex().knn(filled.store, q, None, {}, 5) == first and vindex.kernel() == chosen
+    chosen = kernels.kernel()
+    assert chosen in kernels.KERNELS
+    assert VectorIndex().knn(filled.store, q, None, {}, 5) == first and kernels.kernel() == chosen
 
 
 def test_a_small_scan_runs_on_the_calling_thread_whatever_was_chosen(filled, monkeypatch):
-    """Up to _ONE_CORE floats the scan is einsum's (BLAS's threads wait for a core whenever another process holds
+    """Up to ONE_CORE floats the scan is einsum's (BLAS's threads wait for a core whenever another process holds
     one); beyond it, the chosen product's. Either way the same rows and similarities."""
     q = _unit(np.random.default_rng(4), 1)[0]
     want = VectorIndex().knn(filled.store, q, None, {}, 10)
@@ -153,10 +153,10 @@ def test_a_small_scan_runs_on_the_calling_thread_whatever_was_chosen(filled, mon
         calls.append("sgemv")
         np.matmul(matrix, qv, out=out)
 
-    monkeypatch.setitem(vindex.KERNELS, "sgemv", sgemv)
-    monkeypatch.setattr(vindex, "_kernel", "sgemv")
+    monkeypatch.setitem(kernels.KERNELS, "sgemv", sgemv)
+    monkeypatch.setattr(kernels, "_kernel", "sgemv")
     assert VectorIndex().knn(filled.store, q, None, {}, 10) == want and calls == []
-    monkeypatch.setattr(vindex, "_ONE_CORE", N * filled.dim - 1)  # one float short: a large scan
+    monkeypatch.setattr(kernels, "ONE_CORE", N * filled.dim - 1)  # one float short: a large scan
     got = VectorIndex().knn(filled.store, q, None, {}, 10)
     assert calls and [r for r, _ in got] == [r for r, _ in want]
     assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-6)
@@ -164,12 +164,12 @@ def test_a_small_scan_runs_on_the_calling_thread_whatever_was_chosen(filled, mon
 
 def test_warming_the_index_chooses_the_product_before_any_search(filled, monkeypatch):
     """When the vectors held make a large scan; a small store never times the products (its scans are einsum's)."""
-    monkeypatch.setattr(vindex, "_kernel", None)
+    monkeypatch.setattr(kernels, "_kernel", None)
     assert VectorIndex().warm(filled.store) == N
-    assert vindex.kernel() is None
-    monkeypatch.setattr(vindex, "_ONE_CORE", N * filled.dim - 1)
+    assert kernels.kernel() is None
+    monkeypatch.setattr(kernels, "ONE_CORE", N * filled.dim - 1)
     assert VectorIndex().warm(filled.store) == N
-    assert vindex.kernel() in vindex.KERNELS
+    assert kernels.kernel() in kernels.KERNELS
 
 
 def test_the_products_are_timed_beyond_the_last_level_cache(tmp_path, monkeypatch):
@@ -183,20 +183,20 @@ def test_the_products_are_timed_beyond_the_last_level_cache(tmp_path, monkeypatc
     (cpu / "index3").mkdir()  # a cache that says nothing of its size (or not to this user): the others count
     (cpu / "index4").mkdir()
     (cpu / "index4" / "size").write_text("unknown\n")
-    monkeypatch.setattr(vindex, "_CPU_CACHES", cpu)
-    assert vindex._calibration_floats() * 4 >= 2 * 32 * 1024 * 1024
-    (cpu / "index2" / "size").write_text("1024M\n")  # bounded: never more than _CALIBRATE_MAX_FLOATS
-    assert vindex._calibration_floats() == vindex._CALIBRATE_MAX_FLOATS
-    monkeypatch.setattr(vindex, "_CPU_CACHES", tmp_path / "missing")  # no sysfs: the fixed size
-    assert vindex._calibration_floats() == vindex._CALIBRATE_FLOATS
+    monkeypatch.setattr(kernels, "CPU_CACHES", cpu)
+    assert kernels.calibration_floats() * 4 >= 2 * 32 * 1024 * 1024
+    (cpu / "index2" / "size").write_text("1024M\n")  # bounded: never more than CALIBRATE_MAX_FLOATS
+    assert kernels.calibration_floats() == kernels.CALIBRATE_MAX_FLOATS
+    monkeypatch.setattr(kernels, "CPU_CACHES", tmp_path / "missing")  # no sysfs: the fixed size
+    assert kernels.calibration_floats() == kernels.CALIBRATE_FLOATS
 
 
 def test_threads_must_win_clearly_to_be_chosen():
     """Two BLAS threads that only tie one einsum lose: the one thread leaves the other core to the rest of the
     process (the model, the app) and does not wait for a core another process holds."""
-    assert vindex._choose({"einsum": 6.3, "sgemv": 6.1}) == "einsum"
-    assert vindex._choose({"einsum": 6.3, "sgemv": 4.2}) == "sgemv"
-    assert vindex._choose({"einsum": 4.0, "sgemv": 6.0}) == "einsum"
+    assert kernels.choose({"einsum": 6.3, "sgemv": 6.1}) == "einsum"
+    assert kernels.choose({"einsum": 6.3, "sgemv": 4.2}) == "sgemv"
+    assert kernels.choose({"einsum": 4.0, "sgemv": 6.0}) == "einsum"
 
 
 def test_scanned_gives_the_similarity_of_every_ranked_row_until_the_next_scan(filled):

@@ -167,7 +167,7 @@ def real_corpus(quick: bool, res: dict[str, Any]) -> None:
     res["questions"] = len(queries)
     scratch = Path(tempfile.mkdtemp(prefix="memlens-pipeline-cost-"))
     # BLAS's threads as the app and the MCP server have them (no limit set here): the scans of this corpus run on
-    # the calling thread anyway (``vindex._ONE_CORE``)
+    # the calling thread anyway (``kernels.ONE_CORE``)
     with Memory.open(path) as mem:
         mem.embed(["warm up the model"])
         with vector_path(mem, "sqlite-vec"):
@@ -185,11 +185,11 @@ def real_corpus(quick: bool, res: dict[str, Any]) -> None:
             res["chromadb"] = {"skipped": "chromadb is not installed (pip install chromadb into the bench venv only)"}
             log("  chromadb not installed: its row is skipped")
         res["warm_index_vectors"] = mem.warm_index(text=True)  # as the app and the MCP server warm up
-        from memlens.store.speed import vindex
+        from memlens.store.speed import kernels
 
-        # the product of the in-process scans: einsum on the calling thread up to _ONE_CORE floats (this corpus),
+        # the product of the in-process scans: einsum on the calling thread up to kernels.ONE_CORE floats (this corpus),
         # beyond it the one timed at the process's first scan
-        res["scan_kernel"] = {"small": "einsum", "large": vindex.kernel(), "small_max_floats": vindex._ONE_CORE}
+        res["scan_kernel"] = {"small": "einsum", "large": kernels.kernel(), "small_max_floats": kernels.ONE_CORE}
         embed_cpu = [0.0]
         real_embed = mem.embed
 

@@ -23,31 +23,13 @@ one selection returns the top k of all the wings together. The cost is about
 one pass over the scope's vectors (memory-bound), so an unscoped search costs
 what a flat scan of the whole store does.
 
-Which product runs that pass fastest depends on the CPU: numpy's own einsum
-loop beat BLAS's sgemv by 1.9× on an AMD EPYC, sgemv beat einsum by 1.5× on an
-Intel Xeon (100k × 384, one thread). When it warms an index that large (or
-else before its first large scan), a process times both on a matrix twice the
-size of the CPU's last cache (at least 32 MB: a large scan streams from memory,
-so a matrix read from the cache times the wrong thing) and keeps the faster
-for its large scans (``kernel()``). BLAS's threads must beat einsum's one
-thread clearly (``_choose``), or einsum is kept: on a Zen 4 EPYC with a 32 MB
-L3 the two tie on 100k vectors (6.2 ms), and two threads wait for a core
-whenever other work holds one. Both compute the same dot products, in a
-different order of additions (last-bit differences).
-
-A small scan (up to ``_ONE_CORE`` floats: ~11k vectors of 384 dimensions) is
-einsum's, on the calling thread, whatever was chosen: it reads a few MB, which
-one core streams as fast as two, while BLAS's sgemv splits it between threads
-that wait for a core whenever other work holds one. Measured on 2.8k real
-vectors between real query embeddings, with one core busy elsewhere: the
-vector stage took 6.0 ms with sgemv's two threads, 0.8 ms with one thread or
-with einsum.
+Which product runs that pass (numpy's einsum on the calling thread, or BLAS's sgemv on
+its threads) is chosen once per process: ``memlens.store.speed.kernels``.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +37,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from memlens.store.speed import kernels
 from memlens.store.speed.rowcache import RowCache
 from memlens.store.staging import visible
 from memlens.store.vectors import degenerate_rows
@@ -78,79 +61,7 @@ _SCOPES_KEPT = 4  # in_scope() sets: about 1 MB per 20k rowids (5 MB for an unsc
 _SPANS_KEPT = 8  # _span() rowids and masks: about 1 MB per 100k rows
 _NEG_INF = float("-inf")  # a masked-out row's similarity in the scan's buffer
 _SAMPLE = 2048  # rows sampled by _top() to guess a threshold below the k-th best
-_ONE_CORE = 1 << 22  # a scan of at most this many floats (16 MB) runs on the calling thread alone (einsum)
-_CALIBRATE_FLOATS = 2 * _ONE_CORE  # the kernels are timed on at least this many floats (32 MB) ...
-_CALIBRATE_MAX_FLOATS = 1 << 25  # ... and at most this many (128 MB): twice the CPU's last cache between them (a
-# CPU with a last cache over 64 MB is timed on 128 MB, partly from its cache)
-_CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")  # Linux: index*/level and index*/size ("32768K")
 _LANDING_WAIT_S = 1.0  # at most (a safety net: the commit notifies once its rows joined, microseconds later)
-_THREADS_MARGIN = 0.85  # BLAS's threads are chosen only if they take under this share of einsum's time
-
-
-def _einsum(matrix: np.ndarray, q: np.ndarray, out: np.ndarray) -> None:
-    np.einsum("ij,j->i", matrix, q, out=out)
-
-
-def _sgemv(matrix: np.ndarray, q: np.ndarray, out: np.ndarray) -> None:
-    np.matmul(matrix, q, out=out)
-
-
-KERNELS: dict[str, Callable[[np.ndarray, np.ndarray, np.ndarray], None]] = {"einsum": _einsum, "sgemv": _sgemv}
-_kernel: str | None = None  # chosen before the process's first scan (``_calibrate``)
-_kernel_lock = threading.Lock()
-
-
-def kernel() -> str | None:
-    """The product this process's large scans use (None before its first large scan or warm-up)."""
-    return _kernel
-
-
-def _calibration_floats() -> int:
-    """Floats in the matrix the kernels are timed on: twice the CPU's largest cache (read from sysfs where there is
-    one), within [_CALIBRATE_FLOATS, _CALIBRATE_MAX_FLOATS]."""
-    largest = 0
-    try:
-        indexes = list(_CPU_CACHES.glob("index*"))
-    except OSError:
-        indexes = []
-    for index in indexes:
-        try:
-            size = (index / "size").read_text().strip().upper()
-            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
-            largest = max(largest, int(size.rstrip("KMG")) * scale)
-        except (OSError, ValueError):  # one cache not said (or not readable): the others still count
-            continue
-    return min(max(_CALIBRATE_FLOATS, 2 * largest // 4), _CALIBRATE_MAX_FLOATS)
-
-
-def _choose(best: dict[str, float]) -> str:
-    """The product for large scans from each one's best time: einsum (one thread) unless BLAS's threads take
-    clearly less (``_THREADS_MARGIN``)."""
-    return "sgemv" if best["sgemv"] < _THREADS_MARGIN * best["einsum"] else "einsum"
-
-
-def _calibrate(dim: int) -> str:
-    """Time each kernel seven times, alternating, on a matrix beyond the CPU's caches (``_calibration_floats``:
-    what decides is how fast the product streams memory); ``_choose`` picks from the best times, for every large
-    scan of the process. Three rounds let a busy moment pick the slower one now and then; seven cost 0.1-0.4 s once.
-    On a 12 MB matrix sgemv's two threads won while einsum scanned 100k vectors faster (12.7 against 15.9 ms),
-    and on a 32 MB one inside a 32 MB L3 by 3x, where the two tied on 100k vectors."""
-    global _kernel
-    with _kernel_lock:
-        if _kernel is not None:
-            return _kernel
-        rows = _calibration_floats() // dim
-        matrix = np.full((rows, dim), 0.5, dtype=np.float32)
-        q = np.full(dim, 0.25, dtype=np.float32)
-        out = np.empty(rows, dtype=np.float32)
-        best = {name: float("inf") for name in KERNELS}
-        for _ in range(7):
-            for name, fn in KERNELS.items():
-                t = time.perf_counter()
-                fn(matrix, q, out)
-                best[name] = min(best[name], time.perf_counter() - t)
-        _kernel = _choose(best)
-        return _kernel
 
 
 @dataclass
@@ -415,8 +326,7 @@ class VectorIndex:
             if stop is not None and stop():
                 return held
             held += len(self._block(mem, w, gens.get(w, 0)).rowids)
-        if _kernel is None and held * mem.dim > _ONE_CORE:
-            _calibrate(mem.dim)
+        kernels.prepare(held * mem.dim, mem.dim)
         return held
 
     def knn(self, mem: IndexHost, qvec: np.ndarray, wings: list[str] | None, filters: dict[str, list[str]], k: int,
@@ -435,8 +345,7 @@ class VectorIndex:
             return []
         sims = self._buffer(len(span.rowids))
         q = np.asarray(qvec, dtype=np.float32)
-        small = len(span.rowids) * q.shape[0] <= _ONE_CORE
-        product = KERNELS["einsum" if small else _kernel or _calibrate(q.shape[0])]
+        product = kernels.for_scan(len(span.rowids) * q.shape[0], q.shape[0])
         at = 0
         starts = {}
         for b in blocks:
