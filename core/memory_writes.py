@@ -85,10 +85,12 @@ class EntryWrites:
         untrusted.carry_origin(before, record, promoted_by, format_ts(record["updated_at"]))
         # the cap applies to a new text or meta; an entry stored before it keeps its other fields editable
         after = self._prepare(record, capped=bool({"text", "meta"} & set(changes)))
-        if {**after.to_record(), "updated_at": None} == {**before.to_record(), "updated_at": None}:
+        if _same(after, before):
             return before  # nothing changes: no write, no audit row, no new updated_at to fail others' checks
         if landing is not None and landing != after.status.value and ("status" in changes or before.status.value != "deprecated"):
             after = self._prepare({**record, "status": landing}, capped=bool({"text", "meta"} & set(changes)))
+            if _same(after, before):  # (an agent asking an entry waiting for review to be active: it waits still)
+                return before
         if "overrides" in changes:
             writes.check_overrides(self.store, [after])
             writes.refuse_override_cycle(after, writes.stored_overrides(self.store))
@@ -125,3 +127,8 @@ class EntryWrites:
     def _vectors_for(self, entries: list[Entry]) -> list[np.ndarray]:
         """Vectors for entries: reuse a stored vector of identical text, embed the rest in one batch."""
         return writes.vectors_for(self.store, self.embed, entries)
+
+
+def _same(after: Entry, before: Entry) -> bool:
+    """Whether an edit leaves every field as it was (``updated_at`` aside)."""
+    return {**after.to_record(), "updated_at": None} == {**before.to_record(), "updated_at": None}

@@ -50,6 +50,7 @@ async def every_tool(client):
     out["stale"] = error_text(await call("memory_update", {"id": new_id, "salience": 0.1,
                                                             "expected_updated_at": out["get"]["updated_at"]}))
     out["status"] = result_data(await call("memory_set_status", {"id": new_id, "status": "under_review"}))
+    out["still_waits"] = result_data(await call("memory_set_status", {"id": new_id, "status": "active"}))
     held = result_data(await call("memory_get", {"id": "lc-arch-002"}))  # a person's entry, re-saved as it is
     out["same"] = result_data(await call("memory_update", {"id": "lc-arch-002", "salience": held["salience"],
                                                             "room": held["room"]}))
@@ -99,6 +100,10 @@ def check_every_tool(out, path, settings, embedder, client_name):
     assert out["update"]["salience"] == 0.9
     assert "changed" in out["stale"] and out["stale"].startswith("memory_update: ")
     assert out["status"]["status"] == "under_review"
+    # an agent cannot make its own write active: the reply says so, and nothing is written (no audit row below)
+    assert out["still_waits"]["status"] == "under_review" and out["still_waits"]["updated_at"] == out["update"]["updated_at"]
+    assert out["still_waits"]["note"] == ("the entry is under_review, not active: an agent's write waits for a person's "
+                                          "review")
     assert out["same"]["status"] == out["same_status"]["status"] == "active"  # values it has: nothing written
     assert out["explain"]["verdict"] == "returned" and out["explain"]["id"] == "lc-arch-001"
     wings = {w["wing"]: w for w in out["wings"]["wings"]}
@@ -119,7 +124,8 @@ def check_every_tool(out, path, settings, embedder, client_name):
         assert counts == {w: sum(1 for _ in mem.entries(w)) for w in mem.wings()}
         rows = [r for r in mem.audit(limit=1000) if r["action"] not in ("retrieval", "import")]
         actions = [r["action"] for r in reversed(rows)]
-        # (the status set to what an agent's write already has, under_review, changes nothing: no audit row)
+        # (the status set to what an agent's write already has, under_review, or asked to be active while it waits,
+        # changes nothing: no audit row)
         assert actions == ["add", "update", "task.complete", "task.block", "task.unblock", "delete"]
         for r in rows:
             assert r["detail"]["client"] == {"name": client_name, "version": "1.0", "via": "mcp"}, r

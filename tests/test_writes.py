@@ -125,6 +125,11 @@ def test_an_agents_edit_lands_under_review_only_when_it_changes_something(mem):
     assert mem.update(e.id, salience=0.6, landing="under_review").status.value == "under_review"
     assert mem.update(old.id, salience=0.6, landing="under_review").status.value == "deprecated"  # no status asked
     assert mem.update(old.id, status="active", landing="under_review").status.value == "under_review"
+    # asked again to be active, it waits for review still: nothing written, no new updated_at to fail others' checks
+    waiting = mem.get(old.id)
+    for _ in range(2):
+        assert mem.update(old.id, status="active", landing="under_review").to_record() == waiting.to_record()
+    assert mem.get(old.id).to_record() == waiting.to_record() and len(mem.audit(old.id)) == 3
 
 
 def test_update_checked_refuses_a_stale_update(mem):

@@ -273,9 +273,15 @@ def register(server: MCPServer, engine: Engine, *, read_only: bool = False) -> l
         def change(m: Any) -> Any:  # a status the entry already has changes nothing
             return m.update(id, status=status, landing=landed(m, status))
 
+        def run(mem: "Memory", _w: float) -> dict[str, Any]:
+            out: dict[str, Any] = change(mem).to_record()
+            if out["status"] != status:  # (an agent's write waits for review: ``[review] agent_writes``)
+                out["note"] = f"the entry is {out['status']}, not {status}: an agent's write waits for a person's review"
+            return out
+
         if dry_run:
             return record(ctx, preview(change), need_model=True)
-        return record(ctx, lambda mem, _w: change(mem).to_record())
+        return record(ctx, run)
 
     @tool("memory_delete", "Delete an entry", read=False, destructive=True, idempotent=True)
     def memory_delete(id: Id, dry_run: DryRun = False, ctx: Context | None = None) -> dict[str, Any]:
