@@ -74,6 +74,9 @@ def test_host_and_origin_are_checked_whatever_the_bind_address(tmp_path, bind, c
         evil_origin = post(connect_to, port, f"{bind}:{port}", "http://evil.example")
         evil_host = post(connect_to, port, f"evil.example:{port}")
         same = post(connect_to, port, f"{bind}:{port}", f"http://{bind}:{port}")
+        # what an allowed name followed by anything used to pass as (the SDK matches ``name:*`` by its start)
+        odd_host = post(connect_to, port, f"{bind}:evil")
+        odd_origin = post(connect_to, port, f"{bind}:{port}", f"http://{bind}:{port}@evil.example")
         named = post(connect_to, port, f"memory.lan:{port}")
         loopback = post(connect_to, port, f"localhost:{port}", f"http://localhost:{port}")
 
@@ -85,6 +88,7 @@ def test_host_and_origin_are_checked_whatever_the_bind_address(tmp_path, bind, c
     assert rebinding[0] == 421 and not rebinding[1]  # no session opens
     assert evil_origin[0] == 403 and not evil_origin[1]
     assert evil_host[0] == 421
+    assert odd_host[0] == 421 and odd_origin[0] == 403 and not odd_host[1] and not odd_origin[1]
     assert same[0] == 200 and same[1] and named[0] == 200 and loopback[0] == 200
     assert added["status"] == "created"
     assert "reachable from other machines" not in stderr  # 127.x is loopback

@@ -47,6 +47,23 @@ def normal_host(value: bytes) -> bytes:
     return (name.rstrip(".") + colon + port).encode("latin-1")
 
 
+_HOST_FORM = re.compile(rb"(?:\[[0-9a-z:.%]+\]|[^\s:/@\[\]]+)(?::[0-9]{1,5})?")
+_ORIGIN_FORM = re.compile(rb"[a-z][a-z0-9+.-]*://(?:\[[0-9a-z:.%]+\]|[^\s:/@\[\]]+)(?::[0-9]{1,5})?", re.IGNORECASE)
+
+
+def malformed(headers: list[tuple[bytes, bytes]]) -> tuple[int, str] | None:
+    """(status, why) for a ``Host`` that is not a name or address with an optional port, or an ``Origin`` that is
+    not a scheme, a host and an optional port (a user name, a path, a port that is not a number): the SDK's check
+    of the allowed names matches ``name:*`` by its start, so ``localhost:x`` or ``http://localhost:1@other`` would
+    pass it. None when both are well formed (or there is no Origin)."""
+    for key, value in headers:
+        if key == b"host" and not _HOST_FORM.fullmatch(value):
+            return 421, "the Host header is not a host name or address with an optional port number"
+        if key == b"origin" and not _ORIGIN_FORM.fullmatch(value.strip()):
+            return 403, "the Origin header is not a scheme, a host and an optional port number"
+    return None
+
+
 def not_a_message(body: bytes) -> str | None:
     """Why a POST body that parses as JSON is no JSON-RPC message, in one line (the SDK answers with every
     validation error of its union of message types, over several lines); None when it is one, or is not JSON at
@@ -129,6 +146,10 @@ class Front:
 
     async def _serve(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         scope = {**scope, "headers": [(k, normal_host(v) if k == b"host" else v) for k, v in scope.get("headers", [])]}
+        bad = malformed(scope["headers"])
+        if bad is not None:
+            await _refuse(send, bad[0], INVALID_REQUEST, bad[1])
+            return
         if self.tokens is not None:
             header = next((v for k, v in scope.get("headers", []) if k == b"authorization"), b"")
             scheme, _, presented = header.decode("latin-1").partition(" ")

@@ -16,7 +16,9 @@ header (the page's own origin). So a request is served only when:
   those names, or one of ``[mcp] allowed_origins``.
 
 Anything else gets 421 (Host) or 403 (Origin), through the SDK's own check
-(``TransportSecuritySettings``), before a session opens. An address other
+(``TransportSecuritySettings``), before a session opens; a Host or Origin that
+is not well formed (a port that is not a number, a user name, a path) is
+refused before it (``memlens.mcp.auth.malformed``). An address other
 machines can reach (any but loopback) is served only with bearer tokens
 (``memlens.mcp.tokens``), and warns that plain HTTP carries them in clear.
 """
