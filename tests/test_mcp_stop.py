@@ -9,6 +9,7 @@ Nothing prints a traceback. A write is slowed down here so that a signal surely 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import sqlite3
@@ -407,3 +408,46 @@ def test_http_a_stop_while_the_model_loads_does_not_wait_for_the_load(tmp_path):
     assert after(err.seen, b"test: a call waits for the model") == [
         "memlens mcp: stopping: answering the 1 request still running (at most 10 s; SIGTERM again stops at once)"]
     intact(store)
+
+
+# the engine's start held for a minute (said on stderr): a signal surely comes while the server starts
+HELD_START = """
+import os, sys, time
+import memlens.mcp.engine
+init = memlens.mcp.engine.Engine.__init__
+def held_init(self, *a, **kw):
+    os.write(2, b"test: start held\\n")
+    time.sleep(60)
+    init(self, *a, **kw)
+memlens.mcp.engine.Engine.__init__ = held_init
+from memlens.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_server_starts_answers_what_it_read_unrun(tmp_path, signum):
+    """initialize is answered before the engine loads; a signal in that time stops the server gracefully too: each
+    request read so far (and any read after) gets the stopping error, nothing is written, the status is 0."""
+    store = tmp_path / "s.db"
+    c = RawClient([sys.executable, "-c", HELD_START, "--store", str(store), "mcp"], env=server_env())
+    try:
+        assert c.initialize()["result"]["serverInfo"]["name"]
+        for rid in (2, 3):
+            c.send(add(rid, f"never stored {rid}"))
+        c.send({"jsonrpc": "2.0", "id": "four", "method": "tools/list"})
+        c.err.wait_for(b"test: start held")
+        c.proc.send_signal(signum)
+        answers = {a["id"]: a for a in (c.recv(), c.recv(), c.recv())}
+        code = c.close()
+    finally:
+        if c.proc.poll() is None:
+            c.proc.kill()
+    assert code == 0
+    assert set(answers) == {2, 3, "four"}
+    assert {a["error"]["code"] for a in answers.values()} == {-32000}
+    assert {a["error"]["message"] for a in answers.values()} == {"the server is stopping: this request was not run"}
+    said = after(c.err.seen, b"test: start held")  # (a request the wire read after the signal is counted there not)
+    assert len(said) == 1 and re.fullmatch(r"memlens mcp: stopped before serving; [0-3] request\(s\) read were not run",
+                                           said[0]), said
+    assert not store.exists() or stored(store, "never stored") == 0

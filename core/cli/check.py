@@ -43,9 +43,9 @@ def _progress(stage: str) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from memlens.sigterm import terminate_as_exit
     from memlens.store.check import Finding, check_store
     from memlens.store.corruption import hint
-    from memlens.store.staging import terminate_as_exit
 
     path = _store(args)
     with terminate_as_exit():  # SIGTERM unwinds like Ctrl-C: the private copy goes
@@ -70,8 +70,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_salvage(args: argparse.Namespace) -> int:
     from memlens.config import load_settings
+    from memlens.sigterm import terminate_as_exit
     from memlens.store.salvage import salvage
-    from memlens.store.staging import terminate_as_exit
 
     path = _store(args)
     with terminate_as_exit():  # SIGTERM unwinds like Ctrl-C: the half-made new store and any scratch copy go

@@ -67,9 +67,9 @@ def _bar(done: int, total: int) -> None:
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
+    from memlens.sigterm import terminate_as_exit
     from memlens.store.newstore import removed_on_failure
     from memlens.store.postgres.copy import copy_store
-    from memlens.store.staging import terminate_as_exit
 
     src, dst = _target(args.src), _target(args.dst)
     if isinstance(src, Path) and not src.exists():

@@ -76,7 +76,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         if interactive and total:
             print(f"\r{stage}: {done}/{total}", end="", file=progress_stream(), flush=True)
 
-    from memlens.store.staging import terminate_as_exit
+    from memlens.sigterm import terminate_as_exit
 
     with terminate_as_exit(), open_store(args, create=True) as mem:  # SIGTERM unwinds: scratch files and staged rows go
         report = mem.import_jsonl(Path(args.file), progress=progress)

@@ -106,7 +106,7 @@ def _print_summary(verb: str, out: dict[str, Any], as_json: bool) -> None:
 def cmd_ingest(args: argparse.Namespace) -> int:
     from memlens.cli.common import open_store as _open
     from memlens.ingest import pipeline
-    from memlens.store.staging import terminate_as_exit
+    from memlens.sigterm import terminate_as_exit
 
     wing = pipeline.check_name("--wing", args.wing, True)
     room = pipeline.check_name("--room", args.room, False)
@@ -132,7 +132,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         return _status(args)
     from memlens.cli.common import open_store as _open
     from memlens.ingest import pipeline
-    from memlens.store.staging import terminate_as_exit
+    from memlens.sigterm import terminate_as_exit
 
     if not args.wing:
         raise ValidationError("index needs --wing W (the wing the code goes into)")

@@ -166,37 +166,49 @@ def _warn_stray_variables() -> None:
 def _serve_stdio(store: str | None, read_only: bool) -> int:
     from memlens import __version__
     from memlens.mcp.stdio import Wire
+    from memlens.sigterm import terminate_as_exit
 
     wire = Wire(__version__, early=os.environ.get("MEMLENS_MCP_EARLY_INIT", "1") != "0")
     wire.protect()
-    wire.start()  # initialize is answered from here on; the heavy imports follow
+    engine: Any = None
+    with terminate_as_exit():  # SIGTERM (like Ctrl-C) from here on unwinds: the store closes and writes the log rows
+        try:  # still waiting in its spool
+            wire.start()  # initialize is answered from here on; the heavy imports follow
+            import anyio
 
-    import anyio
+            from memlens.mcp.engine import Engine
 
-    from memlens.mcp.engine import Engine
-
-    engine = Engine(store, read_only=read_only)
-    server = build(engine, read_only=read_only)
-    engine.start()
-    mode = "read-only, " if read_only else ""
-    print(f"memlens mcp: serving {_shown(store)} over stdio ({mode}pid {os.getpid()})", file=sys.stderr,
-          flush=True)
-    _warn_stray_variables()
-    from memlens.store.staging import terminate_as_exit
-
-    stop = stopping.Stop(engine)
-    failed: BaseException | None = None
-    try:
-        with terminate_as_exit():  # SIGTERM before the loop runs (or after) unwinds like Ctrl-C: the store closes
-            anyio.run(_serve_wire, server, wire, stop)  # and writes the log rows still waiting in its spool
-    except KeyboardInterrupt:  # a signal while the server starts: nothing was running yet
-        pass
-    except BaseException as exc:
-        failed = exc
-        raise
-    finally:
-        stopping.close_engine(engine, stop.exit_code, failed)
+            engine = Engine(store, read_only=read_only)
+            server = build(engine, read_only=read_only)
+            engine.start()
+        except KeyboardInterrupt:  # a signal while the server starts: what it read is answered, unrun
+            _stopped_early(wire, engine)
+            return 0
+        mode = "read-only, " if read_only else ""
+        print(f"memlens mcp: serving {_shown(store)} over stdio ({mode}pid {os.getpid()})", file=sys.stderr,
+              flush=True)
+        _warn_stray_variables()
+        stop = stopping.Stop(engine)
+        failed: BaseException | None = None
+        try:
+            anyio.run(_serve_wire, server, wire, stop)
+        except KeyboardInterrupt:  # a signal before the loop took the signals over: nothing was running yet
+            wire.refuse()
+        except BaseException as exc:
+            failed = exc
+            raise
+        finally:
+            stopping.close_engine(engine, stop.exit_code, failed)
     return stop.exit_code
+
+
+def _stopped_early(wire: Any, engine: Any) -> None:
+    """A signal before the server served: the requests read so far are answered with an error (nothing ran), and
+    the store, if it was opened, is closed."""
+    refused = wire.refuse()
+    print(f"memlens mcp: stopped before serving; {refused} request(s) read were not run", file=sys.stderr, flush=True)
+    if engine is not None:
+        stopping.close_engine(engine, 0)
 
 
 DRAIN_S = 300.0  # after the end of input, how long requests still running may take to be answered

@@ -130,7 +130,7 @@ class Wire:
         self._out_lock = threading.Lock()
         self._in_lock = threading.Lock()
         self._buffered: list[bytes | None] = []  # lines read before the server attached
-        self._deliver: Callable[[bytes | None], None] | None = None
+        self._deliver: Callable[[bytes | None], object] | None = None
 
     def protect(self) -> None:
         sys.stdout.flush()
@@ -152,6 +152,24 @@ class Wire:
                 deliver(line)
             self._buffered.clear()
             self._deliver = deliver
+
+    def refuse(self) -> int:
+        """The server stops before it served: every request read and not handed to it (and every one read from now
+        on) is answered with an error, unrun; returns how many were so far."""
+        def refuse_line(line: bytes | None) -> int:
+            if line is None:
+                return 0
+            rid = request_id(line.decode("utf-8", "replace"))
+            if rid is None or (self.early_id is not None and rid == self.early_id) or b'"method"' not in line:
+                return 0  # a notification, a response, the initialize already answered, or no JSON object
+            self._send(error_line(rid, SERVER_STOPPING, "the server is stopping: this request was not run"))
+            return 1
+
+        with self._in_lock:
+            refused = sum(refuse_line(line) for line in self._buffered if self._deliver is None)
+            self._buffered.clear()
+            self._deliver = refuse_line
+        return refused
 
     def write(self, line: bytes) -> None:
         """One outgoing message (a JSON line); the SDK's own answer to an early-answered initialize is dropped."""

@@ -248,23 +248,3 @@ def scratch(prefix: str = SCRATCH_PREFIX) -> Iterator[Path]:
         yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)
-
-
-@contextmanager
-def terminate_as_exit() -> Iterator[None]:
-    """While importing from the CLI: SIGTERM unwinds like Ctrl-C (scratch files and staged rows are removed)."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
