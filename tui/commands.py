@@ -25,15 +25,29 @@ ACTIONS = (
 
 
 class MemlensCommands(Provider):
-    """Commands act on the main screen, whatever screen the palette was opened from."""
+    """Commands act on the main screen, whatever screen the palette was opened from: the screens above it close
+    first, after a question when an open entry has edits that closing would lose (as escape and q ask)."""
 
     def _run(self, action: str) -> None:
-        main = getattr(self.app, "main", None)
+        app = self.app
+        main = getattr(app, "main", None)
         if main is None:
             return
-        if self.app.screen is not main:
-            self.app.pop_screen()
-        getattr(main, f"action_{action}")()
+
+        def run() -> None:
+            while app.screen is not main and len(app.screen_stack) > 1:
+                app.pop_screen()
+            getattr(main, f"action_{action}")()
+
+        asks = [getattr(screen, "unsaved_edits", None) for screen in app.screen_stack]
+        fields = ", ".join(f for f in (ask() for ask in asks if callable(ask)) if f)
+        if not fields:
+            run()
+            return
+        from .screens.confirm import ConfirmScreen
+
+        app.push_screen(ConfirmScreen("Discard unsaved edits?", f"Changed: {fields}", yes="Discard", no="Keep editing"),
+                        lambda yes: run() if yes else None)
 
     async def discover(self) -> Hits:
         for title, action, help_text in ACTIONS:

@@ -112,6 +112,46 @@ def test_ctrl_q_with_unsaved_edits_asks_as_q_does(make_app):
     run(app, body)
 
 
+def test_a_palette_command_over_unsaved_edits_asks_first_and_keeps_them_on_no(make_app, settings, real_embedder):
+    """A palette command acts on the main screen, closing the entry above it: with edits unsaved it asks, as escape
+    and q do (it closed the entry and lost them)."""
+    from memlens.tui.screens.confirm import ConfirmScreen
+    from memlens.tui.screens.entry import EntryScreen
+    from memlens.tui.screens.metrics import MetricsScreen
+
+    app = make_app()
+
+    async def palette(pilot, command: str) -> None:
+        await pilot.press("ctrl+p")
+        await settle(pilot)
+        await pilot.press(*command)
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+
+    async def body(pilot):
+        app.open_entry("lc-arch-001")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, EntryScreen)
+        await type_at_end(pilot, screen)
+        await palette(pilot, "Retrieval metrics")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        await settle(pilot)
+        assert app.screen is screen and screen.query_one("#f-text").text.endswith(" Draft.")
+        await palette(pilot, "Retrieval metrics")
+        await pilot.press("y")
+        await settle(pilot)
+        assert isinstance(app.screen, MetricsScreen) and not any(isinstance(s, EntryScreen) for s in app.screen_stack)
+
+    run(app, body)
+    from memlens import Memory
+
+    with Memory.open(app.lens.store_path, settings=settings, embedder=real_embedder) as m:
+        assert not m.get("lc-arch-001").text.endswith(" Draft.")
+
+
 def test_clearing_the_shell_twice_and_by_command_keeps_one_welcome(make_app):
     app = make_app()
 
