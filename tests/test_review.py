@@ -222,6 +222,22 @@ def test_undo_reverses_the_newest_action_and_reopens_the_item(store):
         store.get("note-1")  # deleted again, as the agent left it
 
 
+def test_an_accept_that_changed_nothing_undone_leaves_the_agents_edit_as_it_was(store):
+    """An agent's edit that left the entry active: accepting it writes only a review row; undone, the item is the
+    edit again, with its change, and can be answered (it read as a deletion that no action could answer)."""
+    with attribution.acting_as(AGENT):
+        store.update("rule-1", text=RULE + " Edited while active.")
+    waiting = next(i for i in store.review.items() if i.entry_id == "rule-1")
+    assert waiting.action == "update" and store.get("rule-1").status.value == "active"
+    store.review.accept(["rule-1"])
+    assert "rule-1" not in ids(store)
+    store.review.undo("rule-1")
+    again = next(i for i in store.review.items() if i.entry_id == "rule-1")
+    assert again.action == "update" and again.diff() == waiting.diff() and again.after == store.get("rule-1").to_record()
+    store.review.reject(["rule-1"])
+    assert store.get("rule-1").text == RULE and "rule-1" not in ids(store)
+
+
 def test_an_action_is_refused_when_the_entry_changed_since_the_inbox_was_read(store):
     item = store.review.item("new-1")
     store.update("new-1", salience=0.1)  # someone writes meanwhile

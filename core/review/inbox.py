@@ -98,7 +98,8 @@ class Write:
 
 @dataclass
 class Item:
-    """One entry's unanswered agent writes (oldest first), and the entry's newest audit row of any source."""
+    """One entry's unanswered agent writes (oldest first), and the entry's newest audit row of any source that
+    wrote it (a review row that changed nothing, as accepting an entry already active, holds no version of it)."""
 
     entry_id: str
     writes: list[Write]
@@ -211,7 +212,7 @@ def items(log: ReviewRows, *, client: str | None = None, since: str | None = Non
     for entry_id, history in _writes(log.review_rows()).items():
         pending = _pending(history)
         if pending:
-            item = Item(entry_id, pending, history[-1])
+            item = Item(entry_id, pending, next(w for w in reversed(history) if w.action != "review"))
             if item.matches(client, since):
                 out.append(item)
     return sorted(out, key=lambda i: (i.client.casefold(), i.at, i.entry_id))
