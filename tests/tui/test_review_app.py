@@ -241,3 +241,29 @@ def test_the_palette_opens_the_review_screen(make_app, review_store):
             assert isinstance(pilot.app.screen, ReviewScreen)
 
     asyncio.run(run())
+
+
+def test_a_changed_text_is_shown_whole_up_to_a_bound_wrapped_in_the_pane():
+    """The diff of a text showed 70 characters of each side: an agent's 77-character edit was cut. The changed part
+    now shows with context up to ``DIFF_CHARS``, wrapped in the detail pane (which scrolls)."""
+    from datetime import datetime, timezone
+
+    from rich.console import Console
+
+    from memlens.tui.screens.review import DIFF_CHARS, change_view
+
+    old = "Components publish only through publishers created with create_lifecycle_publisher in on_configure."
+    new = "Publish only while active. (agent edit: also never publish from on_configure or on_cleanup callbacks.)"
+    item = {"entry": "lc-arch-007", "type": "invariant", "wing": "w", "title": "Publishing",
+            "change": {"action": "update", "writes": [], "diff": {"text": {"before": old, "after": new},
+                                                                    "salience": {"before": 0.4, "after": 0.5}}}}
+    console = Console(width=60, record=True, color_system=None)
+    console.print(change_view(item, datetime(2026, 1, 1, tzinfo=timezone.utc)))
+    shown = " ".join(console.export_text().split())
+    assert old in shown and new in shown and "salience: − 0.4" in shown
+    long_old, long_new = "a " * 2000, "b " * 2000  # every word changed: each side cut at the bound
+    item["change"]["diff"] = {"text": {"before": long_old, "after": long_new}}
+    console = Console(width=60, record=True, color_system=None)
+    console.print(change_view(item, datetime(2026, 1, 1, tzinfo=timezone.utc)))
+    shown = console.export_text()
+    assert "…" in shown and DIFF_CHARS // 2 - 10 < shown.count("b") <= DIFF_CHARS // 2 + 1

@@ -38,6 +38,7 @@ from ..widgets.ordered import OrderedInput
 
 TITLE = "Review: what agents wrote, with the evidence to accept, reject or merge it"
 SHOWN = 200  # items the table holds (painting a thousand rows took seconds); accept --clean acts on them all
+DIFF_CHARS = 600  # of a changed text, at most this much of each side is shown (``memlens review show ID``: more)
 COLUMNS = (("client", 22), ("when", 7), ("change", 7), ("type", 9), ("entry", 40), ("against", 18))
 KIND_MARK = {"duplicate": "dup", "conflict": "conflict", "overrides": "overrides", "authority": "authority"}
 
@@ -79,10 +80,13 @@ def change_view(item: dict[str, Any], now: datetime) -> RenderableType:
                                    (f"  {age(parse_ts(w['ts']), now)} ago", "dim")))
     for field, d in c["diff"].items():
         old, new = d["before"], d["after"]
+        width = 70
         if isinstance(old, str) and isinstance(new, str) and max(len(old), len(new)) > 30:
-            old, new = changed_span(old, new, width=70)
-        parts.append(Text.assemble(f"  {field}: ", ("− " + _clip(old, 70), "red")))
-        parts.append(Text.assemble(" " * (len(field) + 4), ("+ " + _clip(new, 70), "green")))
+            # the part that changed, with context, wrapped in the pane (it scrolls): what the reviewer must read
+            width = DIFF_CHARS
+            old, new = changed_span(old, new, context=40, width=width)
+        parts.append(Text.assemble(f"  {field}: ", ("− " + _clip(old, width), "red")))
+        parts.append(Text.assemble(" " * (len(field) + 4), ("+ " + _clip(new, width), "green")))
     return Group(*parts)
 
 
