@@ -267,3 +267,17 @@ def test_a_changed_text_is_shown_whole_up_to_a_bound_wrapped_in_the_pane():
     console.print(change_view(item, datetime(2026, 1, 1, tzinfo=timezone.utc)))
     shown = console.export_text()
     assert "…" in shown and DIFF_CHARS // 2 - 10 < shown.count("b") <= DIFF_CHARS // 2 + 1
+
+
+def test_the_impact_lines_count_in_words_that_agree():
+    from rich.console import Console
+
+    from memlens.tui.screens.review import impact_lines
+
+    q = {"query": "callbacks", "entered": ["a"], "left": [], "moved": []}
+    console = Console(width=100, record=True, color_system=None)
+    for line in impact_lines({"golden_checked": 0, "accept": {"queries_changed": [q]},
+                              "reject": {"queries_changed": [q, q]}}):
+        console.print(line)
+    shown = console.export_text()
+    assert "1 logged query changes" in shown and "2 logged queries change" in shown

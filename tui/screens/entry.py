@@ -468,7 +468,8 @@ class EntryScreen(Screen[None]):
 
         self.set_class(bool(rows), "accessed")
         box = self.query_one("#entry-access-box")
-        box.border_title = (f"Retrieved {len(rows)}{'+' if len(rows) >= ACCESS_ROWS else ''} times · newest first"
+        n = f"{len(rows)}{'+' if len(rows) >= ACCESS_ROWS else ''}"
+        box.border_title = (("Retrieved once" if n == "1" else f"Retrieved {n} times") + " · newest first"
                             if rows else "Retrieved · newest first")
         self.query_one("#entry-access", Static).update(access_table(rows, now) if rows else "")
 
@@ -509,7 +510,8 @@ class EntryScreen(Screen[None]):
         e = message.entry
         what = {"add": f"Created {e.id} in {e.wing}", "delete": f"Deleted {e.id} from {e.wing}", "accept": f"Accepted {e.id}",
                 "status": f"{e.id} is now {e.status.value}"}.get(message.action, f"Saved {e.id}")
-        self.notify(what + (" (re-embedded)" if message.reembedded and message.action != "delete" else ""), title="Entry")
+        again = message.reembedded and message.action not in ("delete", "add")  # (a new entry is embedded, not again)
+        self.notify(what + (" (re-embedded)" if again else ""), title="Entry")
         self.dismiss(message.done)  # the review screen's status line and undo (None for other writes)
         refresh_health = getattr(self.app, "refresh_health", None)
         if refresh_health is not None:

@@ -134,7 +134,7 @@ def impact_lines(e: dict[str, Any]) -> list[RenderableType]:
         style = "bold red" if any(g.get("was_ok") for g in fails) else ""
         out.append(Text.assemble(("✗ " if style else "· ", style or "dim"), (f"if {side}ed: ", "bold"),
                                  (f"{len(fails)} golden failing", style), f" (of {e.get('golden_checked', 0)}), "
-                                 f"{len(changed)} logged queries change"))
+                                 f"{len(changed)} logged {'query changes' if len(changed) == 1 else 'queries change'}"))
         for q in changed[:3]:
             out.append(Text(f"    {_clip(q['query'], 40)!r}: +{len(q['entered'])} −{len(q['left'])} ~{len(q['moved'])}",
                             style="dim"))
