@@ -275,3 +275,26 @@ def test_escape_and_a_letter_in_one_burst_leave_the_shell_and_act_on_the_main_sc
             assert prompt.value == "" and app.main.query_one("#query").value == "callbacks blocking"
 
     asyncio.run(run())
+
+
+def test_home_and_end_select_the_first_and_the_last_result(make_app):
+    """In the results, home and end scrolled sideways and left the selected row where it was (enter then opened a
+    row off screen): they select the first and the last row."""
+    app = make_app()
+
+    async def run() -> None:
+        async with app.run_test(size=(120, 24)) as pilot:
+            await search(pilot, "callbacks blocking")
+            table = app.main.query_one("#results")
+            table.focus()
+            await settle(pilot)
+            assert table.row_count > 3
+            await pilot.press("down", "down")
+            await pilot.press("end")
+            await settle(pilot)
+            assert table.cursor_row == table.row_count - 1
+            await pilot.press("home")
+            await settle(pilot)
+            assert table.cursor_row == 0
+
+    asyncio.run(run())

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.widgets import DataTable
 
 from memlens.visible import one_line
@@ -20,6 +21,9 @@ class ResultsTable(DataTable):
     DEFAULT_CSS = """
     ResultsTable { height: 1fr; }
     """
+    # a list of rows: home and end select the first and the last (a table's own scroll sideways, leaving the row
+    # selected off screen for enter to open)
+    BINDINGS = [Binding("home", "scroll_top", "First", show=False), Binding("end", "scroll_bottom", "Last", show=False)]
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
