@@ -348,6 +348,46 @@ def test_check_refuses_a_file_that_is_not_a_store(tmp_path):
     assert p.returncode == 2 and "not a memlens store" in one_line_error(p)
 
 
+def test_another_programs_database_is_refused_and_left_byte_for_byte(tmp_path):
+    """A SQLite file of another program, named by mistake: every command refuses it before changing anything (its
+    journal mode was switched to WAL, which that program's readers may not be able to use)."""
+    import os
+    import sqlite3
+
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE foo(x)")
+        conn.execute("INSERT INTO foo VALUES (1)")
+    conn.close()
+    before = path.read_bytes()
+    for args in (("stats",), ("export",), ("search", "anything"), ("add", "a rule", "--wing", "w"), ("check",)):
+        p = run_cli("--store", str(path), *args, timeout=120)
+        assert p.returncode == 2 and "a SQLite database but not a memlens store" in one_line_error(p), args
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["other.db"]
+
+
+def test_check_of_a_store_another_process_holds_says_so_and_finds_no_damage(mem, store_path):
+    """Another process holding the store's lock made every check fail and read as damage (with a hint to salvage):
+    it is the one-line "locked" error of the other commands now, and nothing is called a problem."""
+    import sqlite3
+
+    mem.add("A rule about callbacks.", wing="w")
+    mem.close()
+    holder = sqlite3.connect(store_path, isolation_level=None)
+    holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    try:
+        p = run_cli("--store", str(store_path), "check", timeout=120)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert p.returncode == 2 and "is locked by another process" in one_line_error(p)
+    assert "problem" not in p.stdout + p.stderr and "salvage" not in p.stdout + p.stderr
+    p = run_cli("--store", str(store_path), "check", timeout=120)
+    assert p.returncode == 0 and ": ok (" in p.stdout
+
+
 def test_damaged_magic_is_corruption_and_salvage_repairs_the_header(mem, store_path, tmp_path):
     for i in range(5):
         mem.add(f"Rule {i}.", wing="w")

@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from memlens.errors import StoreError
+from memlens.errors import StoreError, StoreLockedError
 from memlens.store import corruption, db
 from memlens.store.rows import COLUMN_LIST, json_object, row_problem, rule_problem, ts_problem
 
@@ -74,7 +74,22 @@ def open_read_only(path: Path) -> Any:
         conn.execute("PRAGMA query_only = ON")
     except Exception as exc:
         raise StoreError(f"cannot open store {path} read-only: {exc}") from None
+    try:
+        other = db.foreign(conn)
+    except Exception as exc:  # a damaged schema is for the checks to find and name; a lock stops them all
+        other = False
+        if db.is_busy(exc):
+            conn.close()
+            raise _locked(path) from None
+    if other:
+        conn.close()
+        raise StoreError(f"{path} is a SQLite database but not a memlens store")
     return conn
+
+
+def _locked(path: Path) -> StoreLockedError:
+    """Another process holds the store's lock: no check can read it now (what failed is not damage)."""
+    return StoreLockedError(f"store {path} is locked by another process (waited 5 s); nothing was checked, try again")
 
 
 def safe(conn: Any, sql: str, args: tuple[Any, ...] = ()) -> tuple[list[Any] | None, str | None]:
@@ -82,6 +97,8 @@ def safe(conn: Any, sql: str, args: tuple[Any, ...] = ()) -> tuple[list[Any] | N
     try:
         return conn.execute(sql, args).fetchall(), None
     except Exception as exc:
+        if db.is_busy(exc):  # another process took the store's lock meanwhile: not damage, the check stops
+            raise
         return None, " ".join(str(exc).split()) or type(exc).__name__
 
 
@@ -172,7 +189,9 @@ class Checker:
                 self.progress(name)
                 try:
                     step(conn)
-                except Exception as exc:  # a check that cannot run is itself a finding
+                except Exception as exc:  # a check that cannot run is itself a finding; a lock is not damage
+                    if db.is_busy(exc):
+                        raise _locked(self.path) from None
                     self.add(name, f"check stopped: {' '.join(str(exc).split())}")
                 self.checks.append(name)
         finally:

@@ -176,6 +176,9 @@ def connect(path: Path, *, busy_timeout_ms: int = 5000, mmap_size: int = 1 << 30
         conn.close()
         raise StoreError(f"cannot load the sqlite-vec extension: {exc}") from None
     try:
+        if foreign(conn):  # another program's database: refused before anything (the journal mode) is changed in it
+            conn.close()
+            raise StoreError(f"{path} is a SQLite database but not a memlens store")
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
         if mode != "wal" and os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
@@ -345,6 +348,14 @@ def schema_version(conn: Any) -> int:
     return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
 
+def foreign(conn: Any) -> bool:
+    """Whether the database holds tables but no memlens schema version: another program's (a memlens store sets
+    its version in the transaction that makes its tables)."""
+    if schema_version(conn) != 0:
+        return False
+    return bool(conn.execute("SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'").fetchone()[0])
+
+
 def migrate(conn: Any, path: Path | str, dim: int) -> None:
     """Bring the schema up to SCHEMA_VERSION; refuse foreign or newer databases."""
     version = schema_version(conn)
@@ -354,10 +365,8 @@ def migrate(conn: Any, path: Path | str, dim: int) -> None:
         raise StoreError(f"{path} was written by a newer memlens (schema {version} > {SCHEMA_VERSION}); upgrade memlens")
     if version == SCHEMA_VERSION:
         return
-    if version == 0:
-        tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'").fetchone()[0]
-        if tables:
-            raise StoreError(f"{path} is a SQLite database but not a memlens store")
+    if version == 0 and foreign(conn):
+        raise StoreError(f"{path} is a SQLite database but not a memlens store")
     with transaction(conn, path):
         # re-check under the write lock: another process may have migrated meanwhile
         current = schema_version(conn)
