@@ -222,6 +222,9 @@ def test_query_sets_and_qrels_are_regular_and_capped(tmp_path, odd_files, demo_s
     deep = tmp_path / "deep.jsonl"
     deep.write_text("[" * 100_000 + "\n")
     one_line(run_limited("--store", store, "search", "--queries", str(deep)), "line 1", "nested too deeply")
+    twice = tmp_path / "twice.jsonl"  # both would be scored against the one id's qrels
+    twice.write_text('{"_id": "q1", "text": "callbacks"}\n{"_id": 1, "text": "x"}\n{"_id": "1", "text": "timers"}\n')
+    one_line(run_limited("--store", store, "eval", str(twice), str(good_r)), "line 3", "already the id of line 2")
 
 
 TOKENIZER_PROBE = """

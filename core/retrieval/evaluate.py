@@ -71,9 +71,14 @@ def read_json_lines(path: Path, what: str = "queries") -> list[tuple[int, Any]]:
 
 def load_queries(path: Path) -> list[dict[str, Any]]:
     out = []
+    seen: dict[str, int] = {}  # query id -> its line: the qrels name a query by its id, so one id is one query
     for n, obj in read_json_lines(path):
         if not isinstance(obj, dict) or "_id" not in obj or not isinstance(obj.get("text"), str):
             raise MemlensError(f"{path}: line {n}: expected {{\"_id\": ..., \"text\": \"...\"}}")
+        first = seen.setdefault(str(obj["_id"]), n)
+        if first != n:
+            raise MemlensError(f"{path}: line {n}: query id {str(obj['_id'])[:40]!r} is already the id of line {first} "
+                               "(the qrels find a query by its id)")
         if not isinstance(obj.get("active_wing", ""), (str, type(None))):
             raise MemlensError(f"{path}: line {n}: active_wing: expected a string")
         wings = obj.get("wings")
