@@ -8,6 +8,11 @@ from contextlib import contextmanager
 from typing import Any
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as Ctrl-C is (everything that cleans up after Ctrl-C does after it); a command ends with
+    status 143 (128 + SIGTERM) for it, as a process stopped by SIGTERM does."""
+
+
 @contextmanager
 def terminate_as_exit() -> Iterator[None]:
     """SIGTERM raises KeyboardInterrupt on the main thread, as Ctrl-C does (an import's scratch files and staged
@@ -20,7 +25,7 @@ def terminate_as_exit() -> Iterator[None]:
         return
 
     def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+        raise Terminated
 
     previous = signal.signal(signal.SIGTERM, handler)
     try:

@@ -109,9 +109,11 @@ def _handle(args: argparse.Namespace, handler: Callable[[argparse.Namespace], in
     except MemlensError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        from memlens.sigterm import Terminated
+
         print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+        return 143 if isinstance(exc, Terminated) else 130
     except BrokenPipeError:
         # `memlens export | head`: the reader left before the end. Silent, and the status a program stopped by
         # SIGPIPE has (128 + 13), not 0: the command did not finish, so a `check` or `lint` piped into `head` must
