@@ -146,6 +146,18 @@ def test_the_server_names_the_store_it_serves_when_the_environment_picks_it(stor
         assert c.close() == 0
 
 
+def test_an_unknown_tool_is_named_once(store):
+    c = raw(store)
+    try:
+        c.initialize()
+        unknown = c.request("tools/call", {"name": "nope", "arguments": {}})["result"]
+        assert unknown["isError"] and unknown["content"][0]["text"] == "Unknown tool: nope"  # not "nope: Unknown tool…"
+        assert c.call("memory_wings")["structuredContent"]["wings"]  # the session goes on
+    finally:
+        assert c.close() == 0
+    assert b"Traceback" not in b"".join(c.err.seen)
+
+
 def test_a_line_that_is_not_json_gets_a_parse_error(store):
     c = raw(store)
     try:
@@ -166,7 +178,7 @@ def test_a_line_that_is_not_json_gets_a_parse_error(store):
         # JSON that is no request is answered too (a client waiting on it would wait for ever), with a null id
         for line, says in ((b'[{"jsonrpc": "2.0", "id": 2, "method": "ping"}]', "a batch (a JSON list) is not part of MCP"),
                            (b"5", "a message is a JSON object with a method"), (b"{}", "a JSON object with a method"),
-                           (b'{"jsonrpc": "2.0", "id": {"x": 1}, "method": "ping"}', "an id is a string or a number")):
+                           (b'{"jsonrpc": "2.0", "id": {"x": 1}, "method": "ping"}', "an id is a string or an integer")):
             c.proc.stdin.write(line + b"\n")
             c.proc.stdin.flush()
             reply = c.recv()

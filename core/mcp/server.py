@@ -66,6 +66,8 @@ def build(engine: Any, *, read_only: bool = False) -> Any:
             except UnexpectedToolError:
                 raise
             except ToolError as exc:
+                if str(exc) == f"Unknown tool: {name}":  # (already names the tool)
+                    raise
                 raise ToolError(one_line_error(name, exc)) from exc.__cause__
 
     server = MemlensMCPServer(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
@@ -294,7 +296,7 @@ async def _serve_wire(server: Any, wire: Any, stop: stopping.Stop | None = None)
                 # a request whose id is no string or number: the SDK reads it as a notification, unanswered
                 from memlens.mcp.stdio import INVALID_REQUEST, error_line
 
-                wire.write(error_line(None, INVALID_REQUEST, "invalid request: an id is a string or a number"))
+                wire.write(error_line(None, INVALID_REQUEST, "invalid request: an id is a string or an integer"))
                 return
             loop.call_soon_threadsafe(receive, item)
         except RuntimeError:

@@ -307,7 +307,7 @@ def invalid_message_answer(line: bytes, exc: Exception) -> bytes | None:
         return None  # a client's malformed answer or notification: nothing to answer
     rid = msg["id"]
     if not isinstance(rid, (int, str)) or isinstance(rid, bool):
-        return error_line(None, INVALID_REQUEST, "invalid request: an id is a string or a number")
+        return error_line(None, INVALID_REQUEST, "invalid request: an id is a string or an integer")
     try:
         json.dumps(msg, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:  # a \ud800 escape alone: JSON's syntax, but no Unicode character
