@@ -298,3 +298,26 @@ def test_home_and_end_select_the_first_and_the_last_result(make_app):
             assert table.cursor_row == 0
 
     asyncio.run(run())
+
+
+def test_a_burst_of_plus_keys_steps_the_context_budget_once_each(make_app):
+    """Four + in one burst (a terminal's key repeat) raised the budget by one step: each read the budget the field's
+    change message had not updated yet. Each counts now."""
+    from textual import events
+
+    app = make_app()
+
+    async def run() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await search(pilot, "callbacks blocking")
+            app.context_preview(app.main.query_text)
+            await settle(pilot)
+            field = app.screen.query_one("#ctx-budget")
+            field.value = "400"
+            await settle(pilot)
+            await burst(pilot, [events.Key("plus", "+")] * 4)
+            assert field.value == "800"
+            await burst(pilot, [events.Key("minus", "-")] * 3)
+            assert field.value == "500"
+
+    asyncio.run(run())

@@ -178,8 +178,10 @@ class ContextScreen(Screen[None]):
         self._debounce = self.set_timer(DEBOUNCE_S, self.refresh_context)
 
     def action_step(self, direction: int) -> None:
-        new = step_budget(self.budget, STEP * direction)
-        self.query_one("#ctx-budget", Input).value = "" if new is None else str(new)
+        # from the field as it is now: a burst of keys comes before the field's change messages
+        field = self.query_one("#ctx-budget", Input)
+        new = step_budget(parse_budget(field.value), STEP * direction)
+        field.value = "" if new is None else str(new)
 
     # -- rendering ----------------------------------------------------------------------------
 
