@@ -455,6 +455,36 @@ def test_a_narrow_footer_keeps_review_help_and_quit(make_app):
     run(app, body, size=(80, 24))
 
 
+def test_at_60_columns_the_footers_keep_help_quit_save_and_close_whole(make_app):
+    """At 60 columns the main footer cut off Help and Quit, the entry's its Close key in the middle of Delete: the
+    keys that do not fit leave it whole (F1 lists them; they still work)."""
+    from textual.widgets._footer import FooterKey
+
+    from memlens.tui.footer import PALETTE_CELLS
+
+    app = make_app()
+
+    def keys() -> list[FooterKey]:
+        return [k for k in app.screen.query(FooterKey) if "-command-palette" not in k.classes]
+
+    def fits() -> bool:
+        return all(k.region.width > 0 and k.region.right <= 60 - PALETTE_CELLS for k in keys())
+
+    async def body(pilot):
+        await pilot.press("escape")
+        await settle(pilot)
+        shown = [k.description for k in keys()]
+        assert {"Search", "Review", "Help", "Quit"} <= set(shown) and fits(), shown
+        await pilot.press("w")  # a key the footer left out still works
+        await settle(pilot)
+        app.open_entry("lc-arch-001")
+        await settle(pilot)
+        shown = [k.description for k in keys()]
+        assert {"Save", "Close"} <= set(shown) and fits(), shown
+
+    run(app, body, size=(60, 20))
+
+
 def test_the_demo_offer_loads_nothing_into_a_store_written_since(make_app, settings, real_embedder):
     """The app offers the demo on an empty store; when another process writes before the offer is taken, taking it
     loads nothing (the demo's entries would mix with real ones) and says why."""

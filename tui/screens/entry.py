@@ -36,6 +36,7 @@ from memlens.attribution import describe as describe_client
 from memlens.errors import MemlensError, NotFoundError
 from memlens.models import KINDS, STATUSES, TYPES, Entry, parse_ts
 
+from ..footer import FooterFits
 from ..widgets.code import language, lines_of, location
 from ..widgets.entry_view import audit_history, metadata
 from ..widgets.ordered import OrderedInput, OrderedTextArea
@@ -73,8 +74,10 @@ def field(label: str, widget: Any, classes: str = "field") -> Vertical:
     return Vertical(Label(label, classes="field-label"), widget, classes=classes)
 
 
-class EntryScreen(Screen[None]):
+class EntryScreen(FooterFits, Screen[None]):
     """``EntryScreen(None)`` creates a new entry in the active wing."""
+
+    FOOTER_SPARE = ("entry.undo_review", "entry.review", "entry.deprecate", "entry.delete")  # Save and Close stay
 
     BINDINGS = [
         Binding("ctrl+s", "save", "Save", id="entry.save",

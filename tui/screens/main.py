@@ -43,7 +43,8 @@ class MainScreen(FooterFits, KeysWhereTheCursorIs, Screen[None]):
     Escape leaves the box."""
 
     # on a narrow terminal the footer keeps Search, Shell, Review, Wing, Help and Quit (F1 lists the others)
-    FOOTER_SPARE = ("main.rerun", "main.dropped", "main.new", "main.context", "main.why_not", "main.leave_search")
+    FOOTER_SPARE = ("main.rerun", "main.dropped", "main.new", "main.context", "main.why_not", "main.leave_search",
+                    "main.wing", "main.shell")  # (the last two go only in a terminal under 80 columns)
 
     BINDINGS = [
         Binding("escape", "leave_search", "Results", id="main.leave_search",
