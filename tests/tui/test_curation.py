@@ -86,7 +86,7 @@ def test_edited_text_is_saved_reembedded_audited_and_invalidates_the_cache(make_
         assert np.allclose(after_vec, m.embed([entry.embed_text])[0], atol=1e-5)
 
 
-def test_one_key_deprecates_and_one_marks_under_review(make_app, settings, real_embedder):
+def test_one_key_deprecates_or_restores_and_one_marks_under_review(make_app, settings, real_embedder):
     app = make_app()
 
     async def body(pilot):
@@ -98,13 +98,24 @@ def test_one_key_deprecates_and_one_marks_under_review(make_app, settings, real_
         await open_entry(pilot, "lc-arch-002")
         await pilot.press("ctrl+r")
         await settle(pilot)
+        # a deprecated entry's ctrl+o restores it (it said "already deprecated", and nothing restored it but the form)
+        screen = await open_entry(pilot, "lc-arch-003")
+        footer = {a.binding.description for a in screen.active_bindings.values() if a.binding.show}
+        assert "Restore" in footer and "Deprecate" not in footer, footer
+        await pilot.press("ctrl+o")
+        await settle(pilot)
+        if pilot.app.screen is not pilot.app.main:  # the restore's impact, asked first
+            await pilot.press("y")
+            await settle(pilot)
+        assert pilot.app.screen is pilot.app.main
 
     run(app, body)
     with fresh(app, settings, real_embedder) as m:
-        assert m.get("lc-arch-003").status.value == "deprecated"
+        assert m.get("lc-arch-003").status.value == "active"
+        assert [r["after"]["status"] for r in m.audit("lc-arch-003")[:2]] == ["active", "deprecated"]
         assert m.get("lc-arch-002").status.value == "under_review"
         for entry_id, status in (("lc-arch-003", "deprecated"), ("lc-arch-002", "under_review")):
-            row = m.audit(entry_id)[0]
+            row = m.audit(entry_id)[1 if entry_id == "lc-arch-003" else 0]
             assert row["action"] == "update"
             assert (row["before"]["status"], row["after"]["status"]) == ("active", status)
             assert row["before"]["text"] == row["after"]["text"]

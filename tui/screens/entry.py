@@ -77,13 +77,16 @@ def field(label: str, widget: Any, classes: str = "field") -> Vertical:
 class EntryScreen(FooterFits, Screen[None]):
     """``EntryScreen(None)`` creates a new entry in the active wing."""
 
-    FOOTER_SPARE = ("entry.undo_review", "entry.review", "entry.deprecate", "entry.delete")  # Save and Close stay
+    # what leaves a narrow footer first (Save and Close stay)
+    FOOTER_SPARE = ("entry.undo_review", "entry.review", "entry.deprecate", "entry.restore", "entry.delete")
 
     BINDINGS = [
         Binding("ctrl+s", "save", "Save", id="entry.save",
                 tooltip="Validate and write the edits (a new text or title is re-embedded)"),
         Binding("ctrl+o", "set_status('deprecated')", "Deprecate", id="entry.deprecate",
                 tooltip="Mark the entry obsolete: status deprecated, excluded from retrieval (audited)"),
+        Binding("ctrl+o", "set_status('active')", "Restore", id="entry.restore",  # (a deprecated entry's ctrl+o)
+                tooltip="Make the deprecated entry active again: retrieved again (audited)"),
         Binding("ctrl+r", "set_status('under_review')", "Under review", id="entry.review",
                 tooltip="Mark the entry under review: still retrieved, flagged as possibly outdated (audited)"),
         Binding("ctrl+t", "delete", "Delete", id="entry.delete", tooltip="Delete the entry (asks first)"),
@@ -266,6 +269,7 @@ class EntryScreen(FooterFits, Screen[None]):
         self.query_one("#entry-audit", Static).update(audit_history(message.audit, now))
         self._show_access(message.access or [], now)
         self.query_one("#f-text", TextArea).focus()
+        self.refresh_bindings()  # (ctrl+o deprecates or, for a deprecated entry, restores)
 
     def _code_preview(self, entry: Entry) -> None:
         """A code chunk's text is shown highlighted, numbered as in its file, and read-only: it mirrors the file."""
@@ -366,6 +370,9 @@ class EntryScreen(FooterFits, Screen[None]):
             return self.has_class("narrow")
         if self.gone:
             return action == "close"
+        if action == "set_status" and parameters in (("deprecated",), ("active",)):  # ctrl+o: the one that applies
+            deprecated = self.entry is not None and self.entry.status.value == "deprecated"
+            return deprecated == (parameters == ("active",))
         return not (action in ("delete", "undo_review") and self.entry_id is None)
 
     def on_resize(self) -> None:

@@ -46,7 +46,8 @@ Outside the search box: `/` search · `r` re-run · `d` dropped · `enter` entry
 `w` next active wing · `t` working memory (narrow terminal) · `q` quit.
 In the search box: `esc` leaves it, `enter` runs the query. Anywhere: `ctrl+p` command palette, `F1` help.
 
-Entry screen: `ctrl+s` save · `ctrl+o` deprecate · `ctrl+r` under review · `ctrl+t` delete · `esc` close.
+Entry screen: `ctrl+s` save · `ctrl+o` deprecate (a deprecated entry: restore) · `ctrl+r` under review ·
+`ctrl+t` delete · `esc` close.
 Context preview: `+`/`-` budget by 100. Shell: `@academic …`, `/memory …`, `:help`; ↑/↓ history, Tab completes.
 """
 
