@@ -78,3 +78,27 @@ def test_hostile_stored_text_is_drawn_as_text_on_every_screen(make_app, settings
     assert "[/oops] [b]bold?[/b]" in seen["delete"]
     assert "Harbour tides [/oops]" in seen["metrics"]
     assert "blob [oops] [b]x[2J]0;pwnedFAKE.bin" in seen["index"]
+
+
+def test_a_wide_task_intent_is_cut_to_the_panes_cells_on_one_line():
+    """A task intent with CJK characters (or a long blocker) was cut by characters, to a width the pane's column does
+    not have: it wrapped onto a second line holding only the "…" and the intent's last letters."""
+    from datetime import datetime, timezone
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from memlens.tui.widgets.working_memory import render_window
+
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    task = SimpleNamespace(task_id="t-1", intent="日本語 Implement a really careful migration of the whole store",
+                           completed_at=now, outcome=SimpleNamespace(value="success"), requires_context=True)
+    blocker = SimpleNamespace(task_id="t-2", reason="waiting for the hardware team to flash the lidar firmware again",
+                              blocked_at=now)
+    window = SimpleNamespace(tasks=[task], blockers=[blocker])
+    console = Console(width=40, record=True, color_system=None)
+    console.print(render_window(window, now, width=40))
+    lines = [ln.rstrip() for ln in console.export_text().splitlines() if ln.strip()]
+    cut = [ln for ln in lines if ln.endswith("…")]
+    assert len(cut) == 2 and "日本語" in cut[0] and "waiting for" in cut[1], lines  # each on its own one line
+    assert [ln for ln in lines if "…" in ln] == cut, lines

@@ -27,7 +27,7 @@ def render_window(window: Any, now: datetime, width: int = 40) -> Group:
                       age(t.completed_at, now))
         intent = t.intent or ("opaque (requires_context=false)" if not t.requires_context else "")
         if intent:
-            tasks.add_row("", Text(_clip(intent, width - 4), style="" if t.intent else "dim italic"), "")
+            tasks.add_row("", _line(intent, width, style="" if t.intent else "dim italic"), "")
     parts.append(tasks if window.tasks else Text("  none yet", style="dim"))
     parts.append(Text(""))
     parts.append(Text(f"Active blockers ({len(window.blockers)})", style="bold"))
@@ -37,14 +37,15 @@ def render_window(window: Any, now: datetime, width: int = 40) -> Group:
     blockers.add_column(justify="right", style="dim")
     for b in window.blockers:
         blockers.add_row(Text("■", style="bold red"), Text(b.task_id, style="bold"), age(b.blocked_at, now))
-        blockers.add_row("", Text(_clip(b.reason, width - 4)), "")
+        blockers.add_row("", _line(b.reason, width), "")
     parts.append(blockers if window.blockers else Text("  none", style="dim"))
     return Group(*parts)
 
 
-def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: max(1, width - 1)] + "…"
+def _line(text: str, width: int, style: str = "") -> Text:
+    """``text`` on one line, cut with "…" where its column ends (counted in cells: a CJK character or an emoji takes
+    two; a cut by characters left a wide text too long, wrapped onto a line of its own "…")."""
+    return Text(" ".join(text.split())[: width * 2], style=style, no_wrap=True, overflow="ellipsis")
 
 
 AGE_TICK_S = 5.0
