@@ -388,6 +388,34 @@ def test_check_of_a_store_another_process_holds_says_so_and_finds_no_damage(mem,
     assert p.returncode == 0 and ": ok (" in p.stdout
 
 
+@pytest.mark.parametrize("damage", ["schema version zeroed", "a column renamed to no word of a lock"])
+def test_a_store_damaged_so_is_still_checked_and_salvaged(mem, store_path, tmp_path, damage):
+    """Neither damage may read as another program's database (the schema version gone, the tables there) nor as a
+    lock (an error naming the column ``blocked_at`` holds the word "locked"): check names it, salvage saves all."""
+    import sqlite3
+
+    from memlens.store.check import check_store
+    from memlens.store.salvage import salvage
+
+    for i in range(5):
+        mem.add(f"Rule {i}.", wing="w")
+    mem.close()
+    if damage.startswith("schema"):
+        with open(store_path, "r+b") as f:
+            f.seek(60)
+            f.write(b"\0" * 4)
+        said = "schema version 0"
+    else:
+        with sqlite3.connect(store_path) as conn:
+            conn.execute("ALTER TABLE blockers RENAME COLUMN blocked_at TO since")
+        conn.close()
+        said = "no such column: blocked_at"
+    report = bounded(lambda: check_store(store_path))
+    assert not report["ok"] and any(said in f["problem"] for f in report["findings"]), report["findings"]
+    out = bounded(lambda: salvage(store_path, tmp_path / "new.db", settings=mem.settings, embedder=mem._embedder))
+    assert out["saved"] == 5 and out["lost"] == 0
+
+
 def test_damaged_magic_is_corruption_and_salvage_repairs_the_header(mem, store_path, tmp_path):
     for i in range(5):
         mem.add(f"Rule {i}.", wing="w")

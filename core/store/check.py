@@ -74,22 +74,36 @@ def open_read_only(path: Path) -> Any:
         conn.execute("PRAGMA query_only = ON")
     except Exception as exc:
         raise StoreError(f"cannot open store {path} read-only: {exc}") from None
-    try:
-        other = db.foreign(conn)
+    try:  # another program's database has none of a store's tables (a store's schema version may be damaged)
+        names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except Exception as exc:  # a damaged schema is for the checks to find and name; a lock stops them all
-        other = False
-        if db.is_busy(exc):
+        names = set(STORE_TABLES)
+        if lock_error(exc):
             conn.close()
             raise _locked(path) from None
-    if other:
+    if names and not names & set(STORE_TABLES):
         conn.close()
         raise StoreError(f"{path} is a SQLite database but not a memlens store")
     return conn
 
 
+STORE_TABLES = ("entries", "store_meta", "audit")
+
+
+def lock_error(exc: BaseException) -> bool:
+    """Whether SQLite refused for a lock another connection holds (SQLITE_BUSY or SQLITE_LOCKED), by its code where
+    the driver gives one, else by SQLite's own words (not any message naming, say, the column ``blocked_at``)."""
+    if isinstance(exc, StoreLockedError):
+        return True
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in (5, 6)
+    return str(exc).lower().startswith(("database is locked", "database table is locked", "database schema is locked"))
+
+
 def _locked(path: Path) -> StoreLockedError:
-    """Another process holds the store's lock: no check can read it now (what failed is not damage)."""
-    return StoreLockedError(f"store {path} is locked by another process (waited 5 s); nothing was checked, try again")
+    """Another process holds the store's lock: the checks cannot read it now (what failed is not damage)."""
+    return StoreLockedError(f"store {path} is locked by another process (waited 5 s); the check stopped, try again")
 
 
 def safe(conn: Any, sql: str, args: tuple[Any, ...] = ()) -> tuple[list[Any] | None, str | None]:
@@ -97,8 +111,9 @@ def safe(conn: Any, sql: str, args: tuple[Any, ...] = ()) -> tuple[list[Any] | N
     try:
         return conn.execute(sql, args).fetchall(), None
     except Exception as exc:
-        if db.is_busy(exc):  # another process took the store's lock meanwhile: not damage, the check stops
-            raise
+        if lock_error(exc):  # another process took the store's lock meanwhile: not damage, the check stops
+            raise StoreLockedError(f"another process holds the store's lock ({' '.join(str(exc).split())}); "
+                                   "try again") from None
         return None, " ".join(str(exc).split()) or type(exc).__name__
 
 
@@ -190,7 +205,7 @@ class Checker:
                 try:
                     step(conn)
                 except Exception as exc:  # a check that cannot run is itself a finding; a lock is not damage
-                    if db.is_busy(exc):
+                    if lock_error(exc):
                         raise _locked(self.path) from None
                     self.add(name, f"check stopped: {' '.join(str(exc).split())}")
                 self.checks.append(name)
