@@ -410,27 +410,37 @@ def test_http_a_stop_while_the_model_loads_does_not_wait_for_the_load(tmp_path):
     intact(store)
 
 
-# the engine's start held for a minute (said on stderr): a signal surely comes while the server starts
+# the server's start held for a minute (said on stderr) at TEST_MEMLENS_HOLD: the engine's making, or the warnings
+# it prints once the engine started: a signal surely comes while the server starts
 HELD_START = """
 import os, sys, time
-import memlens.mcp.engine
-init = memlens.mcp.engine.Engine.__init__
-def held_init(self, *a, **kw):
-    os.write(2, b"test: start held\\n")
-    time.sleep(60)
-    init(self, *a, **kw)
-memlens.mcp.engine.Engine.__init__ = held_init
+import memlens.mcp.engine, memlens.mcp.server
+
+def hold(real):
+    def held(*a, **kw):
+        os.write(2, b"test: start held\\n")
+        time.sleep(60)
+        return real(*a, **kw)
+    return held
+
+if os.environ["TEST_MEMLENS_HOLD"] == "engine":
+    memlens.mcp.engine.Engine.__init__ = hold(memlens.mcp.engine.Engine.__init__)
+else:
+    memlens.mcp.server._warn_stray_variables = hold(memlens.mcp.server._warn_stray_variables)
 from memlens.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.parametrize("held", ["engine", "warnings"])
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_while_the_server_starts_answers_what_it_read_unrun(tmp_path, signum):
+def test_a_signal_while_the_server_starts_answers_what_it_read_unrun(tmp_path, signum, held):
     """initialize is answered before the engine loads; a signal in that time stops the server gracefully too: each
-    request read so far (and any read after) gets the stopping error, nothing is written, the status is 0."""
+    request read so far (and any read after) gets the stopping error, nothing is written, the status is 0. Also
+    once the engine started, before the serving began (its start-up lines)."""
     store = tmp_path / "s.db"
-    c = RawClient([sys.executable, "-c", HELD_START, "--store", str(store), "mcp"], env=server_env())
+    c = RawClient([sys.executable, "-c", HELD_START, "--store", str(store), "mcp"],
+                  env=server_env(TEST_MEMLENS_HOLD=held))
     try:
         assert c.initialize()["result"]["serverInfo"]["name"]
         for rid in (2, 3):

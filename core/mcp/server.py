@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from typing import Any
 
@@ -168,49 +169,50 @@ def _warn_stray_variables() -> None:
 def _serve_stdio(store: str | None, read_only: bool) -> int:
     from memlens import __version__
     from memlens.mcp.stdio import Wire
-    from memlens.sigterm import terminate_as_exit
+    from memlens.sigterm import Terminated, terminate_as_exit
 
     wire = Wire(__version__, early=os.environ.get("MEMLENS_MCP_EARLY_INIT", "1") != "0")
     wire.protect()
     engine: Any = None
-    with terminate_as_exit():  # SIGTERM (like Ctrl-C) from here on unwinds: the store closes and writes the log rows
-        try:  # still waiting in its spool
-            wire.start()  # initialize is answered from here on; the heavy imports follow
-            import anyio
+    stop: stopping.Stop | None = None
+    failed: BaseException | None = None
+    try:
+        # SIGTERM (like Ctrl-C) unwinds while the server starts and serves; the store's close (which writes the log
+        # rows still waiting in its spool) comes after, where a second signal stops the process as it would any
+        with terminate_as_exit():
+            try:
+                wire.start()  # initialize is answered from here on; the heavy imports follow
+                import anyio
 
-            from memlens.mcp.engine import Engine
+                from memlens.mcp.engine import Engine
 
-            engine = Engine(store, read_only=read_only)
-            server = build(engine, read_only=read_only)
-            engine.start()
-        except KeyboardInterrupt:  # a signal while the server starts: what it read is answered, unrun
-            _stopped_early(wire, engine)
-            return 0
-        mode = "read-only, " if read_only else ""
-        print(f"memlens mcp: serving {_shown(store)} over stdio ({mode}pid {os.getpid()})", file=sys.stderr,
-              flush=True)
-        _warn_stray_variables()
-        stop = stopping.Stop(engine)
-        failed: BaseException | None = None
-        try:
-            anyio.run(_serve_wire, server, wire, stop)
-        except KeyboardInterrupt:  # a signal before the loop took the signals over: nothing was running yet
-            wire.refuse()
-        except BaseException as exc:
-            failed = exc
-            raise
-        finally:
-            stopping.close_engine(engine, stop.exit_code, failed)
-    return stop.exit_code
-
-
-def _stopped_early(wire: Any, engine: Any) -> None:
-    """A signal before the server served: the requests read so far are answered with an error (nothing ran), and
-    the store, if it was opened, is closed."""
-    refused = wire.refuse()
-    print(f"memlens mcp: stopped before serving; {refused} request(s) read were not run", file=sys.stderr, flush=True)
-    if engine is not None:
-        stopping.close_engine(engine, 0)
+                engine = Engine(store, read_only=read_only)
+                server = build(engine, read_only=read_only)
+                engine.start()
+                mode = "read-only, " if read_only else ""
+                print(f"memlens mcp: serving {_shown(store)} over stdio ({mode}pid {os.getpid()})", file=sys.stderr,
+                      flush=True)
+                _warn_stray_variables()
+                stop = stopping.Stop(engine)
+            except KeyboardInterrupt:  # a signal while the server starts: what it read is answered, unrun
+                refused = wire.refuse()
+                print(f"memlens mcp: stopped before serving; {refused} request(s) read were not run", file=sys.stderr,
+                      flush=True)
+            else:
+                try:
+                    anyio.run(_serve_wire, server, wire, stop)
+                except KeyboardInterrupt as exc:  # a signal outside the loop's own handlers (before or after them)
+                    signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+                    if stop.stopping:  # a second signal: at once, as the loop's handler does
+                        stop.force(signum, 0, f"at once ({stopping.signal_name(signum)} again)")
+                    wire.refuse()
+    except BaseException as exc:
+        failed = exc
+        raise
+    finally:
+        if engine is not None:
+            stopping.close_engine(engine, 0 if stop is None else stop.exit_code, failed)
+    return 0 if stop is None else stop.exit_code
 
 
 DRAIN_S = 300.0  # after the end of input, how long requests still running may take to be answered
