@@ -145,3 +145,18 @@ def test_half_a_surrogate_pair_is_named_as_the_parse_error(tmp_path):
         status, answer = resp.status, json.loads(resp.read())
     assert status == 400 and answer["error"]["code"] == -32700
     assert answer["error"]["message"] == "Parse error: a \\u escape in the body is half of a surrogate pair, not a character"
+
+
+def test_the_form_check_refuses_only_what_is_not_a_host_or_an_origin():
+    """Well formed (served or not by the names allowed, which the SDK decides next): an IPv6 literal with a zone, an
+    empty port, an Origin with a trailing slash. Not: a port that is not a number, a user name, a path."""
+    from memlens.mcp.auth import malformed
+
+    for host in (b"localhost", b"localhost:8765", b"localhost:", b"[::1]:80", b"[fe80::1%25br-lan]:80", b"memory.lan"):
+        assert malformed([(b"host", host)]) is None, host
+    for origin in (b"http://localhost:8765", b"https://memory.lan", b"http://[::1]:3", b"http://localhost:8765/"):
+        assert malformed([(b"origin", origin)]) is None, origin
+    for host in (b"localhost:evil", b"localhost:1@evil.example", b"a b", b"[::1]x", b"localhost:123456"):
+        assert malformed([(b"host", host)])[0] == 421, host
+    for origin in (b"http://localhost:1@evil.example", b"null", b"http://localhost/path", b"http://localhost:x"):
+        assert malformed([(b"origin", origin)])[0] == 403, origin

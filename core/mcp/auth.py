@@ -47,8 +47,10 @@ def normal_host(value: bytes) -> bytes:
     return (name.rstrip(".") + colon + port).encode("latin-1")
 
 
-_HOST_FORM = re.compile(rb"(?:\[[0-9a-z:.%]+\]|[^\s:/@\[\]]+)(?::[0-9]{1,5})?")
-_ORIGIN_FORM = re.compile(rb"[a-z][a-z0-9+.-]*://(?:\[[0-9a-z:.%]+\]|[^\s:/@\[\]]+)(?::[0-9]{1,5})?", re.IGNORECASE)
+# a name, or an IP literal in brackets (an IPv6 zone after %25 may hold - _ ~), then a port, possibly empty (RFC 3986)
+_HOST_FORM = re.compile(rb"(?:\[[0-9a-z:.%_~-]+\]|[^\s:/@\[\]]+)(?::[0-9]{0,5})?")
+# a scheme and a host as above; a trailing / (no path after it) is sent by some clients
+_ORIGIN_FORM = re.compile(rb"[a-z][a-z0-9+.-]*://(?:\[[0-9a-z:.%_~-]+\]|[^\s:/@\[\]]+)(?::[0-9]{0,5})?/?", re.IGNORECASE)
 
 
 def malformed(headers: list[tuple[bytes, bytes]]) -> tuple[int, str] | None:
