@@ -39,13 +39,15 @@ class MemlensCommands(Provider):
                 app.pop_screen()
             getattr(main, f"action_{action}")()
 
+        from .screens.confirm import ConfirmScreen
+
+        if isinstance(app.screen, ConfirmScreen):  # a question is open (discard the edits?): it is answered first
+            return
         asks = [getattr(screen, "unsaved_edits", None) for screen in app.screen_stack]
         fields = ", ".join(f for f in (ask() for ask in asks if callable(ask)) if f)
         if not fields:
             run()
             return
-        from .screens.confirm import ConfirmScreen
-
         app.push_screen(ConfirmScreen("Discard unsaved edits?", f"Changed: {fields}", yes="Discard", no="Keep editing"),
                         lambda yes: run() if yes else None)
 

@@ -140,6 +140,13 @@ def test_a_palette_command_over_unsaved_edits_asks_first_and_keeps_them_on_no(ma
         await pilot.press("n")
         await settle(pilot)
         assert app.screen is screen and screen.query_one("#f-text").text.endswith(" Draft.")
+        await pilot.press("escape")  # the entry's own question is open: a palette command does not stack another
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmScreen)
+        await palette(pilot, "Retrieval metrics")
+        assert isinstance(app.screen, ConfirmScreen) and isinstance(app.screen_stack[-2], EntryScreen)
+        await pilot.press("n")
+        await settle(pilot)
         await palette(pilot, "Retrieval metrics")
         await pilot.press("y")
         await settle(pilot)
@@ -475,8 +482,10 @@ def test_at_60_columns_the_footers_keep_help_quit_save_and_close_whole(make_app)
         await settle(pilot)
         shown = [k.description for k in keys()]
         assert {"Search", "Review", "Help", "Quit"} <= set(shown) and fits(), shown
+        wing = app.lens.active_wing
         await pilot.press("w")  # a key the footer left out still works
         await settle(pilot)
+        assert app.lens.active_wing != wing
         app.open_entry("lc-arch-001")
         await settle(pilot)
         shown = [k.description for k in keys()]
