@@ -211,7 +211,11 @@ def _serve_stdio(store: str | None, read_only: bool) -> int:
         raise
     finally:
         if engine is not None:
-            stopping.close_engine(engine, 0 if stop is None else stop.exit_code, failed)
+            try:
+                stopping.close_engine(engine, 0 if stop is None else stop.exit_code, failed)
+            except KeyboardInterrupt:  # Ctrl-C while the store closes: at once, as a second signal stops
+                print("memlens mcp: interrupted while closing the store", file=sys.stderr, flush=True)
+                os._exit(128 + signal.SIGINT)
     return 0 if stop is None else stop.exit_code
 
 

@@ -74,7 +74,7 @@ def open_read_only(path: Path) -> Any:
         conn.execute("PRAGMA query_only = ON")
     except Exception as exc:
         raise StoreError(f"cannot open store {path} read-only: {exc}") from None
-    try:  # another program's database has none of a store's tables (a store's schema version may be damaged)
+    try:  # another program's database has none of a store's own tables (a store's schema version may be damaged)
         names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except Exception as exc:  # a damaged schema is for the checks to find and name; a lock stops them all
         names = set(STORE_TABLES)
@@ -87,7 +87,7 @@ def open_read_only(path: Path) -> Any:
     return conn
 
 
-STORE_TABLES = ("entries", "store_meta", "audit")
+STORE_TABLES = ("entries", "store_meta", "entries_fts", "entries_vec")  # (not "audit": a common name)
 
 
 def lock_error(exc: BaseException) -> bool:
@@ -294,6 +294,8 @@ class Checker:
                 conn.backup(copy)
             except Exception as exc:
                 copy.close()
+                if lock_error(exc):  # not damage: the check stops (``run``)
+                    raise
                 self.add("fts", f"cannot copy the store to run FTS5's integrity-check: {' '.join(str(exc).split())}")
                 return
             try:
@@ -333,6 +335,8 @@ class Checker:
                     bad += 1
                     self.add("vectors", "vector is all zeros (no direction: search never finds the entry by meaning)", rowid)
         except Exception as exc:
+            if lock_error(exc):  # not damage: the check stops (``run``)
+                raise
             self.add("vectors", f"vectors cannot be read: {' '.join(str(exc).split())}")
         if isinstance(dim, int):  # the same test as ``size is not None``, and it tells the checker ``dim`` is an int
             probe = np.full(dim, 1.0 / np.sqrt(dim), dtype="<f4").tobytes()
@@ -353,6 +357,8 @@ class Checker:
                     if value is not None and json_object(value) is None:
                         self.add("audit", f"{name} is not a JSON object", seq)
         except Exception as exc:
+            if lock_error(exc):  # not damage: the check stops (``run``)
+                raise
             self.add("audit", f"audit rows cannot be read: {' '.join(str(exc).split())}")
 
     def working_memory(self, conn: Any) -> None:

@@ -102,3 +102,8 @@ def test_a_wide_task_intent_is_cut_to_the_panes_cells_on_one_line():
     cut = [ln for ln in lines if ln.endswith("…")]
     assert len(cut) == 2 and "日本語" in cut[0] and "waiting for" in cut[1], lines  # each on its own one line
     assert [ln for ln in lines if "…" in ln] == cut, lines
+    # zero-width characters take no cell: the tail after them is shown (a cut by characters hid it without a "…")
+    blocker.reason = "Blocked by" + "\u200b" * 60 + " SECRET TAIL"
+    console = Console(width=40, record=True, color_system=None)
+    console.print(render_window(window, now, width=40))
+    assert "SECRET TAIL" in console.export_text()

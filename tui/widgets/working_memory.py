@@ -45,7 +45,13 @@ def render_window(window: Any, now: datetime, width: int = 40) -> Group:
 def _line(text: str, width: int, style: str = "") -> Text:
     """``text`` on one line, cut with "…" where its column ends (counted in cells: a CJK character or an emoji takes
     two; a cut by characters left a wide text too long, wrapped onto a line of its own "…")."""
-    return Text(" ".join(text.split())[: width * 2], style=style, no_wrap=True, overflow="ellipsis")
+    line = " ".join(text.split())
+    if len(line) > LINE_CHARS:  # (what a pane can show of it, and more: the cut below is by cells, and says so)
+        line = line[:LINE_CHARS] + "…"
+    return Text(line, style=style, no_wrap=True, overflow="ellipsis")
+
+
+LINE_CHARS = 4096
 
 
 AGE_TICK_S = 5.0
