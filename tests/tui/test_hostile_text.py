@@ -97,7 +97,7 @@ def test_a_wide_task_intent_is_cut_to_the_panes_cells_on_one_line():
                               blocked_at=now)
     window = SimpleNamespace(tasks=[task], blockers=[blocker])
     console = Console(width=40, record=True, color_system=None)
-    console.print(render_window(window, now, width=40))
+    console.print(render_window(window, now))
     lines = [ln.rstrip() for ln in console.export_text().splitlines() if ln.strip()]
     cut = [ln for ln in lines if ln.endswith("…")]
     assert len(cut) == 2 and "日本語" in cut[0] and "waiting for" in cut[1], lines  # each on its own one line
@@ -105,5 +105,5 @@ def test_a_wide_task_intent_is_cut_to_the_panes_cells_on_one_line():
     # zero-width characters take no cell: the tail after them is shown (a cut by characters hid it without a "…")
     blocker.reason = "Blocked by" + "\u200b" * 60 + " SECRET TAIL"
     console = Console(width=40, record=True, color_system=None)
-    console.print(render_window(window, now, width=40))
+    console.print(render_window(window, now))
     assert "SECRET TAIL" in console.export_text()

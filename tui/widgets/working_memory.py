@@ -14,8 +14,9 @@ from textual.widgets import Static
 from .bars import age
 
 
-def render_window(window: Any, now: datetime, width: int = 40) -> Group:
-    """Newest task first; each with outcome, id, age and its intent (or why it is opaque)."""
+def render_window(window: Any, now: datetime) -> Group:
+    """Newest task first; each with outcome, id, age and its intent (or why it is opaque), each text on one line cut
+    where its column ends."""
     parts: list[Any] = [Text("Recent tasks", style="bold")]
     tasks = Table.grid(padding=(0, 1), expand=True)
     tasks.add_column(width=1)
@@ -27,7 +28,7 @@ def render_window(window: Any, now: datetime, width: int = 40) -> Group:
                       age(t.completed_at, now))
         intent = t.intent or ("opaque (requires_context=false)" if not t.requires_context else "")
         if intent:
-            tasks.add_row("", _line(intent, width, style="" if t.intent else "dim italic"), "")
+            tasks.add_row("", _line(intent, style="" if t.intent else "dim italic"), "")
     parts.append(tasks if window.tasks else Text("  none yet", style="dim"))
     parts.append(Text(""))
     parts.append(Text(f"Active blockers ({len(window.blockers)})", style="bold"))
@@ -37,12 +38,12 @@ def render_window(window: Any, now: datetime, width: int = 40) -> Group:
     blockers.add_column(justify="right", style="dim")
     for b in window.blockers:
         blockers.add_row(Text("■", style="bold red"), Text(b.task_id, style="bold"), age(b.blocked_at, now))
-        blockers.add_row("", _line(b.reason, width), "")
+        blockers.add_row("", _line(b.reason), "")
     parts.append(blockers if window.blockers else Text("  none", style="dim"))
     return Group(*parts)
 
 
-def _line(text: str, width: int, style: str = "") -> Text:
+def _line(text: str, style: str = "") -> Text:
     """``text`` on one line, cut with "…" where its column ends (counted in cells: a CJK character or an emoji takes
     two; a cut by characters left a wide text too long, wrapped onto a line of its own "…")."""
     line = " ".join(text.split())
@@ -71,7 +72,7 @@ class WorkingMemoryPane(Static):
     def show(self, window: Any, now: datetime, clock: Callable[[], datetime] | None = None) -> None:
         self._last = (window, now)
         self._clock = clock
-        self.update(render_window(window, now, max(20, self.size.width - 2 or 38)))
+        self.update(render_window(window, now))
 
     def _tick(self) -> None:
         last, clock = getattr(self, "_last", None), getattr(self, "_clock", None)
@@ -81,4 +82,4 @@ class WorkingMemoryPane(Static):
     def on_resize(self) -> None:
         last = getattr(self, "_last", None)
         if last:
-            self.update(render_window(last[0], last[1], max(20, self.size.width - 2)))
+            self.update(render_window(last[0], last[1]))
