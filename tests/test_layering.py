@@ -52,6 +52,7 @@ FOUNDATION = {
     "secrets",
     "untrusted",
     "visible",
+    "sigterm",
 }
 SUBPACKAGE_LAYER = {
     "store": 1,
